@@ -1,0 +1,48 @@
+# envaudit: two entry points for a fresh machine.
+#   make audit GPU=GPU-<uuid>   bootstrap, then audit every solution and merge the report
+#   make test                   bootstrap, then lint, type-check and run the test suite
+
+SHELL := /bin/bash
+PY := .venv/bin/python
+VENV_STAMP := .venv/.installed
+export UV_PYTHON_DOWNLOADS := never
+# The CPU build of torch that these machines carry locally; uv ignores pip's config.
+LOCAL_WHEELS := $(wildcard /opt/wheels)
+ifneq ($(LOCAL_WHEELS),)
+export UV_FIND_LINKS := $(LOCAL_WHEELS)
+endif
+
+.PHONY: bootstrap test lint typecheck check-inputs audit dataset schemas clean
+
+bootstrap: $(VENV_STAMP)
+
+$(VENV_STAMP): pyproject.toml
+	@command -v uv >/dev/null 2>&1 || python3 -m pip install --quiet uv
+	uv venv --quiet --allow-existing --python python3 .venv
+	uv pip install --quiet --python $(PY) -e '.[dev]'
+	@touch $@
+
+lint: bootstrap
+	.venv/bin/ruff format --check src tests scripts benchmarks
+	.venv/bin/ruff check src tests scripts benchmarks
+
+typecheck: bootstrap
+	.venv/bin/mypy
+
+check-inputs: bootstrap
+	.venv/bin/envaudit check-inputs --data-root workloads
+
+test: lint typecheck check-inputs
+	.venv/bin/pytest -q
+
+schemas: bootstrap
+	$(PY) -m envaudit.schema.jsonschema docs/schema
+
+dataset: bootstrap
+	$(PY) -m scripts.sample_dataset.build workloads
+
+audit: bootstrap
+	.venv/bin/envaudit audit $(if $(GPU),--gpu $(GPU),) --out docs/audit
+
+clean:
+	rm -rf .venv .pytest_cache .mypy_cache .ruff_cache

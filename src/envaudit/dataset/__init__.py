@@ -1,0 +1,1 @@
+"""Load a TraceSet root, resolve its blobs and check every input (`check-inputs`)."""

@@ -1,0 +1,168 @@
+"""Load a FlashInfer-Bench TraceSet root into typed models, recording every load problem.
+
+Loading never stops at the first bad file: a malformed definition or workload line becomes a
+Finding and the rest of the root still loads, so `check-inputs` can report everything at once.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from envaudit.schema.findings import Finding
+from envaudit.schema.models import Definition, Suite, Trace, unknown_keys
+
+
+class DatasetRootError(OSError):
+    """The root itself cannot be read (missing, not a directory, no definitions/)."""
+
+
+@dataclass
+class DefinitionFile:
+    path: str
+    definition: Definition
+
+
+@dataclass
+class WorkloadLine:
+    path: str
+    line: int
+    trace: Trace
+
+    @property
+    def uuid(self) -> str:
+        return self.trace.workload.uuid
+
+
+@dataclass
+class TraceSet:
+    root: Path
+    definitions: dict[str, DefinitionFile] = field(default_factory=dict)
+    workloads: list[WorkloadLine] = field(default_factory=list)
+    suites: dict[str, Suite] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+
+    def workloads_of(self, definition: str) -> list[WorkloadLine]:
+        return [w for w in self.workloads if w.trace.definition == definition]
+
+    def suite_uuids(self, suite: str) -> set[str]:
+        if suite == "all" and suite not in self.suites:
+            return {w.uuid for w in self.workloads}
+        found = self.suites.get(suite)
+        if found is None:
+            raise KeyError(suite)
+        return {u for uuids in found.workloads.values() for u in uuids}
+
+
+def load_traceset(root: Path) -> TraceSet:
+    """Read definitions/, workloads/ and suites/ under `root`."""
+    if not root.is_dir():
+        raise DatasetRootError(f"{root}: not a directory")
+    if not (root / "definitions").is_dir():
+        raise DatasetRootError(f"{root}: no definitions/ folder; is this a TraceSet root?")
+    ts = TraceSet(root=root)
+    for path in sorted((root / "definitions").rglob("*.json")):
+        _load_definition(ts, path)
+    for path in sorted((root / "workloads").rglob("*.jsonl")):
+        _load_workload_file(ts, path)
+    for path in sorted((root / "suites").glob("*.json")):
+        _load_suite(ts, path)
+    return ts
+
+
+def _rel(ts: TraceSet, path: Path) -> str:
+    return path.relative_to(ts.root).as_posix()
+
+
+def _parse(
+    ts: TraceSet, model: type[BaseModel], data: Any, rel: str, line: int | None = None
+) -> BaseModel | None:
+    workload = None
+    if isinstance(data, dict) and isinstance(data.get("workload"), dict):
+        workload = data["workload"].get("uuid")
+    try:
+        parsed = model.model_validate(data)
+    except ValidationError as exc:
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"])
+            ts.findings.append(
+                Finding("error", "invalid-field", rel, err["msg"], workload, loc or None, line)
+            )
+        return None
+    for key in unknown_keys(parsed):
+        ts.findings.append(
+            Finding(
+                "warning",
+                "unknown-key",
+                rel,
+                "key not in the FlashInfer-Bench format or envaudit's additions; kept, not used",
+                workload,
+                key,
+                line,
+            )
+        )
+    return parsed
+
+
+def _read_json(ts: TraceSet, path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        msg = f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ts.findings.append(Finding("error", "malformed-json", _rel(ts, path), msg))
+    except (OSError, UnicodeDecodeError) as exc:
+        ts.findings.append(Finding("error", "unreadable", _rel(ts, path), str(exc)))
+    return None
+
+
+def _load_definition(ts: TraceSet, path: Path) -> None:
+    rel = _rel(ts, path)
+    data = _read_json(ts, path)
+    if data is None:
+        return
+    definition = _parse(ts, Definition, data, rel)
+    if not isinstance(definition, Definition):
+        return
+    if definition.name in ts.definitions:
+        other = ts.definitions[definition.name].path
+        msg = f"definition {definition.name} is also defined in {other}"
+        ts.findings.append(Finding("error", "duplicate-definition", rel, msg, field="name"))
+        return
+    if path.stem != definition.name:
+        msg = f"file name {path.name} differs from name {definition.name}"
+        ts.findings.append(Finding("warning", "file-name", rel, msg, field="name"))
+    ts.definitions[definition.name] = DefinitionFile(rel, definition)
+
+
+def _load_workload_file(ts: TraceSet, path: Path) -> None:
+    rel = _rel(ts, path)
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        ts.findings.append(Finding("error", "unreadable", rel, str(exc)))
+        return
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            msg = f"malformed JSON: {exc.msg} at column {exc.colno}"
+            ts.findings.append(Finding("error", "malformed-json", rel, msg, line=number))
+            continue
+        trace = _parse(ts, Trace, data, rel, number)
+        if isinstance(trace, Trace):
+            ts.workloads.append(WorkloadLine(rel, number, trace))
+
+
+def _load_suite(ts: TraceSet, path: Path) -> None:
+    data = _read_json(ts, path)
+    if data is None:
+        return
+    suite = _parse(ts, Suite, data, _rel(ts, path))
+    if isinstance(suite, Suite):
+        ts.suites[suite.name] = suite

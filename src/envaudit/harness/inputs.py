@@ -1,0 +1,212 @@
+"""Materialise a workload's inputs and run a definition's reference.
+
+Inputs come from three sources: scalars, safetensors blobs (hash-checked before use) and
+`random` tensors drawn from a seed recorded in the workload, following the definition's
+`init` rule for that input. Random values are drawn on the CPU in float32 and then cast, so
+the same seed gives the same tensor on every device and torch build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import types
+from collections.abc import Callable, Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+
+from envaudit.schema.dtypes import canonical_dtype
+from envaudit.schema.expressions import evaluate
+
+TORCH_DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float8_e4m3": torch.float8_e4m3fn,
+    "float8_e5m2": torch.float8_e5m2,
+    "int64": torch.int64,
+    "int32": torch.int32,
+    "int16": torch.int16,
+    "int8": torch.int8,
+    "uint8": torch.uint8,
+    "bool": torch.bool,
+}
+
+DEFAULT_FLOAT_INIT: dict[str, Any] = {"dist": "normal", "mean": 0.0, "std": 1.0}
+
+
+class InputError(ValueError):
+    """A workload's inputs cannot be materialised as its definition says."""
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    try:
+        return TORCH_DTYPES[canonical_dtype(name)]
+    except KeyError:
+        raise InputError(f"dtype {name} has no torch equivalent here") from None
+
+
+def axis_values(definition: Mapping[str, Any], workload: Mapping[str, Any]) -> dict[str, int]:
+    """Const axes from the definition plus the workload's var axes."""
+    values: dict[str, int] = {}
+    for name, axis in definition["axes"].items():
+        if axis["type"] == "const":
+            values[name] = int(axis["value"])
+        elif name in workload["axes"]:
+            values[name] = int(workload["axes"][name])
+        else:
+            raise InputError(f"workload {workload['uuid']}: var axis {name} has no value")
+    return values
+
+
+def concrete_shape(spec: Mapping[str, Any], axes: Mapping[str, int]) -> tuple[int, ...] | None:
+    shape = spec.get("shape")
+    if shape is None:
+        return None
+    return tuple(axes[a] for a in shape)
+
+
+def input_seed(workload_seed: int, input_name: str) -> int:
+    """One independent seed per input, so adding an input never shifts another's values."""
+    digest = hashlib.sha256(f"{workload_seed}:{input_name}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def random_tensor(
+    shape: tuple[int, ...], dtype: torch.dtype, init: Mapping[str, Any] | None, seed: int
+) -> torch.Tensor:
+    """Draw one tensor from `init` ({dist: normal|uniform|randint|bernoulli, ...}) on the CPU."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    is_float = dtype.is_floating_point
+    if init is None:
+        if not is_float:
+            raise InputError(f"random {dtype} input needs an init rule in the definition")
+        init = DEFAULT_FLOAT_INIT
+    dist = init["dist"]
+    if dist == "normal":
+        out = torch.randn(shape, generator=gen, dtype=torch.float32)
+        out = out * float(init.get("std", 1.0)) + float(init.get("mean", 0.0))
+    elif dist == "uniform":
+        low, high = float(init["low"]), float(init["high"])
+        out = torch.rand(shape, generator=gen, dtype=torch.float32) * (high - low) + low
+    elif dist == "randint":
+        return torch.randint(
+            int(init["low"]), int(init["high"]), shape, generator=gen, dtype=torch.int64
+        ).to(dtype)
+    elif dist == "bernoulli":
+        probs = torch.full(shape, float(init.get("p", 0.5)))
+        return torch.bernoulli(probs, generator=gen).to(dtype)
+    else:
+        raise InputError(f"unknown init dist {dist!r}")
+    return out.to(dtype)
+
+
+@lru_cache(maxsize=256)
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def resolve_blob_path(root: Path, relative: str) -> Path:
+    """A blob path inside the TraceSet root; refuse absolute paths and escapes via `..`."""
+    if Path(relative).is_absolute():
+        raise InputError(f"blob path {relative} is absolute; paths are relative to the root")
+    resolved = (root / relative).resolve()
+    if not resolved.is_relative_to(root.resolve()):
+        raise InputError(f"blob path {relative} escapes the dataset root")
+    return resolved
+
+
+def load_blob_tensor(root: Path, spec: Mapping[str, Any]) -> torch.Tensor:
+    path = resolve_blob_path(root, spec["path"])
+    if not path.is_file():
+        raise InputError(f"blob {spec['path']} is missing")
+    expected = spec.get("sha256")
+    if expected and file_sha256(path) != expected:
+        raise InputError(
+            f"blob {spec['path']}: sha256 {file_sha256(path)} does not match recorded {expected}"
+        )
+    with safe_open(str(path), framework="pt") as handle:
+        if spec["tensor_key"] not in handle.keys():  # noqa: SIM118 - safe_open is not a dict
+            raise InputError(f"blob {spec['path']} has no tensor {spec['tensor_key']}")
+        tensor: torch.Tensor = handle.get_tensor(spec["tensor_key"])
+        return tensor
+
+
+def materialize_inputs(
+    definition: Mapping[str, Any],
+    workload: Mapping[str, Any],
+    root: Path,
+    device: str | torch.device = "cpu",
+    seed_offset: int = 0,
+) -> dict[str, Any]:
+    """Build the keyword arguments of `run` for one workload, in definition order.
+
+    `seed_offset` draws a fresh set of random inputs (used for the post-timing re-check).
+    """
+    axes = axis_values(definition, workload)
+    seed = int(workload.get("seed", 0)) + seed_offset
+    values: dict[str, Any] = {}
+    for name, spec in definition["inputs"].items():
+        source = workload["inputs"].get(name)
+        if source is None:
+            raise InputError(f"workload {workload['uuid']}: input {name} is not specified")
+        kind = source["type"]
+        if kind == "scalar":
+            values[name] = source["value"]
+            continue
+        dtype = torch_dtype(spec["dtype"])
+        shape = concrete_shape(spec, axes)
+        if kind == "safetensors":
+            tensor = load_blob_tensor(root, source)
+        elif kind == "random":
+            tensor = random_tensor(shape or (), dtype, spec.get("init"), input_seed(seed, name))
+        else:
+            raise InputError(f"workload {workload['uuid']}: input {name} has type {kind!r}")
+        if shape is not None and tuple(tensor.shape) != shape:
+            raise InputError(
+                f"workload {workload['uuid']}: input {name} has shape {tuple(tensor.shape)},"
+                f" definition says {shape}"
+            )
+        if tensor.dtype != dtype:
+            raise InputError(
+                f"workload {workload['uuid']}: input {name} has dtype {tensor.dtype},"
+                f" definition says {spec['dtype']}"
+            )
+        values[name] = tensor.to(device)
+    return values
+
+
+def check_constraints(
+    definition: Mapping[str, Any], workload: Mapping[str, Any], inputs: Mapping[str, Any]
+) -> list[str]:
+    """Constraints that evaluate false over the materialised inputs (empty when all hold)."""
+    namespace = {**axis_values(definition, workload), **inputs}
+    return [c for c in definition.get("constraints") or [] if not bool(evaluate(c, namespace))]
+
+
+def load_reference(definition: Mapping[str, Any]) -> Callable[..., Any]:
+    """Compile the definition's reference source into a fresh module and return its `run`."""
+    module = types.ModuleType(f"envaudit_reference_{definition['name']}")
+    code = compile(definition["reference"], f"<reference {definition['name']}>", "exec")
+    exec(code, module.__dict__)
+    run: Callable[..., Any] = module.__dict__["run"]
+    return run
+
+
+def run_reference(definition: Mapping[str, Any], inputs: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Call the reference and return its outputs as a tuple in the definition's output order."""
+    result = load_reference(definition)(**inputs)
+    outputs = result if isinstance(result, tuple) else (result,)
+    if len(outputs) != len(definition["outputs"]):
+        raise InputError(
+            f"reference of {definition['name']} returned {len(outputs)} outputs,"
+            f" definition lists {len(definition['outputs'])}"
+        )
+    return tuple(outputs)

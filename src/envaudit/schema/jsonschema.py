@@ -1,0 +1,34 @@
+"""Write the JSON Schema of every on-disk model: `python -m envaudit.schema.jsonschema docs/schema`.
+
+The schemas are generated from the models and committed; a test fails when they drift.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from envaudit.schema.models import MODELS
+
+
+def render_schemas() -> dict[str, str]:
+    """File name -> JSON text for each model's schema."""
+    return {
+        f"{name}.schema.json": json.dumps(model.model_json_schema(), indent=2, sort_keys=True)
+        + "\n"
+        for name, model in MODELS.items()
+    }
+
+
+def main(argv: list[str]) -> int:
+    out = Path(argv[1] if len(argv) > 1 else "docs/schema")
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in render_schemas().items():
+        (out / name).write_text(text)
+    print(f"wrote {len(MODELS)} schemas to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv))

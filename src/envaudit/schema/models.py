@@ -1,0 +1,365 @@
+"""Typed models of the FlashInfer-Bench TraceSet formats and of envaudit's additions.
+
+Field names and layout are FlashInfer-Bench's; the additions (tolerance, FLOP/byte formulas,
+`init` rules, mutable inputs, workload seed, blob sha256 and provenance, solution `env`, suites)
+are optional, so a plain FlashInfer-Bench root reads unchanged. Models keep unknown keys
+(`extra="allow"`) so that `unknown_keys` can report them and a round trip loses nothing.
+Models check structure and types only; cross-references (axes named by shapes, inputs named by
+workloads, blob contents) are checked by `envaudit.dataset.checks`, which collects every finding.
+"""
+
+from __future__ import annotations
+
+import ast
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from envaudit.schema.dtypes import DTYPE_ALIASES, ITEMSIZE
+
+SCHEMA_VERSION = 1
+
+DType = Literal[
+    "float32",
+    "float16",
+    "bfloat16",
+    "float8_e4m3",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float4_e2m1",
+    "int64",
+    "int32",
+    "int16",
+    "int8",
+    "uint8",
+    "bool",
+]
+assert set(DType.__args__) == set(ITEMSIZE) | set(DTYPE_ALIASES)  # type: ignore[attr-defined]
+
+
+class Model(BaseModel):
+    """Base: keep unknown keys for reporting, take docstrings into the JSON Schema."""
+
+    model_config = ConfigDict(extra="allow", use_attribute_docstrings=True)
+
+
+# ---------------------------------------------------------------- definitions
+
+
+class AxisConst(Model):
+    """An axis whose value is fixed by the definition."""
+
+    type: Literal["const"]
+    value: Annotated[int, Field(ge=0)]
+    """The axis length."""
+    description: str | None = None
+
+
+class AxisVar(Model):
+    """An axis whose value each workload gives."""
+
+    type: Literal["var"]
+    parent: str | None = None
+    """FlashInfer-Bench: a parent axis for hierarchical (ragged) dimensions."""
+    description: str | None = None
+
+
+Axis = Annotated[AxisConst | AxisVar, Field(discriminator="type")]
+
+
+class NormalInit(Model):
+    """Draw a `random` input from a normal distribution (float inputs)."""
+
+    dist: Literal["normal"]
+    mean: float = 0.0
+    std: Annotated[float, Field(ge=0.0)] = 1.0
+
+
+class UniformInit(Model):
+    """Draw a `random` input uniformly from [low, high)."""
+
+    dist: Literal["uniform"]
+    low: float
+    high: float
+
+
+class RandintInit(Model):
+    """Draw a `random` integer input uniformly from [low, high)."""
+
+    dist: Literal["randint"]
+    low: int
+    high: int
+
+
+class BernoulliInit(Model):
+    """Draw a `random` boolean input, true with probability p."""
+
+    dist: Literal["bernoulli"]
+    p: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5
+
+
+InitRule = Annotated[
+    NormalInit | UniformInit | RandintInit | BernoulliInit, Field(discriminator="dist")
+]
+
+
+class TensorSpec(Model):
+    """An input or output of a definition: symbolic shape (None for a scalar) and dtype."""
+
+    shape: list[str] | None
+    """Axis names, outermost first; null for a scalar."""
+    dtype: DType
+    description: str | None = None
+    init: InitRule | None = None
+    """envaudit: how a `random` input is drawn (floats default to normal(0, 1))."""
+
+
+ToleranceRule = Literal["and", "allclose", "abs_or_rel"]
+
+
+class ToleranceBase(Model):
+    """How outputs are compared with the reference."""
+
+    atol: Annotated[float, Field(ge=0.0)] = 1e-2
+    rtol: Annotated[float, Field(ge=0.0)] = 1e-2
+    rule: ToleranceRule = "and"
+    """`and`: an element fails only when |d| > atol AND |d| > rtol*|ref| (FlashInfer-Bench).
+    `allclose`: fails when |d| > atol + rtol*|ref|. `abs_or_rel`: passes when |d| <= atol
+    or |d| <= rtol*|ref|."""
+    required_matched_ratio: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
+    """Fraction of elements that must pass, compared as integer counts."""
+
+
+class Tolerance(ToleranceBase):
+    """The definition's tolerance, with optional per-output overrides."""
+
+    per_output: dict[str, ToleranceBase] = Field(default_factory=dict)
+
+
+class Definition(Model):
+    """A kernel contract: axes, ordered inputs and outputs, constraints and a reference."""
+
+    name: Annotated[str, Field(min_length=1)]
+    op_type: Annotated[str, Field(min_length=1)]
+    axes: dict[str, Axis]
+    inputs: dict[str, TensorSpec]
+    outputs: dict[str, TensorSpec]
+    reference: Annotated[str, Field(min_length=1)]
+    """Python source defining `run(**inputs)`, returning the outputs in order."""
+    tags: list[str] | None = None
+    description: str | None = None
+    constraints: list[str] | None = None
+    """Python expressions over axes and inputs that every workload satisfies."""
+    tolerance: Tolerance | None = None
+    """envaudit: comparison rule; FlashInfer-Bench's default (1e-2, 1e-2, `and`) when absent."""
+    flops: str | None = None
+    """envaudit: useful floating-point operations of one call, an expression over the axes."""
+    bytes: str | None = None
+    """envaudit: minimum bytes moved by one call, an expression over the axes."""
+    mutable_inputs: list[str] = Field(default_factory=list)
+    """envaudit: inputs the kernel may write to."""
+
+    @field_validator("reference")
+    @classmethod
+    def _reference_defines_run(cls, source: str) -> str:
+        try:
+            tree = ast.parse(source)
+        except SyntaxError as exc:
+            msg = f"reference is not valid Python (line {exc.lineno}: {exc.msg})"
+            raise ValueError(msg) from None
+        if not any(isinstance(n, ast.FunctionDef) and n.name == "run" for n in tree.body):
+            raise ValueError("reference defines no top-level function `run`")
+        return source
+
+    @property
+    def effective_tolerance(self) -> Tolerance:
+        return self.tolerance or Tolerance()
+
+    def const_axes(self) -> dict[str, int]:
+        return {k: a.value for k, a in self.axes.items() if isinstance(a, AxisConst)}
+
+    def var_axes(self) -> list[str]:
+        return [k for k, a in self.axes.items() if isinstance(a, AxisVar)]
+
+
+# ---------------------------------------------------------------- workloads
+
+
+class RandomInput(Model):
+    """An input drawn at run time from the workload's seed and the definition's init rule."""
+
+    type: Literal["random"]
+
+
+class ScalarInput(Model):
+    """A literal scalar argument."""
+
+    type: Literal["scalar"]
+    value: int | float | bool
+
+
+class SafetensorsInput(Model):
+    """A tensor stored in a safetensors blob under the TraceSet root."""
+
+    type: Literal["safetensors"]
+    path: Annotated[str, Field(min_length=1)]
+    """Relative to the TraceSet root."""
+    tensor_key: Annotated[str, Field(min_length=1)]
+    sha256: str | None = None
+    """envaudit: sha256 of the whole blob file."""
+    provenance: str | None = None
+    """envaudit: where the tensor came from."""
+
+
+InputSpec = Annotated[RandomInput | ScalarInput | SafetensorsInput, Field(discriminator="type")]
+
+
+class Workload(Model):
+    """One concrete instance of a definition: var axis values and input sources."""
+
+    uuid: Annotated[str, Field(min_length=1)]
+    axes: dict[str, int]
+    inputs: dict[str, InputSpec]
+    seed: int | None = None
+    """envaudit: seed of every `random` input (per input: sha256(seed:name))."""
+    label: str | None = None
+    """envaudit: a short human-readable name."""
+
+
+# ---------------------------------------------------------------- solutions
+
+
+class SourceFile(Model):
+    """One source file of a solution; `content` may be omitted when the file sits beside
+    solution.json (envaudit's on-disk solutions)."""
+
+    path: Annotated[str, Field(min_length=1)]
+    content: str | None = None
+
+
+class BuildSpec(Model):
+    """How a solution is built and called."""
+
+    language: str
+    """FlashInfer-Bench: python, triton, cpp, cuda, tilelang, ..."""
+    target_hardware: list[str] = Field(default_factory=list)
+    entry_point: Annotated[str, Field(pattern=r"^[^:]+\.py::[A-Za-z_][A-Za-z0-9_]*$")]
+    """`file.py::function`."""
+    dependencies: list[str] | None = None
+    destination_passing_style: bool = True
+    """True: outputs are preallocated and passed after the inputs; False: they are returned."""
+    binding: str | None = None
+
+
+class Solution(Model):
+    """An implementation of one definition."""
+
+    name: Annotated[str, Field(min_length=1)]
+    definition: Annotated[str, Field(min_length=1)]
+    author: Annotated[str, Field(min_length=1)]
+    spec: BuildSpec
+    sources: list[SourceFile]
+    description: str | None = None
+    env: str | None = None
+    """envaudit: the lock directory (locks/<env>) the solution runs in."""
+
+
+# ---------------------------------------------------------------- traces
+
+
+class EvaluationStatus(StrEnum):
+    """FlashInfer-Bench's statuses plus envaudit's INPUT_MUTATED and UNSUPPORTED_DEVICE."""
+
+    PASSED = "PASSED"
+    INCORRECT_SHAPE = "INCORRECT_SHAPE"
+    INCORRECT_NUMERICAL = "INCORRECT_NUMERICAL"
+    INCORRECT_DTYPE = "INCORRECT_DTYPE"
+    RUNTIME_ERROR = "RUNTIME_ERROR"
+    COMPILE_ERROR = "COMPILE_ERROR"
+    TIMEOUT = "TIMEOUT"
+    INPUT_MUTATED = "INPUT_MUTATED"
+    UNSUPPORTED_DEVICE = "UNSUPPORTED_DEVICE"
+
+
+class Correctness(Model):
+    max_relative_error: float = 0.0
+    max_absolute_error: float = 0.0
+    extra: dict[str, Any] | None = None
+
+
+class Performance(Model):
+    latency_ms: Annotated[float, Field(ge=0.0)] = 0.0
+    reference_latency_ms: Annotated[float, Field(ge=0.0)] = 0.0
+    speedup_factor: Annotated[float, Field(ge=0.0)] = 0.0
+
+
+class Environment(Model):
+    hardware: Annotated[str, Field(min_length=1)]
+    libs: dict[str, str] = Field(default_factory=dict)
+
+
+class Evaluation(Model):
+    status: EvaluationStatus
+    environment: Environment
+    timestamp: Annotated[str, Field(min_length=1)]
+    log: str = ""
+    correctness: Correctness | None = None
+    performance: Performance | None = None
+
+
+class Trace(Model):
+    """A workload line (solution and evaluation null) or a result of one solution on it."""
+
+    definition: Annotated[str, Field(min_length=1)]
+    workload: Workload
+    solution: str | None = None
+    evaluation: Evaluation | None = None
+
+
+# ---------------------------------------------------------------- suites
+
+
+class Suite(Model):
+    """envaudit: a named selection of workloads, per definition."""
+
+    schema_version: Literal[1] = 1
+    name: Annotated[str, Field(min_length=1)]
+    description: str | None = None
+    workloads: dict[str, list[str]]
+    """Definition name -> workload UUIDs."""
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def unknown_keys(model: BaseModel, prefix: str = "") -> list[str]:
+    """Dotted paths of keys the models do not know, anywhere inside `model`."""
+    found = [f"{prefix}{key}" for key in (model.model_extra or {})]
+    for name in type(model).model_fields:
+        found.extend(_unknown_in(getattr(model, name), f"{prefix}{name}."))
+    return found
+
+
+def _unknown_in(value: Any, prefix: str) -> list[str]:
+    if isinstance(value, BaseModel):
+        return unknown_keys(value, prefix)
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _unknown_in(v, f"{prefix}{k}.")]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _unknown_in(v, f"{prefix}{i}.")]
+    return []
+
+
+def dump(model: BaseModel) -> dict[str, Any]:
+    """The model as written on disk: only the keys that were set, unknown keys included."""
+    return model.model_dump(mode="json", exclude_unset=True)
+
+
+MODELS: dict[str, type[BaseModel]] = {
+    "definition": Definition,
+    "workload": Workload,
+    "trace": Trace,
+    "solution": Solution,
+    "suite": Suite,
+}
