@@ -66,8 +66,13 @@ class _ShapeOnly:
     def __getattr__(self, attr: str) -> Any:
         raise UnresolvedName(self._name)
 
-    def __getitem__(self, item: Any) -> Any:
+    def _unresolved(self, *args: Any) -> Any:
         raise UnresolvedName(self._name)
+
+    __getitem__ = __len__ = __iter__ = __bool__ = _unresolved
+    __lt__ = __le__ = __gt__ = __ge__ = __eq__ = __ne__ = _unresolved
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _unresolved
+    __truediv__ = __floordiv__ = __mod__ = __pow__ = __neg__ = __abs__ = _unresolved
 
 
 @dataclass

@@ -9,6 +9,7 @@ evaluating a dataset's constraint cannot reach into the interpreter.
 from __future__ import annotations
 
 import ast
+import builtins
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -78,6 +79,8 @@ def parse_expression(source: str) -> ast.Expression:
             raise ExpressionError(f"syntax not allowed in expressions: {type(node).__name__}")
         if isinstance(node, ast.Attribute) and node.attr.startswith("_"):
             raise ExpressionError(f"private attribute not allowed: .{node.attr}")
+        if isinstance(node, ast.Name) and node.id.startswith("_"):
+            raise ExpressionError(f"private name not allowed: {node.id}")
     return tree
 
 
@@ -98,5 +101,7 @@ def evaluate(source: str, namespace: Mapping[str, Any]) -> Any:
     if missing:
         raise UnresolvedName(sorted(missing)[0])
     code = compile(tree, "<expression>", "eval")
-    scope = {"__builtins__": {}, **ALLOWED_FUNCTIONS, **namespace}
+    # numpy's C code imports through the calling frame's builtins, so `__import__` must be
+    # there; expressions themselves cannot reach it (names starting with `_` are refused).
+    scope = {"__builtins__": {"__import__": builtins.__import__}, **ALLOWED_FUNCTIONS, **namespace}
     return eval(code, scope)

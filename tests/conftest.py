@@ -1,0 +1,116 @@
+"""Shared fixtures: a small hand-made TraceSet root that tests can break one way at a time."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED_ROOT = REPO / "workloads"
+
+REFERENCE = '''import torch
+
+
+def run(x, lengths, scale):
+    """Scale the first lengths[b] rows of each batch element."""
+    out = torch.zeros_like(x)
+    for b in range(x.shape[0]):
+        out[b, : int(lengths[b])] = x[b, : int(lengths[b])] * scale
+    return out
+'''
+
+UUID_BLOB = "00000000-0000-4000-8000-000000000001"
+UUID_RANDOM = "00000000-0000-4000-8000-000000000002"
+BLOB_REL = f"blob/workloads/toy/toy_scale/toy_scale_{UUID_BLOB}.safetensors"
+
+
+def toy_definition() -> dict[str, object]:
+    return {
+        "name": "toy_scale",
+        "op_type": "toy",
+        "description": "Scale the valid rows of x.",
+        "axes": {"B": {"type": "var"}, "S": {"type": "var"}, "D": {"type": "const", "value": 4}},
+        "inputs": {
+            "x": {"shape": ["B", "S", "D"], "dtype": "float32"},
+            "lengths": {
+                "shape": ["B"],
+                "dtype": "int32",
+                "init": {"dist": "randint", "low": 0, "high": 3},
+            },
+            "scale": {"shape": None, "dtype": "float32"},
+        },
+        "outputs": {"out": {"shape": ["B", "S", "D"], "dtype": "float32"}},
+        "constraints": ["(lengths <= S).all()", "(lengths >= 0).all()", "scale > 0"],
+        "reference": REFERENCE,
+        "tolerance": {"atol": 1e-5, "rtol": 1e-5, "rule": "allclose"},
+        "flops": "B * S * D",
+        "bytes": "2 * 4 * B * S * D",
+    }
+
+
+def _trace(uuid: str, axes: dict[str, int], inputs: dict[str, object]) -> str:
+    workload = {"uuid": uuid, "axes": axes, "inputs": inputs, "seed": 7}
+    trace = {"definition": "toy_scale", "workload": workload, "solution": None, "evaluation": None}
+    return json.dumps(trace)
+
+
+def write_toy_root(root: Path) -> Path:
+    """A valid root: one definition, one workload with a blob, one with random inputs."""
+    (root / "definitions/toy").mkdir(parents=True)
+    (root / "definitions/toy/toy_scale.json").write_text(json.dumps(toy_definition(), indent=2))
+    blob = root / BLOB_REL
+    blob.parent.mkdir(parents=True)
+    save_file({"lengths": np.array([2, 0, 3], dtype=np.int32)}, str(blob))
+    digest = hashlib.sha256(blob.read_bytes()).hexdigest()
+    blob_input = {
+        "type": "safetensors",
+        "path": BLOB_REL,
+        "tensor_key": "lengths",
+        "sha256": digest,
+        "provenance": "Hand-written for the tests.",
+    }
+    lines = [
+        _trace(
+            UUID_BLOB,
+            {"B": 3, "S": 3},
+            {
+                "x": {"type": "random"},
+                "lengths": blob_input,
+                "scale": {"type": "scalar", "value": 2.0},
+            },
+        ),
+        _trace(
+            UUID_RANDOM,
+            {"B": 2, "S": 5},
+            {
+                "x": {"type": "random"},
+                "lengths": {"type": "random"},
+                "scale": {"type": "scalar", "value": 0.5},
+            },
+        ),
+    ]
+    (root / "workloads/toy").mkdir(parents=True)
+    (root / "workloads/toy/toy_scale.jsonl").write_text("\n".join(lines) + "\n")
+    (root / "suites").mkdir()
+    suite = {"schema_version": 1, "name": "smoke", "workloads": {"toy_scale": [UUID_BLOB]}}
+    (root / "suites/smoke.json").write_text(json.dumps(suite))
+    return root
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """Path -> sha256 of every file under root, to prove a command wrote nothing."""
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture
+def toy_root(tmp_path: Path) -> Path:
+    return write_toy_root(tmp_path / "root")

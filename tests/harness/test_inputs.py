@@ -1,0 +1,67 @@
+"""Input materialisation: seeded, deterministic, hash-checked, confined to the root."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from envaudit.harness.inputs import (
+    InputError,
+    check_constraints,
+    input_seed,
+    materialize_inputs,
+    random_tensor,
+    run_reference,
+)
+from tests.conftest import toy_definition
+
+
+def workloads(root: Path) -> list[dict]:
+    lines = (root / "workloads/toy/toy_scale.jsonl").read_text().splitlines()
+    return [json.loads(line)["workload"] for line in lines]
+
+
+def test_seeded_inputs_are_reproducible_and_independent(toy_root: Path) -> None:
+    d, w = toy_definition(), workloads(toy_root)[1]
+    a = materialize_inputs(d, w, toy_root)
+    b = materialize_inputs(d, w, toy_root)
+    assert torch.equal(a["x"], b["x"]) and torch.equal(a["lengths"], b["lengths"])
+    fresh = materialize_inputs(d, w, toy_root, seed_offset=1)
+    assert not torch.equal(a["x"], fresh["x"])
+    assert input_seed(7, "x") != input_seed(7, "lengths")
+    assert a["lengths"].dtype == torch.int32 and int(a["lengths"].max()) < 3
+
+
+def test_blob_inputs_and_reference(toy_root: Path) -> None:
+    d, w = toy_definition(), workloads(toy_root)[0]
+    inputs = materialize_inputs(d, w, toy_root)
+    assert inputs["lengths"].tolist() == [2, 0, 3]
+    assert check_constraints(d, w, inputs) == []
+    (out,) = run_reference(d, inputs)
+    assert torch.equal(out[0, :2], inputs["x"][0, :2] * 2.0)
+    assert torch.count_nonzero(out[1]) == 0
+
+
+def test_changed_blob_is_refused(toy_root: Path) -> None:
+    d, w = toy_definition(), workloads(toy_root)[0]
+    w["inputs"]["lengths"]["sha256"] = "0" * 64
+    with pytest.raises(InputError, match="does not match recorded"):
+        materialize_inputs(d, w, toy_root)
+
+
+@pytest.mark.parametrize("path", ["../x.safetensors", "/etc/passwd"])
+def test_blob_outside_root_is_refused(toy_root: Path, path: str) -> None:
+    d, w = toy_definition(), workloads(toy_root)[0]
+    w["inputs"]["lengths"]["path"] = path
+    with pytest.raises(InputError, match=r"absolute|escapes"):
+        materialize_inputs(d, w, toy_root)
+
+
+def test_random_rules() -> None:
+    u = random_tensor((1000,), torch.float32, {"dist": "uniform", "low": -2, "high": -1}, 1)
+    assert float(u.min()) >= -2 and float(u.max()) < -1
+    with pytest.raises(InputError, match="needs an init rule"):
+        random_tensor((3,), torch.int64, None, 1)
