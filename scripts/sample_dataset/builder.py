@@ -154,7 +154,7 @@ class DatasetBuilder:
     def write(self, root: Path) -> None:
         """Write the TraceSet into `root` via a temporary sibling, then swap it in."""
         root = root.resolve()
-        root.parent.mkdir(parents=True, exist_ok=True)
+        root.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=root.parent))
         try:
             hashes = {path: self._write_blob(staging / path, t) for path, t in self._blobs.items()}
@@ -169,6 +169,7 @@ class DatasetBuilder:
                 }
                 _write_json(staging / "suites" / f"{suite}.json", doc)
             for sub in ("definitions", "workloads", "blob", "suites"):
+                (staging / sub).mkdir(exist_ok=True)
                 target = root / sub
                 if target.exists():
                     shutil.rmtree(target)

@@ -14,7 +14,7 @@ from typing import Any
 
 from envaudit.dataset.blobs import BlobError, BlobInfo, read_blob
 from envaudit.dataset.traceset import DefinitionFile, TraceSet, WorkloadLine, load_traceset
-from envaudit.schema.dtypes import canonical_dtype
+from envaudit.schema.dtypes import FLOAT_DTYPES, canonical_dtype
 from envaudit.schema.expressions import (
     ExpressionError,
     UnresolvedName,
@@ -137,12 +137,12 @@ def _check_definition(ctx: _Context, dfile: DefinitionFile) -> None:
         if formula is None:
             continue
         try:
-            unknown = expression_names(formula) - set(d.axes)
+            unknown = expression_names(formula) - set(d.axes) - set(d.inputs)
         except ExpressionError as exc:
             ctx.add("error", "bad-formula", path, f"{formula!r}: {exc}", field=key)
             continue
         if unknown:
-            msg = f"{formula!r} names {sorted(unknown)}, which are not axes"
+            msg = f"{formula!r} names {sorted(unknown)}, which are neither axes nor inputs"
             ctx.add("error", "bad-formula", path, msg, field=key)
     for name in d.mutable_inputs:
         if name not in d.inputs:
@@ -230,7 +230,7 @@ def _check_input(
         return None
     if not isinstance(source, SafetensorsInput):
         dtype = canonical_dtype(spec.dtype)
-        if not dtype.startswith("float") and spec.init is None:
+        if dtype not in FLOAT_DTYPES and spec.init is None:
             msg = f"random {dtype} input needs an init rule in the definition"
             hint = f"add inputs.{name}.init to {d.name}, or store the tensor in a blob"
             ctx.add("error", "random-without-init", wl.path, msg, hint=hint, **where)

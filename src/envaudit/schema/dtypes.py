@@ -20,6 +20,10 @@ ITEMSIZE = {
     "bool": 1,
 }
 
+FLOAT_DTYPES = frozenset(
+    {"float32", "float16", "bfloat16", "float8_e4m3", "float8_e5m2", "float4_e2m1"}
+)
+
 # safetensors header dtype codes for each name.
 SAFETENSORS_CODE = {
     "float32": "F32",

@@ -125,8 +125,9 @@ class ToleranceBase(Model):
     rtol: Annotated[float, Field(ge=0.0)] = 1e-2
     rule: ToleranceRule = "and"
     """`and`: an element fails only when |d| > atol AND |d| > rtol*|ref| (FlashInfer-Bench).
-    `allclose`: fails when |d| > atol + rtol*|ref|. `abs_or_rel`: passes when |d| <= atol
-    or |d| <= rtol*|ref|."""
+    `allclose`: fails when |d| > atol + rtol*|ref|. `abs_or_rel`: passes when |d| <= atol or
+    |d| <= rtol*max|ref| (relative to the output's scale, for states where single elements
+    near zero have no meaningful relative error)."""
     required_matched_ratio: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
     """Fraction of elements that must pass, compared as integer counts."""
 
@@ -154,9 +155,10 @@ class Definition(Model):
     tolerance: Tolerance | None = None
     """envaudit: comparison rule; FlashInfer-Bench's default (1e-2, 1e-2, `and`) when absent."""
     flops: str | None = None
-    """envaudit: useful floating-point operations of one call, an expression over the axes."""
+    """envaudit: useful floating-point operations of one call, an expression over the axes
+    (and inputs, where the work depends on lengths)."""
     bytes: str | None = None
-    """envaudit: minimum bytes moved by one call, an expression over the axes."""
+    """envaudit: minimum bytes moved by one call, an expression over the axes (and inputs)."""
     mutable_inputs: list[str] = Field(default_factory=list)
     """envaudit: inputs the kernel may write to."""
 

@@ -1,0 +1,110 @@
+"""Result lines: one JSON object per (solution, workload), appended and flushed one at a time.
+
+A run that is killed leaves at most one partial last line; appending starts a new line first,
+and readers skip (and report) a partial line, so results already written are never lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+RESULT_SCHEMA_VERSION = 1
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def result_line(
+    job: Mapping[str, Any],
+    workload: Mapping[str, Any],
+    outcome: Mapping[str, Any],
+    environment: Mapping[str, Any] | None,
+    solution_hash: str | None,
+    wall_s: float,
+) -> dict[str, Any]:
+    return {
+        "schema_version": RESULT_SCHEMA_VERSION,
+        "definition": job["definition"],
+        "workload": {
+            "uuid": workload["uuid"],
+            "label": workload.get("label"),
+            "axes": workload.get("axes", {}),
+        },
+        "solution": job["solution"],
+        "solution_hash": solution_hash,
+        **outcome,
+        "context": job.get("context", {}),
+        "environment": environment or {},
+        "seed": workload.get("seed"),
+        "timestamp": now_iso(),
+        "wall_s": round(wall_s, 3),
+    }
+
+
+def append_line(path: Path, line: Mapping[str, Any]) -> None:
+    """Append one line durably; start on a fresh line if a killed run left a partial one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(line, allow_nan=True) + "\n"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        if size:
+            with path.open("rb") as handle:
+                handle.seek(size - 1)
+                if handle.read(1) != b"\n":
+                    text = "\n" + text
+        os.write(fd, text.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_lines(path: Path) -> Iterator[tuple[int, dict[str, Any] | None]]:
+    """(line number, parsed line or None when unreadable) for every non-empty line."""
+    if not path.exists():
+        return
+    with path.open() as handle:
+        for number, raw in enumerate(handle, start=1):
+            if not raw.strip():
+                continue
+            try:
+                parsed = json.loads(raw)
+            except json.JSONDecodeError:
+                yield number, None
+                continue
+            yield number, parsed if isinstance(parsed, dict) else None
+
+
+def done_keys(path: Path) -> set[tuple[str, str, str | None, str | None]]:
+    """(solution, workload uuid, closure hash, device identity) of lines already written."""
+    keys = set()
+    for _, line in read_lines(path):
+        if line is None:
+            continue
+        keys.add(
+            (
+                line.get("solution", ""),
+                line.get("workload", {}).get("uuid", ""),
+                line.get("context", {}).get("closure_hash"),
+                line.get("context", {}).get("device_id"),
+            )
+        )
+    return keys
+
+
+def distributions_path(report: Path) -> Path:
+    return report.with_name(report.stem + ".distributions.jsonl")
+
+
+def record_distributions(report: Path, fingerprint: str, dists: Mapping[str, str]) -> None:
+    """Store the full distribution list once per fingerprint, beside the report."""
+    path = distributions_path(report)
+    known = {line.get("fingerprint") for _, line in read_lines(path) if line}
+    if fingerprint not in known:
+        append_line(path, {"fingerprint": fingerprint, "distributions": dict(dists)})
