@@ -130,11 +130,53 @@ def build(
 
 @app.command()
 def run(
-    solution: Annotated[str, typer.Option("--solution", help="Solution directory name.")],
+    solution: Annotated[str, typer.Option("--solution", help="Solution name under solutions/.")],
+    workload: Annotated[
+        list[str] | None, typer.Option("--workload", help="Only this workload UUID.")
+    ] = None,
+    suite: Annotated[str | None, typer.Option("--suite", help="smoke, dev, all, ...")] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="GPU UUID (GPU-...).")] = None,
+    device: Annotated[str | None, typer.Option("--device", help="`cpu`.")] = None,
+    runtime: Annotated[str, typer.Option("--runtime", help="host (others: later).")] = "host",
+    validation_only: Annotated[bool, typer.Option("--validation-only")] = False,
+    graph_timing: Annotated[bool, typer.Option("--graph-timing")] = False,
+    reference_cache: Annotated[Path | None, typer.Option("--reference-cache")] = None,
+    report: Annotated[Path | None, typer.Option("--report", help="Result lines file.")] = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Skip lines already in --report.")
+    ] = False,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds per workload.")] = 300.0,
     data_root: DataRoot = Path("workloads"),
+    solutions_root: Annotated[Path, typer.Option("--solutions-root")] = Path("solutions"),
 ) -> None:
     """Validate and time one solution on its definition's workloads."""
-    _not_built("run", "issue 3")
+    from envaudit.runtime.host import run_on_host
+    from envaudit.runtime.jobs import RunRequest, RunRequestError
+
+    if runtime != "host":
+        _error(f"runtime {runtime} is not built yet; use --runtime host")
+    request = RunRequest(
+        solution=solution,
+        data_root=data_root,
+        solutions_root=solutions_root,
+        workloads=workload or [],
+        suite=suite,
+        device=device,
+        gpu=gpu,
+        validation_only=validation_only,
+        graph_timing=graph_timing,
+        reference_cache=reference_cache,
+        report=report,
+        runtime=runtime,
+    )
+    try:
+        job, result = run_on_host(request, resume=resume, workload_timeout_s=timeout)
+    except RunRequestError as exc:
+        _error(str(exc))
+    from envaudit.report.console import print_run_summary
+
+    failed = print_run_summary(Path(str(job["report"])), result)
+    raise typer.Exit(EXIT_FAILED if failed else EXIT_OK)
 
 
 @app.command()

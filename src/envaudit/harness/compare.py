@@ -1,0 +1,139 @@
+"""Compare a solution's outputs with the reference's, under the definition's tolerance.
+
+Counts are integers: an output passes when `matched >= ceil(required_ratio * total)`, computed
+with exact fractions so that 0.9999 of 10_000 elements means 9_999, never 9_998.99. Shape and
+dtype are strict. A non-finite output element fails unless the reference holds the very same
+non-finite value there (e.g. -inf log-sum-exp of an empty row).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from fractions import Fraction
+from typing import Any
+
+import torch
+
+DEFAULT_TOLERANCE: dict[str, Any] = {
+    "atol": 1e-2,
+    "rtol": 1e-2,
+    "rule": "and",
+    "required_matched_ratio": 1.0,
+}
+
+
+@dataclass
+class OutputComparison:
+    """How one output compared. `status` is PASSED or an INCORRECT_* status."""
+
+    output: str
+    status: str
+    matched: int = 0
+    total: int = 0
+    required: int = 0
+    nonfinite: int = 0
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    message: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def tolerance_for(definition: Mapping[str, Any], output: str) -> dict[str, Any]:
+    """The definition's tolerance for one output, per-output overrides applied."""
+    base = dict(DEFAULT_TOLERANCE)
+    declared = definition.get("tolerance") or {}
+    base.update({k: v for k, v in declared.items() if k != "per_output"})
+    base.update((declared.get("per_output") or {}).get(output, {}))
+    return base
+
+
+def required_count(total: int, ratio: float) -> int:
+    return math.ceil(Fraction(str(ratio)) * total)
+
+
+def compare_output(
+    name: str, out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, tol: Mapping[str, Any]
+) -> OutputComparison:
+    if not isinstance(out, torch.Tensor):
+        return OutputComparison(name, "INCORRECT_SHAPE", message=f"got {type(out).__name__}")
+    if tuple(out.shape) != tuple(ref.shape):
+        msg = f"shape {tuple(out.shape)}, expected {tuple(ref.shape)}"
+        return OutputComparison(name, "INCORRECT_SHAPE", message=msg)
+    if out.dtype != expected_dtype:
+        msg = f"dtype {out.dtype}, expected {expected_dtype}"
+        return OutputComparison(name, "INCORRECT_DTYPE", message=msg)
+    total = ref.numel()
+    out, ref = out.detach().to(ref.device), ref.detach()
+    if not (out.dtype.is_floating_point or ref.dtype.is_floating_point):
+        matched = int((out == ref).sum())
+        result = OutputComparison(name, "PASSED", matched, total, required_count(total, 1.0))
+        result.max_abs = float((out.long() - ref.long()).abs().max()) if total else 0.0
+        return _finish(result)
+    o, r = out.double(), ref.double()
+    both_special = ~torch.isfinite(r) & ((o == r) | (torch.isnan(o) & torch.isnan(r)))
+    finite = torch.isfinite(o) & torch.isfinite(r)
+    diff = torch.where(finite, (o - r).abs(), torch.zeros_like(o))
+    scale = r.abs()
+    atol, rtol = float(tol["atol"]), float(tol["rtol"])
+    rule = tol["rule"]
+    if rule == "and":
+        ok = (diff <= atol) | (diff <= rtol * scale)
+    elif rule == "allclose":
+        ok = diff <= atol + rtol * scale
+    elif rule == "abs_or_rel":
+        ref_scale = float(torch.where(finite, scale, torch.zeros_like(scale)).max()) if total else 0
+        ok = (diff <= atol) | (diff <= rtol * ref_scale)
+    else:
+        return OutputComparison(name, "INCORRECT_NUMERICAL", message=f"unknown rule {rule!r}")
+    ok = (ok & finite) | both_special
+    matched = int(ok.sum())
+    rel = torch.where(scale > 0, diff / scale.clamp_min(1e-30), diff)
+    result = OutputComparison(
+        name,
+        "PASSED",
+        matched,
+        total,
+        required_count(total, float(tol["required_matched_ratio"])),
+        nonfinite=int((~torch.isfinite(o) & ~both_special).sum()),
+        max_abs=float(diff.max()) if total else 0.0,
+        max_rel=float(rel.max()) if total else 0.0,
+    )
+    return _finish(result)
+
+
+def _finish(result: OutputComparison) -> OutputComparison:
+    if result.matched < result.required:
+        result.status = "INCORRECT_NUMERICAL"
+        result.message = (
+            f"{result.matched}/{result.total} elements within tolerance, {result.required} required"
+            + (f"; {result.nonfinite} non-finite" if result.nonfinite else "")
+        )
+    return result
+
+
+def compare_outputs(
+    definition: Mapping[str, Any],
+    outputs: Sequence[Any],
+    references: Sequence[torch.Tensor],
+    dtypes: Sequence[torch.dtype],
+) -> list[OutputComparison]:
+    names = list(definition["outputs"])
+    if len(outputs) != len(names):
+        msg = f"returned {len(outputs)} outputs, definition has {len(names)} ({', '.join(names)})"
+        return [OutputComparison(",".join(names), "INCORRECT_SHAPE", message=msg)]
+    return [
+        compare_output(name, out, ref, dtype, tolerance_for(definition, name))
+        for name, out, ref, dtype in zip(names, outputs, references, dtypes, strict=True)
+    ]
+
+
+def overall_status(comparisons: Sequence[OutputComparison]) -> str:
+    """The first failing status in output order, else PASSED."""
+    for comparison in comparisons:
+        if comparison.status != "PASSED":
+            return comparison.status
+    return "PASSED"

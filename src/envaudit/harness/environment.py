@@ -1,0 +1,158 @@
+"""The environment record carried by every result line.
+
+What ran where: device, GPU identity and state (UUID, driver, clocks, throttle reasons through
+NVML when `pynvml` is importable), compute capability, torch/CUDA/Triton versions, and a
+fingerprint over every installed distribution's name and version. The full distribution list
+is returned separately so a run can store it once rather than on every line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from envaudit.harness import HARNESS_VERSION
+
+# Files whose bytes define the harness's behaviour; their hash is on every line.
+HARNESS_SOURCES = [
+    *sorted(Path(__file__).parent.glob("*.py")),
+    Path(__file__).parents[1] / "schema" / "expressions.py",
+    Path(__file__).parents[1] / "schema" / "dtypes.py",
+    Path(__file__).parents[1] / "schema" / "results.py",
+]
+
+
+def harness_hash() -> str:
+    digest = hashlib.sha256()
+    for path in HARNESS_SOURCES:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def distributions() -> dict[str, str]:
+    """name -> version of every installed distribution, sorted by name."""
+    found: dict[str, str] = {}
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata["Name"]
+        if name:
+            found[name.lower()] = dist.version
+    return dict(sorted(found.items()))
+
+
+def fingerprint(dists: dict[str, str]) -> str:
+    text = "\n".join(f"{name}=={version}" for name, version in dists.items())
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _nvml_state(index: int) -> dict[str, Any]:
+    """Clocks, throttle reasons, driver and UUID from NVML; empty when NVML is unavailable."""
+    try:
+        import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]
+    except ImportError:
+        return {}
+    try:
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        state: dict[str, Any] = {
+            "driver": _text(pynvml.nvmlSystemGetDriverVersion()),
+            "gpu_uuid": _text(pynvml.nvmlDeviceGetUUID(handle)),
+            "sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+            "mem_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM),
+            "max_sm_clock_mhz": pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM),
+            "temperature_c": pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
+            "power_w": pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0,
+            "throttle_reasons": _throttle_names(
+                pynvml, pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle)
+            ),
+        }
+        pynvml.nvmlShutdown()
+        return state
+    except Exception as exc:  # NVML is optional: record why it gave nothing
+        return {"nvml_error": f"{type(exc).__name__}: {exc}"}
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _throttle_names(pynvml: Any, mask: int) -> list[str]:
+    names = []
+    for attr in dir(pynvml):
+        if attr.startswith("nvmlClocksThrottleReason") and attr not in (
+            "nvmlClocksThrottleReasonAll",
+            "nvmlClocksThrottleReasonNone",
+        ):
+            bit = getattr(pynvml, attr)
+            if isinstance(bit, int) and bit and mask & bit:
+                names.append(attr.removeprefix("nvmlClocksThrottleReason"))
+    return sorted(names)
+
+
+def _driver_from_proc() -> str | None:
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text()
+    except OSError:
+        return None
+    for word in text.split():
+        if word.count(".") >= 1 and word.replace(".", "").isdigit():
+            return word
+    return None
+
+
+def _format_uuid(raw: Any) -> str | None:
+    if raw is None:
+        return None
+    text = str(raw)
+    return text if text.startswith("GPU-") else f"GPU-{text}"
+
+
+def gpu_record(device: torch.device) -> dict[str, Any]:
+    props = torch.cuda.get_device_properties(device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    record: dict[str, Any] = {
+        "gpu_name": props.name,
+        "gpu_uuid": _format_uuid(getattr(props, "uuid", None)),
+        "compute_capability": f"{props.major}.{props.minor}",
+        "sm_count": props.multi_processor_count,
+        "memory_bytes": props.total_memory,
+        "l2_cache_bytes": getattr(props, "L2_cache_size", None),
+        "driver": _driver_from_proc(),
+    }
+    record.update({k: v for k, v in _nvml_state(index).items() if v is not None})
+    return record
+
+
+def environment_record(device: torch.device) -> tuple[dict[str, Any], dict[str, str]]:
+    """(record for every line, full distribution list)."""
+    dists = distributions()
+    record: dict[str, Any] = {
+        "device_type": device.type,
+        "python": platform.python_version(),
+        "platform": f"{sys.platform}-{platform.machine()}",
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "triton": _version("triton"),
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "distributions_fingerprint": fingerprint(dists),
+        "distributions_count": len(dists),
+        "harness_version": HARNESS_VERSION,
+        "harness_hash": harness_hash(),
+    }
+    if device.type == "cuda":
+        record.update(gpu_record(device))
+    else:
+        record["cpu"] = platform.processor() or platform.machine()
+    return record, dists

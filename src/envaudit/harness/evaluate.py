@@ -1,0 +1,307 @@
+"""Judge one solution on one workload: validate, then time, then re-check on fresh inputs.
+
+Order and rules (DESIGN.md, "Harness rules"):
+1. Inputs are materialised and the workload's constraints evaluated; the reference comes from
+   the cache. Tensor inputs are snapshotted so any write to them is caught.
+2. The solution is called once. Destination-passing outputs are poisoned first (NaN for floats;
+   for integer and boolean outputs the call is repeated with a second poison value and both
+   results must agree). Value-returning solutions on a GPU get freshly poisoned allocator
+   blocks. Outputs are copied on the current stream right after the call, so work left on an
+   unsynchronised side stream is not waited for.
+3. Only a correct result is timed: eager, and optionally as a replayed CUDA graph; `prepare`
+   runs outside timing and its duration is reported.
+4. After timing, the solution runs once more on a fresh draw of the inputs and must pass again.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from envaudit.harness.compare import OutputComparison, compare_outputs, overall_status
+from envaudit.harness.inputs import (
+    InputError,
+    axis_values,
+    check_constraints,
+    concrete_shape,
+    materialize_inputs,
+    torch_dtype,
+)
+from envaudit.harness.reference import ReferenceCache
+from envaudit.harness.solution import LoadedSolution
+from envaudit.harness.timing import (
+    GraphCaptureError,
+    time_eager_cuda,
+    time_graph_cuda,
+    time_wall_clock,
+)
+from envaudit.schema.expressions import evaluate as evaluate_expression
+
+ROTATION_BUDGET_BYTES = 1 << 30
+MAX_INPUT_COPIES = 8
+TRACEBACK_CHARS = 4000
+
+
+@dataclass
+class EvalOptions:
+    validation_only: bool = False
+    graph_timing: bool = False
+
+
+@dataclass
+class EvalContext:
+    definition: Mapping[str, Any]
+    solution: LoadedSolution
+    root: Path
+    device: torch.device
+    cache: ReferenceCache
+    options: EvalOptions = field(default_factory=EvalOptions)
+
+
+class SolutionFailure(Exception):
+    """The solution raised; carries the status and a message for the result line."""
+
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def evaluate_workload(ctx: EvalContext, workload: Mapping[str, Any]) -> dict[str, Any]:
+    """The outcome part of a result line for one workload."""
+    outcome: dict[str, Any] = {"status": "PASSED", "message": ""}
+    try:
+        _evaluate(ctx, workload, outcome)
+    except SolutionFailure as failure:
+        outcome.update(status=failure.status, message=failure.message)
+    except InputError as exc:
+        outcome.update(status="RUNTIME_ERROR", message=f"workload inputs: {exc}")
+    return outcome
+
+
+def _evaluate(ctx: EvalContext, workload: Mapping[str, Any], outcome: dict[str, Any]) -> None:
+    inputs, refs = _inputs_and_reference(ctx, workload, seed_offset=0)
+    comparisons, prepare_ms = _validate(ctx, workload, inputs, refs)
+    outcome["prepare_ms"] = prepare_ms
+    outcome["correctness"] = _correctness(comparisons)
+    status = overall_status(comparisons)
+    if status != "PASSED":
+        failing = next(c for c in comparisons if c.status == status)
+        raise SolutionFailure(status, f"{failing.output}: {failing.message}")
+    if ctx.options.validation_only:
+        return
+    outcome["timing"] = _time(ctx, workload, inputs)
+    outcome["achieved"] = _achieved(ctx.definition, workload, inputs, outcome["timing"])
+    fresh, fresh_refs = _inputs_and_reference(ctx, workload, seed_offset=1)
+    recheck = _validate(ctx, workload, fresh, fresh_refs)[0]
+    outcome["recheck"] = _correctness(recheck)
+    status = overall_status(recheck)
+    if status != "PASSED":
+        failing = next(c for c in recheck if c.status == status)
+        msg = f"post-timing re-check on fresh inputs: {failing.output}: {failing.message}"
+        raise SolutionFailure(status, msg)
+
+
+def _inputs_and_reference(
+    ctx: EvalContext, workload: Mapping[str, Any], seed_offset: int
+) -> tuple[dict[str, Any], tuple[torch.Tensor, ...]]:
+    inputs = materialize_inputs(ctx.definition, workload, ctx.root, ctx.device, seed_offset)
+    broken = check_constraints(ctx.definition, workload, inputs)
+    if broken:
+        raise InputError(f"constraint {broken[0]!r} does not hold for these inputs")
+    refs = ctx.cache.outputs(ctx.definition, workload, inputs, seed_offset, ctx.device)
+    return inputs, refs
+
+
+def _output_dtypes(definition: Mapping[str, Any]) -> list[torch.dtype]:
+    return [torch_dtype(spec["dtype"]) for spec in definition["outputs"].values()]
+
+
+def _poison(dtype: torch.dtype, variant: int) -> float | int | bool:
+    if dtype.is_floating_point:
+        return float("nan")
+    if dtype == torch.bool:
+        return variant == 0
+    info = torch.iinfo(dtype)
+    return info.min if variant == 0 else info.max
+
+
+def _allocate_outputs(
+    ctx: EvalContext, workload: Mapping[str, Any], variant: int
+) -> list[torch.Tensor]:
+    axes = axis_values(ctx.definition, workload)
+    outputs = []
+    for spec in ctx.definition["outputs"].values():
+        dtype = torch_dtype(spec["dtype"])
+        shape = concrete_shape(spec, axes) or ()
+        outputs.append(torch.full(shape, _poison(dtype, variant), dtype=dtype, device=ctx.device))
+    return outputs
+
+
+def _poison_allocator(ctx: EvalContext, workload: Mapping[str, Any]) -> None:
+    """Leave NaN-filled blocks of the outputs' sizes in the caching allocator, so a
+    value-returning solution's `torch.empty` outputs start as poison, not as stale zeros."""
+    if ctx.device.type != "cuda":
+        return
+    blocks = [torch.full_like(t, _poison(t.dtype, 0)) for t in _allocate_outputs(ctx, workload, 0)]
+    del blocks
+
+
+def _call(
+    ctx: EvalContext, inputs: Mapping[str, Any], outputs: list[torch.Tensor] | None, prepared: Any
+) -> list[Any]:
+    """One call; returns a snapshot of the outputs taken on the current stream."""
+    try:
+        result = ctx.solution.call(inputs, outputs, prepared)
+        produced = outputs if ctx.solution.destination_passing else result
+        if isinstance(produced, torch.Tensor):
+            produced = [produced]
+        elif isinstance(produced, tuple | list):
+            produced = list(produced)
+        else:
+            produced = [produced]
+        snapshot = [p.clone() if isinstance(p, torch.Tensor) else p for p in produced]
+        if ctx.device.type == "cuda":
+            torch.cuda.synchronize(ctx.device)
+    except torch.cuda.OutOfMemoryError as exc:
+        raise SolutionFailure("RUNTIME_ERROR", f"out of memory: {exc}") from exc
+    except Exception as exc:
+        tail = traceback.format_exc()[-TRACEBACK_CHARS:]
+        raise SolutionFailure("RUNTIME_ERROR", f"{type(exc).__name__}: {exc}\n{tail}") from exc
+    return snapshot
+
+
+def _prepare(ctx: EvalContext, inputs: Mapping[str, Any]) -> tuple[Any, float | None]:
+    if ctx.solution.prepare is None:
+        return None, None
+    start = time.perf_counter()
+    try:
+        prepared = ctx.solution.prepare(*inputs.values())
+        if ctx.device.type == "cuda":
+            torch.cuda.synchronize(ctx.device)
+    except Exception as exc:
+        msg = f"prepare raised {type(exc).__name__}: {exc}\n{traceback.format_exc()[-2000:]}"
+        raise SolutionFailure("RUNTIME_ERROR", msg) from exc
+    return prepared, (time.perf_counter() - start) * 1e3
+
+
+def _validate(
+    ctx: EvalContext,
+    workload: Mapping[str, Any],
+    inputs: dict[str, Any],
+    refs: tuple[torch.Tensor, ...],
+) -> tuple[list[OutputComparison], float | None]:
+    before = {k: v.clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+    prepared, prepare_ms = _prepare(ctx, inputs)
+    dps = ctx.solution.destination_passing
+    if not dps:
+        _poison_allocator(ctx, workload)
+    outputs = _call(ctx, inputs, _allocate_outputs(ctx, workload, 0) if dps else None, prepared)
+    comparisons = compare_outputs(ctx.definition, outputs, refs, _output_dtypes(ctx.definition))
+    mutated = _mutated_inputs(ctx.definition, before, inputs)
+    if mutated:
+        names = ", ".join(mutated)
+        raise SolutionFailure("INPUT_MUTATED", f"the solution wrote to input(s) {names}")
+    if dps and overall_status(comparisons) == "PASSED" and not _all_float(ctx.definition):
+        again = _call(ctx, inputs, _allocate_outputs(ctx, workload, 1), prepared)
+        for name, first, second in zip(ctx.definition["outputs"], outputs, again, strict=True):
+            if not torch.equal(first, second):
+                msg = f"{name}: result depends on the preallocated output's contents"
+                raise SolutionFailure("INCORRECT_NUMERICAL", msg + " (elements left unwritten)")
+    return comparisons, prepare_ms
+
+
+def _all_float(definition: Mapping[str, Any]) -> bool:
+    return all(dtype.is_floating_point for dtype in _output_dtypes(definition))
+
+
+def _mutated_inputs(
+    definition: Mapping[str, Any], before: Mapping[str, torch.Tensor], after: Mapping[str, Any]
+) -> list[str]:
+    allowed = set(definition.get("mutable_inputs") or [])
+    changed = []
+    for name, old in before.items():
+        new = after[name]
+        same = old.shape == new.shape and torch.equal(
+            old.contiguous().view(torch.uint8), new.contiguous().view(torch.uint8)
+        )
+        if not same and name not in allowed:
+            changed.append(name)
+    return changed
+
+
+def _correctness(comparisons: list[OutputComparison]) -> dict[str, Any]:
+    return {
+        "max_absolute_error": max((c.max_abs for c in comparisons), default=0.0),
+        "max_relative_error": max((c.max_rel for c in comparisons), default=0.0),
+        "outputs": [c.as_dict() for c in comparisons],
+    }
+
+
+def _input_copies(inputs: dict[str, Any], device: torch.device) -> list[dict[str, Any]]:
+    """The inputs plus clones, as many as fit ROTATION_BUDGET_BYTES (GPU only)."""
+    if device.type != "cuda":
+        return [inputs]
+    size = sum(v.numel() * v.element_size() for v in inputs.values() if isinstance(v, torch.Tensor))
+    count = max(1, min(MAX_INPUT_COPIES, ROTATION_BUDGET_BYTES // max(size, 1)))
+    clones = [
+        {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+        for _ in range(count - 1)
+    ]
+    return [inputs, *clones]
+
+
+def _time(ctx: EvalContext, workload: Mapping[str, Any], inputs: dict[str, Any]) -> dict[str, Any]:
+    copies = _input_copies(inputs, ctx.device)
+    prepared = [_prepare(ctx, copy)[0] for copy in copies]
+    dps = ctx.solution.destination_passing
+    outputs = _allocate_outputs(ctx, workload, 0) if dps else None
+
+    def launch(i: int) -> Any:
+        return ctx.solution.call(copies[i], outputs, prepared[i])
+
+    timing: dict[str, Any] = {}
+    try:
+        if ctx.device.type == "cuda":
+            timing["eager"] = time_eager_cuda(launch, len(copies), ctx.device).as_dict()
+        else:
+            timing["eager"] = time_wall_clock(launch, len(copies)).as_dict()
+    except Exception as exc:
+        msg = f"during timing: {type(exc).__name__}: {exc}\n{traceback.format_exc()[-2000:]}"
+        raise SolutionFailure("RUNTIME_ERROR", msg) from exc
+    if ctx.options.graph_timing and ctx.device.type == "cuda":
+        try:
+            timing["graph"] = time_graph_cuda(launch, len(copies), ctx.device).as_dict()
+        except GraphCaptureError as exc:
+            timing["graph"] = None
+            timing["graph_error"] = str(exc)[:TRACEBACK_CHARS]
+    return timing
+
+
+def _achieved(
+    definition: Mapping[str, Any],
+    workload: Mapping[str, Any],
+    inputs: Mapping[str, Any],
+    timing: Mapping[str, Any],
+) -> dict[str, Any]:
+    """Achieved TFLOP/s and GB/s from the definition's formulas (over axes and inputs)."""
+    axes = {**inputs, **axis_values(definition, workload)}
+    achieved: dict[str, Any] = {}
+    for mode in ("eager", "graph"):
+        stats = timing.get(mode)
+        if not stats:
+            continue
+        seconds = stats["median_ms"] * 1e-3
+        if definition.get("flops"):
+            flops = float(evaluate_expression(definition["flops"], axes))
+            achieved[f"{mode}_tflops"] = flops / seconds / 1e12 if seconds > 0 else None
+        if definition.get("bytes"):
+            moved = float(evaluate_expression(definition["bytes"], axes))
+            achieved[f"{mode}_gbps"] = moved / seconds / 1e9 if seconds > 0 else None
+    return achieved

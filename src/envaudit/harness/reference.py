@@ -1,0 +1,71 @@
+"""Reference outputs, computed once per (definition, workload, input draw, device) and cached.
+
+The key covers the definition's full JSON (so a changed reference or tolerance-independent
+field invalidates it), the workload's JSON, the input draw (seed offset) and the device type.
+Entries are safetensors files written to a temporary name and renamed, so an interrupted run
+never leaves a half-written entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from envaudit.harness.inputs import run_reference
+
+
+def cache_key(
+    definition: Mapping[str, Any], workload: Mapping[str, Any], seed_offset: int, device: str
+) -> str:
+    doc = {"d": definition, "w": workload, "s": seed_offset, "dev": device}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+class ReferenceCache:
+    """Reference outputs on disk (when a directory is given) or only in memory."""
+
+    def __init__(self, directory: Path | None) -> None:
+        self.directory = directory
+        self.hits = 0
+
+    def outputs(
+        self,
+        definition: Mapping[str, Any],
+        workload: Mapping[str, Any],
+        inputs: Mapping[str, Any],
+        seed_offset: int,
+        device: torch.device,
+    ) -> tuple[torch.Tensor, ...]:
+        key = cache_key(definition, workload, seed_offset, device.type)
+        path = None
+        if self.directory is not None:
+            path = self.directory / definition["name"] / f"{key}.safetensors"
+            if path.is_file():
+                self.hits += 1
+                stored = load_file(str(path), device=str(device))
+                return tuple(stored[f"out{i}"] for i in range(len(stored)))
+        with torch.no_grad():
+            outputs = run_reference(definition, inputs)
+        if path is not None:
+            _write_atomically(path, {f"out{i}": t.contiguous() for i, t in enumerate(outputs)})
+        return outputs
+
+
+def _write_atomically(path: Path, tensors: dict[str, torch.Tensor]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    os.close(fd)
+    try:
+        save_file(tensors, tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

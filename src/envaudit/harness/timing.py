@@ -1,0 +1,174 @@
+"""Time one prepared launch: eagerly with device events, or as a replayed CUDA graph.
+
+Stopping rule: after warm-up (at least WARMUP_MIN_ITERS calls and WARMUP_MIN_MS of work), the
+per-call time is estimated and enough iterations are run to cover TARGET_MEASURE_MS of measured
+time, clamped to [MIN_ITERS, MAX_ITERS]. Before every timed iteration the L2 cache is flushed by
+writing a buffer of twice its size, and the launch reads the next of several rotating input
+copies, so no iteration finds its operands in cache. The flush also gives the host time to queue
+the launch before the start event fires, so launch latency is not counted as kernel time.
+On a CPU there are no events: a wall clock brackets each call, and the record says so.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+WARMUP_MIN_ITERS = 3
+WARMUP_MIN_MS = 25.0
+MIN_ITERS = 10
+MAX_ITERS = 1000
+TARGET_MEASURE_MS = 300.0
+CPU_TARGET_MEASURE_MS = 200.0
+CPU_MIN_ITERS = 3
+CPU_MAX_ITERS = 50
+L2_FLUSH_MIN_BYTES = 64 << 20
+MAX_GRAPHS = 4
+
+Launch = Callable[[int], Any]
+"""Runs one call on rotating input copy number i."""
+
+
+class GraphCaptureError(RuntimeError):
+    """The launch could not be captured into a CUDA graph (recorded beside the result)."""
+
+
+@dataclass
+class TimingStats:
+    mode: str
+    """cuda_events, cuda_graph or wall_clock."""
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    q1_ms: float
+    q3_ms: float
+    iqr_ms: float
+    mean_ms: float
+    iterations: int
+    warmup_iterations: int
+    input_copies: int
+    l2_flush_bytes: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def summarize(
+    samples: list[float], mode: str, warmup: int, copies: int, flush_bytes: int
+) -> TimingStats:
+    ordered = sorted(samples)
+    q1, _, q3 = statistics.quantiles(ordered, n=4) if len(ordered) > 1 else (ordered * 3)
+    return TimingStats(
+        mode=mode,
+        median_ms=statistics.median(ordered),
+        min_ms=ordered[0],
+        max_ms=ordered[-1],
+        q1_ms=q1,
+        q3_ms=q3,
+        iqr_ms=q3 - q1,
+        mean_ms=statistics.fmean(ordered),
+        iterations=len(ordered),
+        warmup_iterations=warmup,
+        input_copies=copies,
+        l2_flush_bytes=flush_bytes,
+    )
+
+
+def _iterations(estimate_ms: float, target: float, lo: int, hi: int) -> int:
+    if estimate_ms <= 0:
+        return hi
+    return max(lo, min(hi, int(target / estimate_ms) + 1))
+
+
+def flush_buffer(device: torch.device) -> torch.Tensor:
+    l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0))
+    return torch.empty(max(2 * l2, L2_FLUSH_MIN_BYTES), dtype=torch.uint8, device=device)
+
+
+def _cuda_warmup(launch: Launch, copies: int) -> tuple[int, float]:
+    """Warm up; return (iterations, estimated ms per call)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    done, elapsed = 0, 0.0
+    while done < WARMUP_MIN_ITERS or elapsed < WARMUP_MIN_MS:
+        start.record()
+        launch(done % copies)
+        end.record()
+        end.synchronize()
+        elapsed += start.elapsed_time(end)
+        done += 1
+        if done >= MAX_ITERS:
+            break
+    return done, elapsed / done
+
+
+def _event_loop(step: Launch, n: int, copies: int, flush: torch.Tensor) -> list[float]:
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    for i in range(n):
+        flush.zero_()
+        starts[i].record()
+        step(i % copies)
+        ends[i].record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+
+
+def time_eager_cuda(launch: Launch, copies: int, device: torch.device) -> TimingStats:
+    flush = flush_buffer(device)
+    warmup, estimate = _cuda_warmup(launch, copies)
+    n = _iterations(estimate, TARGET_MEASURE_MS, MIN_ITERS, MAX_ITERS)
+    samples = _event_loop(launch, n, copies, flush)
+    return summarize(samples, "cuda_events", warmup, copies, flush.numel())
+
+
+def time_graph_cuda(launch: Launch, copies: int, device: torch.device) -> TimingStats:
+    """Capture one graph per input copy (at most MAX_GRAPHS) and time their replays."""
+    copies = min(copies, MAX_GRAPHS)
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    graphs = []
+    try:
+        with torch.cuda.stream(side):
+            for i in range(copies):
+                launch(i)
+        torch.cuda.current_stream(device).wait_stream(side)
+        torch.cuda.synchronize(device)
+        for i in range(copies):
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                launch(i)
+            graphs.append(graph)
+        torch.cuda.synchronize(device)
+    except Exception as exc:
+        torch.cuda.synchronize(device)
+        raise GraphCaptureError(f"{type(exc).__name__}: {exc}") from exc
+
+    def replay(i: int) -> None:
+        graphs[i].replay()
+
+    flush = flush_buffer(device)
+    warmup, estimate = _cuda_warmup(replay, copies)
+    n = _iterations(estimate, TARGET_MEASURE_MS, MIN_ITERS, MAX_ITERS)
+    samples = _event_loop(replay, n, copies, flush)
+    return summarize(samples, "cuda_graph", warmup, copies, flush.numel())
+
+
+def time_wall_clock(launch: Launch, copies: int) -> TimingStats:
+    warmup = 0
+    t0 = time.perf_counter()
+    while warmup < 1 or (warmup < WARMUP_MIN_ITERS and time.perf_counter() - t0 < 0.05):
+        launch(warmup % copies)
+        warmup += 1
+    estimate = (time.perf_counter() - t0) * 1e3 / warmup
+    n = _iterations(estimate, CPU_TARGET_MEASURE_MS, CPU_MIN_ITERS, CPU_MAX_ITERS)
+    samples = []
+    for i in range(n):
+        start = time.perf_counter()
+        launch(i % copies)
+        samples.append((time.perf_counter() - start) * 1e3)
+    return summarize(samples, "wall_clock", warmup, copies, 0)

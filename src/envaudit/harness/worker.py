@@ -1,0 +1,138 @@
+"""The child process that evaluates one solution on a batch of workloads.
+
+`python -m envaudit.harness.worker JOB.json PROGRESS_FD`. It reports on the progress pipe
+(`env <json>`, `ready`, `begin <uuid>`, `end <uuid>`) so the supervisor knows which workload
+was in flight if this process dies or hangs. Result lines are appended by this process as each
+workload finishes. After an error that poisons the CUDA context (an illegal address, a device-side
+assert), it exits with CONTEXT_LOST so the supervisor continues in a fresh process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from envaudit.harness.environment import environment_record
+from envaudit.harness.evaluate import EvalContext, EvalOptions, evaluate_workload
+from envaudit.harness.reference import ReferenceCache
+from envaudit.harness.solution import SolutionLoadError, hash_sources, load_solution, source_files
+from envaudit.schema.results import append_line, record_distributions, result_line
+
+CONTEXT_LOST = 3
+
+
+class Progress:
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def send(self, kind: str, payload: str = "") -> None:
+        os.write(self.fd, f"{kind} {payload}\n".encode())
+
+
+def load_workloads(path: Path, uuids: list[str]) -> list[dict[str, Any]]:
+    by_uuid = {}
+    for raw in path.read_text().splitlines():
+        if raw.strip():
+            workload = json.loads(raw)["workload"]
+            by_uuid[workload["uuid"]] = workload
+    return [by_uuid[u] for u in uuids]
+
+
+def device_supported(spec: Mapping[str, Any], device: torch.device) -> bool:
+    """Whether the solution's declared target_hardware admits this device (empty = any)."""
+    targets = [t.lower() for t in spec.get("target_hardware") or []]
+    if not targets or "any" in targets:
+        return True
+    if device.type == "cpu":
+        return "cpu" in targets
+    props = torch.cuda.get_device_properties(device)
+    name = props.name.lower()
+    arch = f"sm_{props.major}{props.minor}"
+    return any(t in ("cuda", "gpu", arch) or t.replace("nvidia_", "") in name for t in targets)
+
+
+def context_alive(device: torch.device) -> bool:
+    if device.type != "cuda":
+        return True
+    try:
+        torch.cuda.synchronize(device)
+        torch.ones(1, device=device).add_(1).item()
+        return True
+    except Exception:
+        return False
+
+
+def main(job_file: str, progress_fd: int) -> int:
+    job = json.loads(Path(job_file).read_text())
+    progress = Progress(progress_fd)
+    device = torch.device(job["device"])
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    env, dists = environment_record(device)
+    record_distributions(Path(job["report"]), env["distributions_fingerprint"], dists)
+    progress.send("env", json.dumps(env))
+    definition = json.loads(Path(job["definition_file"]).read_text())
+    workloads = load_workloads(Path(job["workload_file"]), job["workloads"])
+    solution_json = json.loads(Path(job["solution_file"]).read_text())
+    report = Path(job["report"])
+    solution_dir = Path(job["solution_file"]).parent
+
+    def finish(
+        workload: Mapping[str, Any],
+        outcome: Mapping[str, Any],
+        source_hash: str | None,
+        started: float,
+    ) -> None:
+        line = result_line(job, workload, outcome, env, source_hash, time.perf_counter() - started)
+        append_line(report, line)
+        progress.send("end", workload["uuid"])
+
+    try:
+        solution_hash: str | None = hash_sources(source_files(solution_json, solution_dir))
+    except SolutionLoadError:
+        solution_hash = None
+    start = time.perf_counter()
+    if not device_supported(solution_json["spec"], device):
+        targets = solution_json["spec"].get("target_hardware")
+        outcome = {"status": "UNSUPPORTED_DEVICE", "message": f"targets {targets}, got {device}"}
+        for workload in workloads:
+            finish(workload, outcome, solution_hash, start)
+        return 0
+    try:
+        solution = load_solution(solution_json, solution_dir)
+    except SolutionLoadError as exc:
+        outcome = {"status": "COMPILE_ERROR", "message": str(exc)}
+        for workload in workloads:
+            finish(workload, outcome, solution_hash, start)
+        return 0
+    cache_dir = job.get("reference_cache")
+    ctx = EvalContext(
+        definition=definition,
+        solution=solution,
+        root=Path(job["data_root"]),
+        device=device,
+        cache=ReferenceCache(Path(cache_dir) if cache_dir else None),
+        options=EvalOptions(job.get("validation_only", False), job.get("graph_timing", False)),
+    )
+    progress.send("ready")
+    for workload in workloads:
+        progress.send("begin", workload["uuid"])
+        start = time.perf_counter()
+        outcome = evaluate_workload(ctx, workload)
+        finish(workload, outcome, solution.source_hash, start)
+        if outcome["status"] == "RUNTIME_ERROR" and not context_alive(device):
+            return CONTEXT_LOST
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], int(sys.argv[2])))

@@ -1,0 +1,1 @@
+"""Read result lines and present them: console summaries now; merged reports later."""

@@ -1,0 +1,42 @@
+"""A short console summary of a run, read back from the result lines it wrote."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from envaudit.runtime.supervisor import BatchResult
+from envaudit.schema.results import read_lines
+
+
+def print_run_summary(report: Path, result: BatchResult, console: Console | None = None) -> bool:
+    """Print one row per workload of this run; return True when any workload failed."""
+    console = console or Console(highlight=False, width=120)
+    wanted = set(result.statuses)
+    latest = {}
+    for _, line in read_lines(report):
+        if line and line.get("workload", {}).get("uuid") in wanted:
+            latest[line["workload"]["uuid"]] = line
+    table = Table(title=f"{len(latest)} workloads -> {report}")
+    for column in ("workload", "status", "eager median ms", "graph median ms", "message"):
+        table.add_column(column)
+    failed = False
+    for uuid, line in latest.items():
+        timing = line.get("timing") or {}
+        eager, graph = timing.get("eager") or {}, timing.get("graph") or {}
+        failed |= line["status"] != "PASSED"
+        label = line["workload"].get("label") or uuid[:8]
+        message = (line.get("message") or "").splitlines()[0][:60] if line.get("message") else ""
+        table.add_row(
+            label,
+            line["status"],
+            f"{eager['median_ms']:.4f}" if eager else "",
+            f"{graph['median_ms']:.4f}" if graph else "",
+            message,
+        )
+    console.print(table)
+    if result.skipped:
+        console.print(f"{len(result.skipped)} workloads skipped (--resume: already in the report)")
+    return failed

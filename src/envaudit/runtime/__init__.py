@@ -1,0 +1,1 @@
+"""Run the harness for one (solution, device) job in a chosen runtime (host for now)."""

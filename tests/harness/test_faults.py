@@ -1,0 +1,201 @@
+"""Solutions that cheat or break must fail with the right status; the run goes on.
+
+Each solution below implements the toy definition of conftest.py (scale the valid rows of x)
+and is run through `envaudit run --runtime host --device cpu` on both toy workloads.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from envaudit.cli import app
+from tests.conftest import UUID_BLOB, UUID_RANDOM
+
+CORRECT = """
+import torch
+
+def scaled(x, lengths, scale):
+    mask = torch.arange(x.shape[1])[None, :] < lengths.long()[:, None]
+    return torch.where(mask[..., None], x * scale, torch.zeros((), dtype=x.dtype))
+"""
+
+SOLUTIONS = {
+    "correct": ("def run(x, lengths, scale):\n    return scaled(x, lengths, scale)", False),
+    "correct_dps": (
+        "def run(x, lengths, scale, out):\n    out.copy_(scaled(x, lengths, scale))",
+        True,
+    ),
+    # (a) returns a cached output keyed by a weak input fingerprint (the shape)
+    "cached_output": (
+        """
+        CACHE = {}
+        def run(x, lengths, scale):
+            key = tuple(x.shape)
+            if key not in CACHE:
+                CACHE[key] = scaled(x, lengths, scale)
+            return CACHE[key].clone()
+        """,
+        False,
+    ),
+    # (b) writes to an input
+    "mutates_input": (
+        "def run(x, lengths, scale):\n    out = scaled(x, lengths, scale)\n    x.zero_()\n"
+        "    return out",
+        False,
+    ),
+    # (c) leaves part of the preallocated output unwritten
+    "partial_write": (
+        "def run(x, lengths, scale, out):\n    out[:, :1] = scaled(x, lengths, scale)[:, :1]",
+        True,
+    ),
+    # (e) segfaults, but only on the 3-row workload
+    "segfault": (
+        """
+        import ctypes
+        def run(x, lengths, scale):
+            if x.shape[0] == 3:
+                ctypes.string_at(0)
+            return scaled(x, lengths, scale)
+        """,
+        False,
+    ),
+    # (f) hangs, but only on the 3-row workload
+    "hang": (
+        """
+        import time
+        def run(x, lengths, scale):
+            if x.shape[0] == 3:
+                time.sleep(3600)
+            return scaled(x, lengths, scale)
+        """,
+        False,
+    ),
+    # (g) raises
+    "raises": ("def run(x, lengths, scale):\n    raise ValueError('no kernel for this')", False),
+    # (h) returns NaN
+    "returns_nan": (
+        "def run(x, lengths, scale):\n    return scaled(x, lengths, scale) * float('nan')",
+        False,
+    ),
+    # (i) wrong dtype, wrong shape
+    "wrong_dtype": (
+        "def run(x, lengths, scale):\n    return scaled(x, lengths, scale).double()",
+        False,
+    ),
+    "wrong_shape": (
+        "def run(x, lengths, scale):\n    return scaled(x, lengths, scale)[:, :-1]",
+        False,
+    ),
+    "import_error": ("import not_a_module_anywhere\ndef run(x, lengths, scale):\n    pass", False),
+    "gpu_only": ("def run(x, lengths, scale):\n    return scaled(x, lengths, scale)", False),
+}
+
+# solution -> expected status for (3-row blob workload, 2-row random workload)
+EXPECTED = {
+    "correct": ("PASSED", "PASSED"),
+    "correct_dps": ("PASSED", "PASSED"),
+    "cached_output": ("INCORRECT_NUMERICAL", "INCORRECT_NUMERICAL"),
+    "mutates_input": ("INPUT_MUTATED", "INPUT_MUTATED"),
+    "partial_write": ("INCORRECT_NUMERICAL", "INCORRECT_NUMERICAL"),
+    "segfault": ("RUNTIME_ERROR", "PASSED"),
+    "hang": ("TIMEOUT", "PASSED"),
+    "raises": ("RUNTIME_ERROR", "RUNTIME_ERROR"),
+    "returns_nan": ("INCORRECT_NUMERICAL", "INCORRECT_NUMERICAL"),
+    "wrong_dtype": ("INCORRECT_DTYPE", "INCORRECT_DTYPE"),
+    "wrong_shape": ("INCORRECT_SHAPE", "INCORRECT_SHAPE"),
+    "import_error": ("COMPILE_ERROR", "COMPILE_ERROR"),
+    "gpu_only": ("UNSUPPORTED_DEVICE", "UNSUPPORTED_DEVICE"),
+}
+
+MESSAGES = {
+    "cached_output": "post-timing re-check on fresh inputs",
+    "segfault": "SIGSEGV",
+    "raises": "no kernel for this",
+    "partial_write": "elements within tolerance",
+    "mutates_input": "input(s) x",
+}
+
+
+def write_solution(root: Path, name: str) -> None:
+    body, dps = SOLUTIONS[name]
+    folder = root / name
+    folder.mkdir(parents=True)
+    (folder / "main.py").write_text(CORRECT + "\n" + textwrap.dedent(body).strip() + "\n")
+    spec = {
+        "language": "python",
+        "target_hardware": ["NVIDIA_H100"] if name == "gpu_only" else ["cpu", "cuda"],
+        "entry_point": "main.py::run",
+        "destination_passing_style": dps,
+    }
+    solution = {
+        "name": name,
+        "definition": "toy_scale",
+        "author": "tests",
+        "spec": spec,
+        "sources": [{"path": "main.py"}],
+        "env": "torch-cpu",
+    }
+    (folder / "solution.json").write_text(json.dumps(solution))
+
+
+@pytest.fixture(scope="module")
+def fault_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, dict]]:
+    """Run every solution once; return solution -> workload uuid -> result line."""
+    from tests.conftest import write_toy_root
+
+    base = tmp_path_factory.mktemp("faults")
+    root = write_toy_root(base / "data")
+    solutions = base / "solutions"
+    for name in SOLUTIONS:
+        write_solution(solutions, name)
+    report = base / "results.jsonl"
+    exits = {}
+    for name in SOLUTIONS:
+        argv = ["run", "--solution", name, "--device", "cpu", "--data-root", str(root)]
+        argv += ["--solutions-root", str(solutions), "--report", str(report), "--timeout", "20"]
+        argv += ["--reference-cache", str(base / "refcache")]
+        exits[name] = CliRunner().invoke(app, argv).exit_code
+    lines: dict[str, dict[str, dict]] = {}
+    for raw in report.read_text().splitlines():
+        line = json.loads(raw)
+        lines.setdefault(line["solution"], {})[line["workload"]["uuid"]] = line
+        line["_exit"] = exits[line["solution"]]
+    return lines
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_each_solution_gets_the_right_status(fault_run: dict, name: str) -> None:
+    got = fault_run[name]
+    assert (got[UUID_BLOB]["status"], got[UUID_RANDOM]["status"]) == EXPECTED[name], (
+        got[UUID_BLOB].get("message"),
+        got[UUID_RANDOM].get("message"),
+    )
+    want_exit = 0 if EXPECTED[name] == ("PASSED", "PASSED") else 1
+    assert got[UUID_BLOB]["_exit"] == want_exit
+    if name in MESSAGES:
+        assert MESSAGES[name] in got[UUID_BLOB]["message"]
+
+
+def test_passing_lines_carry_timing_and_record(fault_run: dict) -> None:
+    line = fault_run["correct"][UUID_BLOB]
+    eager = line["timing"]["eager"]
+    assert eager["mode"] == "wall_clock" and eager["iterations"] >= 3
+    assert eager["min_ms"] <= eager["median_ms"] <= eager["max_ms"]
+    assert line["achieved"]["eager_tflops"] > 0 and line["achieved"]["eager_gbps"] > 0
+    env = line["environment"]
+    assert env["device_type"] == "cpu" and len(env["distributions_fingerprint"]) == 64
+    assert len(env["harness_hash"]) == 64 and len(line["solution_hash"]) == 64
+    assert line["context"]["runtime"] == "host" and line["context"]["env"] == "torch-cpu"
+    assert line["recheck"]["outputs"][0]["status"] == "PASSED"
+    assert line["seed"] == 7
+
+
+def test_crash_line_carries_log_tail(fault_run: dict) -> None:
+    line = fault_run["segfault"][UUID_BLOB]
+    assert "during this workload" in line["message"]
+    assert "Fatal Python error" in line["log"] or "Segmentation" in line["log"] or line["log"] == ""
