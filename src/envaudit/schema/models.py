@@ -265,6 +265,8 @@ class Solution(Model):
     description: str | None = None
     env: str | None = None
     """envaudit: the lock directory (locks/<env>) the solution runs in."""
+    baseline: bool = False
+    """envaudit: the definition's baseline, against which speedups are reported."""
 
 
 # ---------------------------------------------------------------- traces
