@@ -1,0 +1,5 @@
+"""`python -m envaudit ...`, the same as the `envaudit` console script."""
+
+from envaudit.cli import app
+
+app()
