@@ -20,7 +20,7 @@ CORRECT = """
 import torch
 
 def scaled(x, lengths, scale):
-    mask = torch.arange(x.shape[1])[None, :] < lengths.long()[:, None]
+    mask = torch.arange(x.shape[1], device=x.device)[None, :] < lengths.long()[:, None]
     return torch.where(mask[..., None], x * scale, torch.zeros((), dtype=x.dtype))
 """
 
