@@ -6,8 +6,8 @@ batched GEMM against [k, q] before anything is written:
     delta     = beta * (v - a * Sk)                        (the delta rule's V-vector)
     new_state = a * S + outer(delta, k)                    (fresh tensor, `state` untouched)
     o         = scale * (a * Sq + delta * (k . q))         (= scale * new_state @ q)
-All in float32; value head h uses q/k head h // 2 (q and k are broadcast, not copied per head
-until the small [B, HV, K] views are needed). o is rounded to bf16 at the end.
+All in float32; value head h uses q/k head h // 2 (q and k are repeated to the 8 value heads,
+a small [B, 8, 128] copy). o is rounded to bf16 at the end.
 """
 
 import torch
