@@ -82,7 +82,7 @@ def _attend(q, k, v, block_mask):
     )
 
 
-_attend_compiled = torch.compile(_attend, dynamic=False)
+_attend_compiled = torch.compile(_attend, dynamic=False, fullgraph=True)
 
 
 def _block_mask(cu_seqlens: torch.Tensor, total: int) -> BlockMask:

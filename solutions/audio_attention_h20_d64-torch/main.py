@@ -8,6 +8,7 @@ torch.nn.functional.scaled_dot_product_attention in bf16 (no mask, so the flash 
 scattered back to their packed positions. cu_seqlens is read on the host to form the groups.
 """
 
+import itertools
 import math
 from collections import defaultdict
 
@@ -20,7 +21,7 @@ SCALE = 1.0 / math.sqrt(64)
 def run(q, k, v, cu_seqlens):
     bounds = cu_seqlens.tolist()
     starts_by_len = defaultdict(list)
-    for start, end in zip(bounds[:-1], bounds[1:]):
+    for start, end in itertools.pairwise(bounds):
         starts_by_len[end - start].append(start)
     out = torch.empty_like(q)
     for length, starts in starts_by_len.items():

@@ -10,11 +10,12 @@ Approach
     stream the 1 MB router weight; each split writes float32 partial logits, and a second small
     kernel sums the splits in a fixed order (deterministic) and runs the same epilogue.
   * Epilogue per token (float32): score = sqrt(softplus(logit)) with softplus = x for x > 20,
-    else log1p(exp(x)) (torch's formula; libdevice exp/log1p and a correctly rounded sqrt on the
-    GPU, so scores match torch's CUDA kernel bit for bit); experts of the other modality are
+    else log1p(exp(x)) (torch's formula; libdevice expf/log1pf and a correctly rounded sqrt
+    on the GPU: the functions torch's CUDA softplus and sqrt use); experts of the other modality are
     masked; six rounds of "max, then the lowest expert ID holding it" pick the top 6 with the
-    lower-ID tie rule; the chosen set's ascending order comes from an inclusive cumsum over the
-    selection mask, and weights = score / sum(chosen scores) * routed_scaling_factor.
+    lower-ID tie rule (each round's max is the picked expert's score); a 12-comparator sorting
+    network puts the six (ID, score) pairs in ascending-ID order, and
+    weights = score / sum(chosen scores) * routed_scaling_factor.
 
 Why it should be fast: the router is bound by reading hidden (8 KB per token); the fused path
 reads hidden once and the 1 MB weight from L2, with no float32 logits round trip, no sort and a
@@ -33,8 +34,9 @@ HIDDEN = 4096
 EXPERTS = 128
 BK = 64
 
-# The interpreter (TRITON_INTERPRET=1, CPU validation) has no libdevice: it uses an accurate
-# log1p built from tl.log instead.
+# The interpreter (TRITON_INTERPRET=1, CPU validation) has no libdevice (an accurate log1p built
+# from tl.log stands in) and mis-evaluates tl.dot on bf16 operands (they are widened to float32
+# there first, which gives the same exact products).
 _PRECISE = os.environ.get("TRITON_INTERPRET", "0") not in ("1", "true", "True")
 
 
@@ -56,32 +58,64 @@ def _sqrt_softplus(x, PRECISE: tl.constexpr):
 
 
 @triton.jit
+def _pick(cand, eidx, E: tl.constexpr):
+    """Best remaining expert per row (lowest ID among equal scores); removes it from cand."""
+    best = tl.max(cand, axis=1)  # [BT]
+    first = tl.min(tl.where(cand == best[:, None], eidx, E), axis=1)  # [BT] int32
+    cand = tl.where(eidx == first[:, None], float("-inf"), cand)
+    return first, best, cand
+
+
+@triton.jit
+def _cx(ia, sa, ib, sb):
+    """Compare-exchange of (id, score) pairs so that the lower ID comes first."""
+    swap = ib < ia
+    return tl.where(swap, ib, ia), tl.where(swap, sb, sa), tl.where(swap, ia, ib), tl.where(swap, sa, sb)
+
+
+@triton.jit
 def _route_store(logits, offs_t, tmask, img_ptr, ids_ptr, wts_ptr, factor,
                  E: tl.constexpr, TOPK: tl.constexpr, PRECISE: tl.constexpr):
-    """Top-k routing of a [BT, E] float32 logit tile; writes ids (int64) and weights (fp32)."""
-    score = _sqrt_softplus(logits, PRECISE)
+    """Top-6 routing of a [BT, E] float32 logit tile; writes ids (int64) and weights (fp32)."""
+    tl.static_assert(TOPK == 6)
     img = tl.load(img_ptr + offs_t, mask=tmask, other=0) != 0  # [BT]
     eidx = tl.arange(0, E)[None, :]  # [1, E]
     allowed = (eidx >= E // 2) == img[:, None]
-    neg_inf = float("-inf")
-    cand = tl.where(allowed, score, neg_inf)
-    chosen = eidx < 0  # all False, [1, E] broadcast below
-    chosen = chosen & allowed
-    for _ in tl.static_range(TOPK):
-        best = tl.max(cand, axis=1)  # [BT]
-        at_best = cand == best[:, None]
-        first = tl.min(tl.where(at_best, eidx, E), axis=1)  # lowest expert ID holding the max
-        hit = eidx == first[:, None]
-        chosen = chosen | hit
-        cand = tl.where(hit, neg_inf, cand)
-    # ascending-ID slot of each chosen expert = (number of chosen experts up to it) - 1
-    slot = tl.cumsum(chosen.to(tl.int32), axis=1) - 1
-    total = tl.sum(tl.where(chosen, score, 0.0), axis=1)  # [BT]
-    w = tl.div_rn(score, total[:, None]) * factor
-    rows = offs_t.to(tl.int64)[:, None] * TOPK
-    smask = chosen & tmask[:, None]
-    tl.store(ids_ptr + rows + slot, (eidx + tl.zeros_like(slot)).to(tl.int64), mask=smask)
-    tl.store(wts_ptr + rows + slot, w, mask=smask)
+    cand = tl.where(allowed, _sqrt_softplus(logits, PRECISE), float("-inf"))
+    # six rounds of (max, lowest ID at the max): the picked score is exactly that expert's score
+    i0, s0, cand = _pick(cand, eidx, E)
+    i1, s1, cand = _pick(cand, eidx, E)
+    i2, s2, cand = _pick(cand, eidx, E)
+    i3, s3, cand = _pick(cand, eidx, E)
+    i4, s4, cand = _pick(cand, eidx, E)
+    i5, s5, cand = _pick(cand, eidx, E)
+    # ascending IDs: an optimal 12-comparator sorting network for 6 elements
+    i0, s0, i5, s5 = _cx(i0, s0, i5, s5)
+    i1, s1, i3, s3 = _cx(i1, s1, i3, s3)
+    i2, s2, i4, s4 = _cx(i2, s2, i4, s4)
+    i1, s1, i2, s2 = _cx(i1, s1, i2, s2)
+    i3, s3, i4, s4 = _cx(i3, s3, i4, s4)
+    i0, s0, i3, s3 = _cx(i0, s0, i3, s3)
+    i2, s2, i5, s5 = _cx(i2, s2, i5, s5)
+    i0, s0, i1, s1 = _cx(i0, s0, i1, s1)
+    i2, s2, i3, s3 = _cx(i2, s2, i3, s3)
+    i4, s4, i5, s5 = _cx(i4, s4, i5, s5)
+    i1, s1, i2, s2 = _cx(i1, s1, i2, s2)
+    i3, s3, i4, s4 = _cx(i3, s3, i4, s4)
+    total = s0 + s1 + s2 + s3 + s4 + s5
+    base = offs_t.to(tl.int64) * TOPK
+    tl.store(ids_ptr + base + 0, i0.to(tl.int64), mask=tmask)
+    tl.store(ids_ptr + base + 1, i1.to(tl.int64), mask=tmask)
+    tl.store(ids_ptr + base + 2, i2.to(tl.int64), mask=tmask)
+    tl.store(ids_ptr + base + 3, i3.to(tl.int64), mask=tmask)
+    tl.store(ids_ptr + base + 4, i4.to(tl.int64), mask=tmask)
+    tl.store(ids_ptr + base + 5, i5.to(tl.int64), mask=tmask)
+    tl.store(wts_ptr + base + 0, tl.div_rn(s0, total) * factor, mask=tmask)
+    tl.store(wts_ptr + base + 1, tl.div_rn(s1, total) * factor, mask=tmask)
+    tl.store(wts_ptr + base + 2, tl.div_rn(s2, total) * factor, mask=tmask)
+    tl.store(wts_ptr + base + 3, tl.div_rn(s3, total) * factor, mask=tmask)
+    tl.store(wts_ptr + base + 4, tl.div_rn(s4, total) * factor, mask=tmask)
+    tl.store(wts_ptr + base + 5, tl.div_rn(s5, total) * factor, mask=tmask)
 
 
 @triton.jit
@@ -102,6 +136,9 @@ def _router_gemm_kernel(h_ptr, w_ptr, img_ptr, part_ptr, ids_ptr, wts_ptr,
     for _ in range(0, k_len, BK):
         a = tl.load(a_ptrs, mask=tmask[:, None], other=0.0)
         b = tl.load(b_ptrs)
+        if not PRECISE:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
         acc = tl.dot(a, tl.trans(b), acc)
         a_ptrs += BK
         b_ptrs += BK

@@ -1,13 +1,14 @@
-"""Plain PyTorch baseline: 2D dilated neighborhood attention (kernel 7x7, dilation 2) as tiled dense attention over gathered key blocks.
+"""Plain PyTorch baseline: 2D dilated neighborhood attention (kernel 7x7, dilation 2).
 
-Neighborhood attention has no dense-kernel equivalent, and a full [tokens, tokens] mask would make
-SDPA do hundreds of times the useful work. Instead the map is cut into query tiles of
-8x8 queries (key blocks of 14x14) (per dilation group, counted in group positions), and each tile attends densely to
-the smallest block of keys that holds every window of its queries (tile + kernel - 1 per axis,
-shifted inward at the borders like the windows themselves). Each query's own window inside that
-block is selected by an additive 0 / -inf bias. So one call is:
-gather tile queries and key/value blocks (index_select), one bf16
-torch.nn.functional.scaled_dot_product_attention over all tiles as the batch dimension (with a
+Computed as tiled dense attention over gathered key blocks. A full [tokens, tokens] boolean mask
+would make SDPA do hundreds of times the useful work (and take GBs at video sizes), so instead
+the map is cut into query tiles (TILE per axis, counted in positions of one dilation group) and
+each tile attends densely to the smallest block of keys that holds every window of its queries
+(tile + kernel - 1 per axis, shifted inward at the borders like the windows themselves):
+  here tiles of 8x8 queries of one dilation group, key blocks of 14x14 of that group.
+Each query's own window inside its block is selected by an additive 0 / -inf bias. One call is:
+gather the tile queries and key/value blocks (index_select), one bf16
+torch.nn.functional.scaled_dot_product_attention with all tiles as the batch dimension (with a
 mask, the memory-efficient backend on CUDA), and a gather back to token order.
 
 The tile/block indices and the bias depend only on the map shape: prepare() builds them once
@@ -53,7 +54,7 @@ def _axis_tiles(length, kernel, dilation, tile):
 
 def prepare(q, k, v):
     """Shape-only plan: flat query/key indices per tile, the bias, and the inverse query map."""
-    batch, *spatial, heads, dim = q.shape
+    batch, *spatial, _, _ = q.shape
     q_idx = torch.zeros(1, 1, dtype=torch.long)
     k_idx = torch.zeros(1, 1, dtype=torch.long)
     visible = torch.ones(1, 1, 1, dtype=torch.bool)
@@ -96,8 +97,7 @@ def run(q, k, v, prepared=None):
         x = x.reshape(batch, -1, heads, dim).index_select(1, idx)
         return x.view(tiles, rows, heads, dim).transpose(1, 2)
 
-    o = F.scaled_dot_product_attention(
-        gather(q, q_idx, tq), gather(k, k_idx, tk), gather(v, k_idx, tk), attn_mask=bias, scale=SCALE
-    )
+    qt, kt, vt = gather(q, q_idx, tq), gather(k, k_idx, tk), gather(v, k_idx, tk)
+    o = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=bias, scale=SCALE)
     o = o.transpose(1, 2).reshape(batch, -1, heads, dim).index_select(1, inverse)
     return o.view(q.shape)

@@ -93,7 +93,7 @@ def _attend(q, k, v, block_mask):
     )
 
 
-_attend_compiled = torch.compile(_attend, dynamic=False)
+_attend_compiled = torch.compile(_attend, dynamic=False, fullgraph=True)
 
 
 def _block_mask(image_ids: torch.Tensor) -> BlockMask:
@@ -120,7 +120,5 @@ def run(q, k, v, image_ids):
     block_mask = _block_mask(image_ids)
     # [B, S, H, D] -> [B, H, S, D] views; flex writes its output in q's stride order, so the
     # transpose back is contiguous.
-    out = _attend_compiled(
-        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), block_mask
-    )
+    out = _attend_compiled(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), block_mask)
     return out.transpose(1, 2).contiguous()
