@@ -1,9 +1,12 @@
-"""How far the harness's timings are from the kernels' own durations (CUPTI, via torch.profiler).
+"""How far the harness's timings are from the kernels' own durations, measured on the same launches.
 
-For three calibration kernels (a large device-to-device copy, an 8192^3 BF16 GEMM, a ~5 us copy)
-it prints: the harness eager and graph medians, the mean per call of the kernel time CUPTI
-recorded for the same launches, their ratios, and the spread (max/min) of five repeated
-harness medians.
+For three calibration kernels (a 1 GiB device-to-device copy, an 8192^3 BF16 GEMM, a ~5 us
+copy) the harness times each launch exactly as it times solutions (eager: events with an L2
+flush between calls; graph: replays of a captured graph of back-to-back calls) while
+torch.profiler (CUPTI) records the kernels of those very launches. Each mode is repeated five
+times; the table gives the median harness time, the median CUPTI kernel time of the same
+launches, their ratio, the spread (max/min) of the five harness medians, and the SM clock NVML
+reported around each repeat.
 
 Targets (issue 3): eager within 2% of kernel time for kernels >= 20 us; graph within 10% for the
 ~5 us kernel; spread under 1.02.
@@ -26,47 +29,60 @@ from torch.profiler import ProfilerActivity, profile
 from envaudit.harness.timing import flush_buffer, time_eager_cuda, time_graph_cuda
 
 REPEATS = 5
-PROFILED_CALLS = 50
+SMALL_COPIES = 8
 
 
-def calibration_kernels(device: torch.device) -> dict[str, Callable[[int], Any]]:
-    """Three single-kernel launches; the copies are elementwise kernels (not DMA memcpy)."""
+def calibration_kernels(device: torch.device) -> dict[str, tuple[Callable[[int], Any], int]]:
+    """name -> (launch on input copy i, number of rotating copies). Copies are elementwise
+    kernels, not DMA memcpy, so CUPTI sees them as kernels in both modes."""
     big_src = torch.randn(256 << 20, dtype=torch.float32, device=device)  # 1 GiB
     big_dst = torch.empty_like(big_src)
     a = torch.randn(8192, 8192, dtype=torch.bfloat16, device=device)
     b = torch.randn(8192, 8192, dtype=torch.bfloat16, device=device)
     c = torch.empty(8192, 8192, dtype=torch.bfloat16, device=device)
-    small_src = torch.randn(2 << 20, dtype=torch.float32, device=device)  # 8 MiB
-    small_dst = torch.empty_like(small_src)
+    srcs = [torch.randn(2 << 20, dtype=torch.float32, device=device) for _ in range(SMALL_COPIES)]
+    dsts = [torch.empty_like(s) for s in srcs]
     return {
-        "copy_1GiB": lambda i: torch.mul(big_src, 1.0, out=big_dst),
-        "gemm_bf16_8192": lambda i: torch.matmul(a, b, out=c),
-        "copy_8MiB": lambda i: torch.mul(small_src, 1.0, out=small_dst),
+        "copy_1GiB": (lambda i: torch.mul(big_src, 1.0, out=big_dst), 1),
+        "gemm_bf16_8192": (lambda i: torch.matmul(a, b, out=c), 1),
+        "copy_8MiB": (lambda i: torch.mul(srcs[i], 1.0, out=dsts[i]), SMALL_COPIES),
     }
 
 
-def kernel_median_us(launch: Callable[[int], Any], device: torch.device) -> tuple[float, list[str]]:
-    """Mean per call of the CUPTI durations of every kernel the launch ran (flush excluded),
-    and those kernels' names. The flush kernel is recognised by profiling the flush alone."""
+def sm_clock_mhz() -> int | None:
+    try:
+        import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        return int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
+    except Exception:
+        return None
+
+
+def flush_kernel_names(device: torch.device) -> set[str]:
     flush = flush_buffer(device)
-    for i in range(3):
-        launch(i)
-        flush.zero_()
-    torch.cuda.synchronize(device)
-    with profile(activities=[ProfilerActivity.CUDA]) as flush_only:
-        flush.zero_()
-        torch.cuda.synchronize(device)
-    flush_names = {e.name for e in flush_only.events() if e.device_type.name == "CUDA"}
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for i in range(PROFILED_CALLS):
-            flush.zero_()
-            launch(i)
+        flush.zero_()
         torch.cuda.synchronize(device)
-    kernels = [
-        e for e in prof.events() if e.device_type.name == "CUDA" and e.name not in flush_names
-    ]
-    per_call = sum(e.device_time for e in kernels) / PROFILED_CALLS
-    return per_call, sorted({e.name[:80] for e in kernels})
+    return {e.name for e in prof.events() if e.device_type.name == "CUDA"}
+
+
+def measured_with_cupti(
+    timer: Callable[[], float], flush_names: set[str]
+) -> tuple[float, float | None, str]:
+    """(harness median us, median CUPTI duration us of the dominant kernel, its name)."""
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        harness_us = timer()
+        torch.cuda.synchronize()
+    by_name: dict[str, list[float]] = {}
+    for event in prof.events():
+        if event.device_type.name == "CUDA" and event.name not in flush_names:
+            by_name.setdefault(event.name, []).append(event.device_time)
+    if not by_name:
+        return harness_us, None, ""
+    name = max(by_name, key=lambda n: sum(by_name[n]))
+    return harness_us, statistics.median(by_name[name]), name[:80]
 
 
 def main() -> int:
@@ -74,34 +90,50 @@ def main() -> int:
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
     device = torch.device("cuda")
+    flush_names = flush_kernel_names(device)
     rows = []
-    for name, launch in calibration_kernels(device).items():
-        kernel_us, kernel_names = kernel_median_us(launch, device)
-        eager = [time_eager_cuda(launch, 1, device).median_ms * 1e3 for _ in range(REPEATS)]
-        graph = [time_graph_cuda(launch, 1, device).median_ms * 1e3 for _ in range(REPEATS)]
-        rows.append(
-            {
-                "kernel": name,
-                "cupti_kernels": kernel_names,
-                "cupti_mean_us": kernel_us,
-                "eager_median_us": statistics.median(eager),
-                "graph_median_us": statistics.median(graph),
-                "eager_ratio": statistics.median(eager) / kernel_us,
-                "graph_ratio": statistics.median(graph) / kernel_us,
-                "eager_spread": max(eager) / min(eager),
-                "graph_spread": max(graph) / min(graph),
-                "eager_repeats_us": eager,
-                "graph_repeats_us": graph,
-            }
-        )
-    header = f"{'kernel':18} {'cupti us':>10} {'eager us':>10} {'graph us':>10} "
-    header += f"{'eager/k':>8} {'graph/k':>8} {'e spread':>9} {'g spread':>9}"
-    print(header)
+    for name, (launch, copies) in calibration_kernels(device).items():
+        for mode, time_fn in (("eager", time_eager_cuda), ("graph", time_graph_cuda)):
+            repeats = []
+            for _ in range(REPEATS):
+                clock_before = sm_clock_mhz()
+                harness, cupti, kernel = measured_with_cupti(
+                    lambda tf=time_fn, la=launch, co=copies: tf(la, co, device).median_ms * 1e3,
+                    flush_names,
+                )
+                repeats.append(
+                    {
+                        "harness_us": harness,
+                        "cupti_us": cupti,
+                        "kernel": kernel,
+                        "sm_clock_mhz": [clock_before, sm_clock_mhz()],
+                    }
+                )
+            harness_med = statistics.median(r["harness_us"] for r in repeats)
+            cupti_values = [r["cupti_us"] for r in repeats if r["cupti_us"]]
+            cupti_med = statistics.median(cupti_values) if cupti_values else None
+            harness_values = [r["harness_us"] for r in repeats]
+            rows.append(
+                {
+                    "kernel": name,
+                    "mode": mode,
+                    "harness_median_us": harness_med,
+                    "cupti_median_us": cupti_med,
+                    "ratio": harness_med / cupti_med if cupti_med else None,
+                    "spread": max(harness_values) / min(harness_values),
+                    "repeats": repeats,
+                }
+            )
+    print(
+        f"{'kernel':16} {'mode':6} {'harness us':>11} {'cupti us':>10} {'ratio':>7} {'spread':>7}"
+        "  sm clock MHz (first repeat)"
+    )
     for r in rows:
+        cupti = f"{r['cupti_median_us']:10.2f}" if r["cupti_median_us"] else f"{'-':>10}"
+        ratio = f"{r['ratio']:7.4f}" if r["ratio"] else f"{'-':>7}"
         print(
-            f"{r['kernel']:18} {r['cupti_mean_us']:10.2f} {r['eager_median_us']:10.2f} "
-            f"{r['graph_median_us']:10.2f} {r['eager_ratio']:8.4f} {r['graph_ratio']:8.4f} "
-            f"{r['eager_spread']:9.4f} {r['graph_spread']:9.4f}"
+            f"{r['kernel']:16} {r['mode']:6} {r['harness_median_us']:11.2f} {cupti} {ratio} "
+            f"{r['spread']:7.4f}  {r['repeats'][0]['sm_clock_mhz']}"
         )
     record = {
         "device": torch.cuda.get_device_name(device),

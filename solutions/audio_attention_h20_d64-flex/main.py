@@ -39,7 +39,8 @@ def _mask_tensors(cu_seqlens: torch.Tensor, total: int):
     n_kb = (total + KV_BLOCK - 1) // KV_BLOCK
     cu = cu_seqlens.to(torch.int64)
     tokens = torch.arange(total, device=device, dtype=torch.int64)
-    doc = torch.searchsorted(cu[1:].contiguous(), tokens, right=True)  # [T] in 0 .. C-1
+    # (searching the whole of cu, not a slice of it: inductor cannot lower a sliced boundary)
+    doc = torch.searchsorted(cu, tokens, right=True) - 1  # [T] in 0 .. C-1
 
     first_row = torch.arange(n_qb, device=device, dtype=torch.int64) * Q_BLOCK
     last_row = torch.clamp(first_row + Q_BLOCK, max=total) - 1
