@@ -3,7 +3,7 @@
 Math (per sequence and value head; H = S^T is the K x V state, chunks of C = 64 tokens that never
 cross a sequence boundary; G = in-chunk cumulative sum of g, gamma = exp(G)):
     A[i, j] = beta_i (k_i . k_j) exp(G_i - G_j)        for j < i   (strictly lower, C x C)
-    T       = (I + A)^-1                                (forward substitution, float32)
+    T       = (I + A)^-1                                (exact triangular inverse)
     U~      = T (beta * V),   W = T (beta * gamma * K)  (WY / UT form of the delta rule)
     P[i, j] = scale (q_i . k_j) exp(G_i - G_j)          for j <= i
   then chunk by chunk, from the sequence's initial state:
@@ -15,9 +15,12 @@ This is the token-by-token recurrence regrouped exactly (no approximation beside
 Kernels
   1. _gdn_chunk_prep: one program per (chunk, value head), all chunks of all sequences in
      parallel: cumsum of g, K K^T and Q K^T on the bf16 operands (exact products, float32
-     accumulation), the 64-step forward substitution for T in float32 registers, and
-     U~ = T (beta V), W = T (beta gamma K) (3xTF32 dots: float32-grade accuracy). Writes U~, W,
-     P and G to float32 workspaces indexed by token. Chunk -> (sequence, first token) is derived
+     accumulation); T from the four 16 x 16 diagonal blocks of I + A, inverted together by a
+     15-step float32 forward substitution on a [4, 16, 16] tile, then merged as
+     T = (I - N)(I + N^2) Dinv with N = Dinv A_below (N^4 = 0); U~ = T (beta V) and
+     W = T (beta gamma K). The merge and U~ / W products are 3xTF32 dots (float32-grade
+     accuracy). Writes U~, W, P and G to float32 workspaces indexed by token (plus a 16 KB
+     private scratch tile per program for the 2-D <-> [4, 16, 16] reshapes). Chunk -> (sequence, first token) is derived
      in the kernel from cu_seqlens (a cumsum of per-sequence chunk counts), so the host never
      reads cu_seqlens and the whole call has no device-to-host sync.
   2. _gdn_chunk_state: one program per (sequence, value head, block of BV value columns) walks
@@ -43,7 +46,10 @@ CHUNK = 64
 # TRITON_INTERPRET=1 (CPU validation): the interpreter mis-evaluates tl.dot on bf16 operands, so
 # they are widened to float32 first there (the products are exact either way).
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") in ("1", "true", "True")
-# Dot precision of U~ / W (parallel, cheap) and of the sequential state products.
+# Dot precision of the chunk-parallel products (inverse merge, U~, W) and of the sequential
+# state products. With TF32 state products the final-state error measured under TF32 emulation
+# was ~2.5e-4 on the workloads' distributions and ~1.5e-3 on a harder case (|k| = 1, correlated
+# keys, beta ~ 0.95, g ~ 0), against a 1e-2 tolerance; "tf32x3" there is fp32-grade but slower.
 _PREP_PRECISION = "tf32x3"
 _STATE_PRECISION = "tf32"
 

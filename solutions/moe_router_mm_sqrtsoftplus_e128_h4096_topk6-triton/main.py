@@ -8,7 +8,8 @@ Approach
     float32 accumulator, so logits never touch memory.
   * Small batches (decode): the K dimension is split over up to 64 programs so that enough SMs
     stream the 1 MB router weight; each split writes float32 partial logits, and a second small
-    kernel sums the splits in a fixed order (deterministic) and runs the same epilogue.
+    kernel loads all splits of a few tokens at once, sums them with a fixed reduction tree
+    (deterministic) and runs the same epilogue.
   * Epilogue per token (float32): score = sqrt(softplus(logit)) with softplus = x for x > 20,
     else log1p(exp(x)) (torch's formula; libdevice expf/log1pf and a correctly rounded sqrt
     on the GPU: the functions torch's CUDA softplus and sqrt use); experts of the other modality are
@@ -155,11 +156,12 @@ def _router_finish_kernel(part_ptr, img_ptr, ids_ptr, wts_ptr, T, factor,
                           TOPK: tl.constexpr, PRECISE: tl.constexpr):
     offs_t = tl.program_id(0) * BT + tl.arange(0, BT)
     tmask = offs_t < T
-    offs_e = tl.arange(0, E)
-    logits = tl.zeros((BT, E), dtype=tl.float32)
-    for s in range(SPLIT_K):  # fixed order: deterministic
-        p_ptrs = part_ptr + (s * T + offs_t).to(tl.int64)[:, None] * E + offs_e[None, :]
-        logits += tl.load(p_ptrs, mask=tmask[:, None], other=0.0)
+    offs_s = tl.arange(0, SPLIT_K)[:, None, None]
+    offs_e = tl.arange(0, E)[None, None, :]
+    # all split-K partials of BT tokens in one load, summed by a fixed reduction tree
+    p_ptrs = part_ptr + (offs_s * T + offs_t[None, :, None]).to(tl.int64) * E + offs_e
+    parts = tl.load(p_ptrs, mask=tmask[None, :, None], other=0.0)  # [SPLIT_K, BT, E]
+    logits = tl.sum(parts, axis=0)
     _route_store(logits, offs_t, tmask, img_ptr, ids_ptr, wts_ptr, factor, E, TOPK, PRECISE)
 
 
@@ -204,9 +206,9 @@ def run(hidden, weight, is_image, routed_scaling_factor):
         num_warps=warps, num_stages=stages,
     )
     if split > 1:
-        bt = 16 if num_tokens <= 16 else 32
+        bt = max(1, min(16, 8192 // (split * EXPERTS)))  # <= 8192 partial values per program
         _router_finish_kernel[(triton.cdiv(num_tokens, bt),)](
             part, img, topk_ids, topk_weights, num_tokens, factor,
-            E=EXPERTS, BT=bt, SPLIT_K=split, TOPK=TOP_K, PRECISE=_PRECISE, num_warps=4,
+            E=EXPERTS, BT=bt, SPLIT_K=split, TOPK=TOP_K, PRECISE=_PRECISE, num_warps=8,
         )
     return topk_ids, topk_weights
