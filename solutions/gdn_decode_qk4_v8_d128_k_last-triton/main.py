@@ -24,8 +24,21 @@ HEAD = 128
 
 
 @triton.jit
-def _gdn_decode_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s_ptr, o_ptr, ns_ptr, scale,
-                       HV: tl.constexpr, HK: tl.constexpr, D: tl.constexpr, BV: tl.constexpr):
+def _gdn_decode_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    g_ptr,
+    beta_ptr,
+    s_ptr,
+    o_ptr,
+    ns_ptr,
+    scale,
+    HV: tl.constexpr,
+    HK: tl.constexpr,
+    D: tl.constexpr,
+    BV: tl.constexpr,
+):
     bh = tl.program_id(0)  # b * HV + h
     vb = tl.program_id(1)
     b = bh // HV
@@ -55,7 +68,8 @@ def _gdn_decode_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s_ptr, o_ptr, ns_pt
 def run(q, k, v, g, beta, state, scale):
     batch_size, num_q_heads, dim = q.shape
     num_v_heads = v.shape[1]
-    assert dim == HEAD and k.shape == q.shape and state.shape == (batch_size, num_v_heads, HEAD, HEAD)
+    assert dim == HEAD and k.shape == q.shape
+    assert state.shape == (batch_size, num_v_heads, HEAD, HEAD)
     assert num_v_heads % num_q_heads == 0
     o = torch.empty((batch_size, num_v_heads, HEAD), dtype=torch.bfloat16, device=q.device)
     new_state = torch.empty_like(state, dtype=torch.float32)
@@ -67,7 +81,19 @@ def run(q, k, v, g, beta, state, scale):
     heads = batch_size * num_v_heads
     bv = 8 if heads < 64 else (16 if heads < 512 else 32)
     _gdn_decode_kernel[(heads, HEAD // bv)](
-        q, k, v, g, beta, state, o, new_state, float(scale),
-        HV=num_v_heads, HK=num_q_heads, D=HEAD, BV=bv, num_warps=4,
+        q,
+        k,
+        v,
+        g,
+        beta,
+        state,
+        o,
+        new_state,
+        float(scale),
+        HV=num_v_heads,
+        HK=num_q_heads,
+        D=HEAD,
+        BV=bv,
+        num_warps=4,
     )
     return o, new_state

@@ -20,9 +20,10 @@ Kernels
      T = (I - N)(I + N^2) Dinv with N = Dinv A_below (N^4 = 0); U~ = T (beta V) and
      W = T (beta gamma K). The merge and U~ / W products are 3xTF32 dots (float32-grade
      accuracy). Writes U~, W, P and G to float32 workspaces indexed by token (plus a 16 KB
-     private scratch tile per program for the 2-D <-> [4, 16, 16] reshapes). Chunk -> (sequence, first token) is derived
-     in the kernel from cu_seqlens (a cumsum of per-sequence chunk counts), so the host never
-     reads cu_seqlens and the whole call has no device-to-host sync.
+     private scratch tile per program for the 2-D <-> [4, 16, 16] reshapes). Chunk ->
+     (sequence, first token) is derived in the kernel from cu_seqlens (a cumsum of
+     per-sequence chunk counts), so the host never reads cu_seqlens and the whole call has no
+     device-to-host sync.
   2. _gdn_chunk_state: one program per (sequence, value head, block of BV value columns) walks
      that sequence's chunks in order with H (128 x BV, float32) in registers: the four products
      per chunk are tensor-core dots (TF32 for the state-path products; see _STATE_PRECISION),
@@ -72,23 +73,81 @@ def _chunk_bounds(cu_ptr, c, N, BC: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def _gdn_chunk_prep(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr,
-                    u_ptr, w_ptr, p_ptr, gc_ptr, scr_ptr, N, scale,
-                    HV: tl.constexpr, HK: tl.constexpr, D: tl.constexpr, BC: tl.constexpr,
-                    BLOCK_N: tl.constexpr, UPCAST: tl.constexpr, PREC: tl.constexpr):
+def _gdn_chunk_prep(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    g_ptr,
+    beta_ptr,
+    cu_ptr,
+    u_ptr,
+    w_ptr,
+    p_ptr,
+    gc_ptr,
+    scr_ptr,
+    N,
+    scale,
+    HV: tl.constexpr,
+    HK: tl.constexpr,
+    D: tl.constexpr,
+    BC: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    UPCAST: tl.constexpr,
+    PREC: tl.constexpr,
+):
     c = tl.program_id(0)
     h = tl.program_id(1)
     start, end = _chunk_bounds(cu_ptr, c, N, BC, BLOCK_N)
     if start < end:  # the grid has up to N spare programs past the last chunk
-        _chunk_prep_body(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, u_ptr, w_ptr, p_ptr, gc_ptr,
-                         scr_ptr, scale, c, h, start, end, HV, HK, D, BC, UPCAST, PREC)
+        _chunk_prep_body(
+            q_ptr,
+            k_ptr,
+            v_ptr,
+            g_ptr,
+            beta_ptr,
+            u_ptr,
+            w_ptr,
+            p_ptr,
+            gc_ptr,
+            scr_ptr,
+            scale,
+            c,
+            h,
+            start,
+            end,
+            HV,
+            HK,
+            D,
+            BC,
+            UPCAST,
+            PREC,
+        )
 
 
 @triton.jit
-def _chunk_prep_body(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, u_ptr, w_ptr, p_ptr, gc_ptr,
-                     scr_ptr, scale, c, h, start, end,
-                     HV: tl.constexpr, HK: tl.constexpr, D: tl.constexpr, BC: tl.constexpr,
-                     UPCAST: tl.constexpr, PREC: tl.constexpr):
+def _chunk_prep_body(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    g_ptr,
+    beta_ptr,
+    u_ptr,
+    w_ptr,
+    p_ptr,
+    gc_ptr,
+    scr_ptr,
+    scale,
+    c,
+    h,
+    start,
+    end,
+    HV: tl.constexpr,
+    HK: tl.constexpr,
+    D: tl.constexpr,
+    BC: tl.constexpr,
+    UPCAST: tl.constexpr,
+    PREC: tl.constexpr,
+):
     SB: tl.constexpr = 16  # diagonal block size of the triangular solve
     NB: tl.constexpr = BC // SB
     hk = h // (HV // HK)
@@ -151,17 +210,33 @@ def _chunk_prep_body(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, u_ptr, w_ptr, p_ptr, 
 
     w = tl.dot(t, kb.to(tl.float32) * (beta * tl.exp(G))[:, None], input_precision=PREC)
     tl.store(w_ptr + ws_row[:, None] * D + offs_d[None, :], w, mask=tmask[:, None])
-    vf = tl.load(v_ptr + tok64[:, None] * (HV * D) + h * D + offs_d[None, :],
-                 mask=tmask[:, None], other=0.0).to(tl.float32)
+    vf = tl.load(
+        v_ptr + tok64[:, None] * (HV * D) + h * D + offs_d[None, :], mask=tmask[:, None], other=0.0
+    ).to(tl.float32)
     u = tl.dot(t, vf * beta[:, None], input_precision=PREC)
     tl.store(u_ptr + ws_row[:, None] * D + offs_d[None, :], u, mask=tmask[:, None])
 
 
 @triton.jit
-def _gdn_chunk_state(q_ptr, k_ptr, cu_ptr, s0_ptr, u_ptr, w_ptr, p_ptr, gc_ptr,
-                     o_ptr, sf_ptr, scale,
-                     HV: tl.constexpr, HK: tl.constexpr, D: tl.constexpr, BC: tl.constexpr,
-                     BV: tl.constexpr, PREC: tl.constexpr):
+def _gdn_chunk_state(
+    q_ptr,
+    k_ptr,
+    cu_ptr,
+    s0_ptr,
+    u_ptr,
+    w_ptr,
+    p_ptr,
+    gc_ptr,
+    o_ptr,
+    sf_ptr,
+    scale,
+    HV: tl.constexpr,
+    HK: tl.constexpr,
+    D: tl.constexpr,
+    BC: tl.constexpr,
+    BV: tl.constexpr,
+    PREC: tl.constexpr,
+):
     n = tl.program_id(0)
     h = tl.program_id(1)
     vb = tl.program_id(2)
@@ -190,19 +265,31 @@ def _gdn_chunk_state(q_ptr, k_ptr, cu_ptr, s0_ptr, u_ptr, w_ptr, p_ptr, gc_ptr,
         g_last = tl.sum(tl.where(offs_c == last, G, 0.0), axis=0)
 
         w = tl.load(w_ptr + ws_row[:, None] * D + offs_d[None, :], mask=tmask[:, None], other=0.0)
-        u = tl.load(u_ptr + ws_row[:, None] * D + offs_v[None, :],
-                    mask=tmask[:, None] & vmask[None, :], other=0.0)
-        qf = tl.load(q_ptr + tok64[:, None] * (HK * D) + hk * D + offs_d[None, :],
-                     mask=tmask[:, None], other=0.0).to(tl.float32)
+        u = tl.load(
+            u_ptr + ws_row[:, None] * D + offs_v[None, :],
+            mask=tmask[:, None] & vmask[None, :],
+            other=0.0,
+        )
+        qf = tl.load(
+            q_ptr + tok64[:, None] * (HK * D) + hk * D + offs_d[None, :],
+            mask=tmask[:, None],
+            other=0.0,
+        ).to(tl.float32)
         p = tl.load(p_ptr + ws_row[:, None] * BC + offs_c[None, :], mask=tmask[:, None], other=0.0)
-        kt = tl.load(k_ptr + tok64[None, :] * (HK * D) + hk * D + offs_d[:, None],
-                     mask=tmask[None, :], other=0.0).to(tl.float32)  # K^T [D, BC]
+        kt = tl.load(
+            k_ptr + tok64[None, :] * (HK * D) + hk * D + offs_d[:, None],
+            mask=tmask[None, :],
+            other=0.0,
+        ).to(tl.float32)  # K^T [D, BC]
 
         u = u - tl.dot(w, hst, input_precision=PREC)  # this chunk's delta-rule updates
         o = tl.dot(qf, hst, input_precision=PREC) * (scale * tl.exp(G))[:, None]
         o += tl.dot(p, u, input_precision=PREC)
-        tl.store(o_ptr + tok64[:, None] * (HV * D) + h * D + offs_v[None, :], o.to(tl.bfloat16),
-                 mask=tmask[:, None] & vmask[None, :])
+        tl.store(
+            o_ptr + tok64[:, None] * (HV * D) + h * D + offs_v[None, :],
+            o.to(tl.bfloat16),
+            mask=tmask[:, None] & vmask[None, :],
+        )
         u_dec = u * tl.exp(g_last - G)[:, None]
         hst = hst * tl.exp(g_last) + tl.dot(kt, u_dec, input_precision=PREC)
 
@@ -217,8 +304,9 @@ def run(q, k, v, g, beta, cu_seqlens, initial_state, scale):
     assert num_v_heads % num_q_heads == 0 and cu_seqlens.numel() == num_seqs + 1
     device = q.device
     o = torch.empty((total, num_v_heads, HEAD), dtype=torch.bfloat16, device=device)
-    final_state = torch.empty((num_seqs, num_v_heads, HEAD, HEAD), dtype=torch.float32,
-                              device=device)
+    final_state = torch.empty(
+        (num_seqs, num_v_heads, HEAD, HEAD), dtype=torch.float32, device=device
+    )
     if num_seqs == 0:
         return o, final_state
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
@@ -235,13 +323,32 @@ def run(q, k, v, g, beta, cu_seqlens, initial_state, scale):
     # every sequence adds at most one partial chunk: an upper bound without reading cu_seqlens
     max_chunks = triton.cdiv(total, CHUNK) + num_seqs
     if total > 0:
-        scratch = torch.empty((max_chunks * num_v_heads, CHUNK * CHUNK), dtype=torch.float32,
-                              device=device)
+        scratch = torch.empty(
+            (max_chunks * num_v_heads, CHUNK * CHUNK), dtype=torch.float32, device=device
+        )
         _gdn_chunk_prep[(max_chunks, num_v_heads)](
-            q, k, v, g, beta, cu, u_ws, w_ws, p_ws, g_ws, scratch, num_seqs, float(scale),
-            HV=num_v_heads, HK=num_q_heads, D=HEAD, BC=CHUNK,
-            BLOCK_N=max(16, triton.next_power_of_2(num_seqs)), UPCAST=_INTERPRET,
-            PREC=_PREP_PRECISION, num_warps=8, num_stages=1,
+            q,
+            k,
+            v,
+            g,
+            beta,
+            cu,
+            u_ws,
+            w_ws,
+            p_ws,
+            g_ws,
+            scratch,
+            num_seqs,
+            float(scale),
+            HV=num_v_heads,
+            HK=num_q_heads,
+            D=HEAD,
+            BC=CHUNK,
+            BLOCK_N=max(16, triton.next_power_of_2(num_seqs)),
+            UPCAST=_INTERPRET,
+            PREC=_PREP_PRECISION,
+            num_warps=8,
+            num_stages=1,
         )
     # state pass: BV chosen for enough programs to fill the SMs; chunk loads are software-
     # pipelined (2 stages, 4 warps) when sequences span several chunks
@@ -249,8 +356,24 @@ def run(q, k, v, g, beta, cu_seqlens, initial_state, scale):
     bv = 32 if pairs * (HEAD // 32) >= 132 else 16
     pipelined = total >= 2 * CHUNK * num_seqs  # sequences average >= 2 chunks
     _gdn_chunk_state[(num_seqs, num_v_heads, HEAD // bv)](
-        q, k, cu, s0, u_ws, w_ws, p_ws, g_ws, o, final_state, float(scale),
-        HV=num_v_heads, HK=num_q_heads, D=HEAD, BC=CHUNK, BV=bv, PREC=_STATE_PRECISION,
-        num_warps=4 if pipelined else 8, num_stages=2 if pipelined else 1,
+        q,
+        k,
+        cu,
+        s0,
+        u_ws,
+        w_ws,
+        p_ws,
+        g_ws,
+        o,
+        final_state,
+        float(scale),
+        HV=num_v_heads,
+        HK=num_q_heads,
+        D=HEAD,
+        BC=CHUNK,
+        BV=bv,
+        PREC=_STATE_PRECISION,
+        num_warps=4 if pipelined else 8,
+        num_stages=2 if pipelined else 1,
     )
     return o, final_state

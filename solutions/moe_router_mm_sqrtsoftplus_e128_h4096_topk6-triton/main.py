@@ -71,12 +71,24 @@ def _pick(cand, eidx, E: tl.constexpr):
 def _cx(ia, sa, ib, sb):
     """Compare-exchange of (id, score) pairs so that the lower ID comes first."""
     swap = ib < ia
-    return tl.where(swap, ib, ia), tl.where(swap, sb, sa), tl.where(swap, ia, ib), tl.where(swap, sa, sb)
+    lo_i, lo_s = tl.where(swap, ib, ia), tl.where(swap, sb, sa)
+    hi_i, hi_s = tl.where(swap, ia, ib), tl.where(swap, sa, sb)
+    return lo_i, lo_s, hi_i, hi_s
 
 
 @triton.jit
-def _route_store(logits, offs_t, tmask, img_ptr, ids_ptr, wts_ptr, factor,
-                 E: tl.constexpr, TOPK: tl.constexpr, PRECISE: tl.constexpr):
+def _route_store(
+    logits,
+    offs_t,
+    tmask,
+    img_ptr,
+    ids_ptr,
+    wts_ptr,
+    factor,
+    E: tl.constexpr,
+    TOPK: tl.constexpr,
+    PRECISE: tl.constexpr,
+):
     """Top-6 routing of a [BT, E] float32 logit tile; writes ids (int64) and weights (fp32)."""
     tl.static_assert(TOPK == 6)
     img = tl.load(img_ptr + offs_t, mask=tmask, other=0) != 0  # [BT]
@@ -120,10 +132,25 @@ def _route_store(logits, offs_t, tmask, img_ptr, ids_ptr, wts_ptr, factor,
 
 
 @triton.jit
-def _router_gemm_kernel(h_ptr, w_ptr, img_ptr, part_ptr, ids_ptr, wts_ptr,
-                        T, factor, stride_h, stride_w,
-                        K: tl.constexpr, E: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr,
-                        SPLIT_K: tl.constexpr, TOPK: tl.constexpr, PRECISE: tl.constexpr):
+def _router_gemm_kernel(
+    h_ptr,
+    w_ptr,
+    img_ptr,
+    part_ptr,
+    ids_ptr,
+    wts_ptr,
+    T,
+    factor,
+    stride_h,
+    stride_w,
+    K: tl.constexpr,
+    E: tl.constexpr,
+    BM: tl.constexpr,
+    BK: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+    TOPK: tl.constexpr,
+    PRECISE: tl.constexpr,
+):
     pid_m = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_t = pid_m * BM + tl.arange(0, BM)
@@ -146,14 +173,24 @@ def _router_gemm_kernel(h_ptr, w_ptr, img_ptr, part_ptr, ids_ptr, wts_ptr,
     if SPLIT_K == 1:
         _route_store(acc, offs_t, tmask, img_ptr, ids_ptr, wts_ptr, factor, E, TOPK, PRECISE)
     else:
-        p_ptrs = (part_ptr + (pid_k * T + offs_t).to(tl.int64)[:, None] * E + offs_e[None, :])
+        p_ptrs = part_ptr + (pid_k * T + offs_t).to(tl.int64)[:, None] * E + offs_e[None, :]
         tl.store(p_ptrs, acc, mask=tmask[:, None])
 
 
 @triton.jit
-def _router_finish_kernel(part_ptr, img_ptr, ids_ptr, wts_ptr, T, factor,
-                          E: tl.constexpr, BT: tl.constexpr, SPLIT_K: tl.constexpr,
-                          TOPK: tl.constexpr, PRECISE: tl.constexpr):
+def _router_finish_kernel(
+    part_ptr,
+    img_ptr,
+    ids_ptr,
+    wts_ptr,
+    T,
+    factor,
+    E: tl.constexpr,
+    BT: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+    TOPK: tl.constexpr,
+    PRECISE: tl.constexpr,
+):
     offs_t = tl.program_id(0) * BT + tl.arange(0, BT)
     tmask = offs_t < T
     offs_s = tl.arange(0, SPLIT_K)[:, None, None]
@@ -200,15 +237,40 @@ def run(hidden, weight, is_image, routed_scaling_factor):
         part = torch.empty((split, num_tokens, EXPERTS), dtype=torch.float32, device=device)
     grid = (triton.cdiv(num_tokens, bm), split)
     _router_gemm_kernel[grid](
-        hidden, weight, img, part, topk_ids, topk_weights,
-        num_tokens, factor, hidden.stride(0), weight.stride(0),
-        K=HIDDEN, E=EXPERTS, BM=bm, BK=BK, SPLIT_K=split, TOPK=TOP_K, PRECISE=_PRECISE,
-        num_warps=warps, num_stages=stages,
+        hidden,
+        weight,
+        img,
+        part,
+        topk_ids,
+        topk_weights,
+        num_tokens,
+        factor,
+        hidden.stride(0),
+        weight.stride(0),
+        K=HIDDEN,
+        E=EXPERTS,
+        BM=bm,
+        BK=BK,
+        SPLIT_K=split,
+        TOPK=TOP_K,
+        PRECISE=_PRECISE,
+        num_warps=warps,
+        num_stages=stages,
     )
     if split > 1:
         bt = max(1, min(16, 8192 // (split * EXPERTS)))  # <= 8192 partial values per program
         _router_finish_kernel[(triton.cdiv(num_tokens, bt),)](
-            part, img, topk_ids, topk_weights, num_tokens, factor,
-            E=EXPERTS, BT=bt, SPLIT_K=split, TOPK=TOP_K, PRECISE=_PRECISE, num_warps=8,
+            part,
+            img,
+            topk_ids,
+            topk_weights,
+            num_tokens,
+            factor,
+            E=EXPERTS,
+            BT=bt,
+            SPLIT_K=split,
+            TOPK=TOP_K,
+            PRECISE=_PRECISE,
+            num_warps=8,
         )
     return topk_ids, topk_weights

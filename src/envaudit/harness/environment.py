@@ -57,31 +57,48 @@ def _version(name: str) -> str | None:
         return None
 
 
-def _nvml_state(index: int) -> dict[str, Any]:
-    """Clocks, throttle reasons, driver and UUID from NVML; empty when NVML is unavailable."""
+def _nvml_state(uuid: str | None) -> dict[str, Any]:
+    """Driver, clocks, throttle reasons of the GPU with this UUID, from NVML; empty when NVML
+    is unavailable. Looked up by UUID: NVML numbers GPUs ignoring CUDA_VISIBLE_DEVICES."""
     try:
         import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]
     except ImportError:
         return {}
     try:
         pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        state: dict[str, Any] = {
-            "driver": _text(pynvml.nvmlSystemGetDriverVersion()),
-            "gpu_uuid": _text(pynvml.nvmlDeviceGetUUID(handle)),
-            "sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
-            "mem_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM),
-            "max_sm_clock_mhz": pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM),
-            "temperature_c": pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
-            "power_w": pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0,
-            "throttle_reasons": _throttle_names(
-                pynvml, pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle)
-            ),
-        }
-        pynvml.nvmlShutdown()
-        return state
+        try:
+            handle = (
+                pynvml.nvmlDeviceGetHandleByUUID(uuid)
+                if uuid
+                else pynvml.nvmlDeviceGetHandleByIndex(0)
+            )
+            return {
+                "driver": _text(pynvml.nvmlSystemGetDriverVersion()),
+                "gpu_uuid": _text(pynvml.nvmlDeviceGetUUID(handle)),
+                "sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+                "mem_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM),
+                "max_sm_clock_mhz": pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM),
+                "temperature_c": pynvml.nvmlDeviceGetTemperature(
+                    handle, pynvml.NVML_TEMPERATURE_GPU
+                ),
+                "power_w": pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0,
+                "throttle_reasons": _throttle_names(
+                    pynvml, pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle)
+                ),
+            }
+        finally:
+            pynvml.nvmlShutdown()
     except Exception as exc:  # NVML is optional: record why it gave nothing
         return {"nvml_error": f"{type(exc).__name__}: {exc}"}
+
+
+def clock_state(device: torch.device) -> dict[str, Any]:
+    """SM clock, temperature, power and throttle reasons now (recorded after each timing)."""
+    if device.type != "cuda":
+        return {}
+    uuid = _format_uuid(getattr(torch.cuda.get_device_properties(device), "uuid", None))
+    keep = ("sm_clock_mhz", "temperature_c", "power_w", "throttle_reasons", "nvml_error")
+    return {k: v for k, v in _nvml_state(uuid).items() if k in keep}
 
 
 def _text(value: Any) -> str:
@@ -121,17 +138,17 @@ def _format_uuid(raw: Any) -> str | None:
 
 def gpu_record(device: torch.device) -> dict[str, Any]:
     props = torch.cuda.get_device_properties(device)
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    uuid = _format_uuid(getattr(props, "uuid", None))
     record: dict[str, Any] = {
         "gpu_name": props.name,
-        "gpu_uuid": _format_uuid(getattr(props, "uuid", None)),
+        "gpu_uuid": uuid,
         "compute_capability": f"{props.major}.{props.minor}",
         "sm_count": props.multi_processor_count,
         "memory_bytes": props.total_memory,
         "l2_cache_bytes": getattr(props, "L2_cache_size", None),
         "driver": _driver_from_proc(),
     }
-    record.update({k: v for k, v in _nvml_state(index).items() if v is not None})
+    record.update({k: v for k, v in _nvml_state(uuid).items() if v is not None})
     return record
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from envaudit.harness.compare import OutputComparison, compare_outputs, overall_status
+from envaudit.harness.environment import clock_state
 from envaudit.harness.inputs import (
     InputError,
     axis_values,
@@ -275,6 +276,7 @@ def _time(ctx: EvalContext, workload: Mapping[str, Any], inputs: dict[str, Any])
     except Exception as exc:
         msg = f"during timing: {type(exc).__name__}: {exc}\n{traceback.format_exc()[-2000:]}"
         raise SolutionFailure("RUNTIME_ERROR", msg) from exc
+    timing["clocks_after_eager"] = clock_state(ctx.device)
     if ctx.options.graph_timing and ctx.device.type == "cuda":
         try:
             timing["graph"] = time_graph_cuda(launch, len(copies), ctx.device).as_dict()
