@@ -87,8 +87,9 @@ def _qsa_score(
         )  # [PS, D]
         if UPCAST:
             keys = keys.to(tl.float32)
-        dots = tl.dot(qb, tl.trans(keys))  # [H, PS], float32
-        score = tl.sum(tl.maximum(dots, 0.0) * wv[:, None], axis=0)  # [PS]
+        # [PS tokens, H heads]: the head sum below stays inside each warp's rows
+        dots = tl.dot(keys, tl.trans(qb))
+        score = tl.sum(tl.maximum(dots, 0.0) * wv[None, :], axis=1)  # [PS]
         score = tl.where(score == 0.0, 0.0, score)  # -0.0 -> +0.0
         tl.store(s_ptr + b64 * s_stride + pos, score, mask=pmask)
 

@@ -21,7 +21,8 @@ import torch
 
 def scaled(x, lengths, scale):
     mask = torch.arange(x.shape[1], device=x.device)[None, :] < lengths.long()[:, None]
-    return torch.where(mask[..., None], x * scale, torch.zeros((), dtype=x.dtype))
+    zero = torch.zeros((), dtype=x.dtype, device=x.device)
+    return torch.where(mask[..., None], x * scale, zero)
 """
 
 SOLUTIONS = {

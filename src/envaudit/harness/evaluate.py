@@ -170,12 +170,33 @@ def _call(
         snapshot = [p.clone() if isinstance(p, torch.Tensor) else p for p in produced]
         if ctx.device.type == "cuda":
             torch.cuda.synchronize(ctx.device)
+            _check_settled(produced, snapshot)
+    except SolutionFailure:
+        raise
     except torch.cuda.OutOfMemoryError as exc:
         raise SolutionFailure("RUNTIME_ERROR", f"out of memory: {exc}") from exc
     except Exception as exc:
         tail = traceback.format_exc()[-TRACEBACK_CHARS:]
         raise SolutionFailure("RUNTIME_ERROR", f"{type(exc).__name__}: {exc}\n{tail}") from exc
     return snapshot
+
+
+def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and torch.equal(
+        a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8)
+    )
+
+
+def _check_settled(produced: list[Any], snapshot: list[Any]) -> None:
+    """Outputs must not change once the call has returned and the device is idle: if they
+    do, the solution left work on another stream without making the caller's stream wait."""
+    for index, (live, early) in enumerate(zip(produced, snapshot, strict=True)):
+        if isinstance(live, torch.Tensor) and not _bits_equal(live, early):
+            raise SolutionFailure(
+                "INCORRECT_NUMERICAL",
+                f"output {index} was still being written after the call returned"
+                " (work on another stream that the current stream does not wait for)",
+            )
 
 
 def _prepare(ctx: EvalContext, inputs: Mapping[str, Any]) -> tuple[Any, float | None]:
@@ -229,10 +250,7 @@ def _mutated_inputs(
     changed = []
     for name, old in before.items():
         new = after[name]
-        same = old.shape == new.shape and torch.equal(
-            old.contiguous().view(torch.uint8), new.contiguous().view(torch.uint8)
-        )
-        if not same and name not in allowed:
+        if not _bits_equal(old, new) and name not in allowed:
             changed.append(name)
     return changed
 
