@@ -122,8 +122,10 @@ MESSAGES = {
 }
 
 
-def write_solution(root: Path, name: str) -> None:
-    body, dps = SOLUTIONS[name]
+def write_solution(
+    root: Path, name: str, solutions: dict[str, tuple[str, bool]] = SOLUTIONS
+) -> None:
+    body, dps = solutions[name]
     folder = root / name
     folder.mkdir(parents=True)
     (folder / "main.py").write_text(CORRECT + "\n" + textwrap.dedent(body).strip() + "\n")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from typer.testing import CliRunner
 
 from envaudit.cli import app
 from tests.conftest import UUID_BLOB, UUID_RANDOM, write_toy_root
-from tests.harness.test_faults import CORRECT, EXPECTED, SOLUTIONS
+from tests.harness.test_faults import EXPECTED, SOLUTIONS, write_solution
 
 pytestmark = [
     pytest.mark.gpu,
@@ -58,24 +57,7 @@ def gpu_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, dic
     base = tmp_path_factory.mktemp("gpu-faults")
     root = write_toy_root(base / "data")
     for name in GPU_EXPECTED:
-        body, dps = GPU_SOLUTIONS[name]
-        folder = base / "solutions" / name
-        folder.mkdir(parents=True)
-        (folder / "main.py").write_text(CORRECT + "\n" + textwrap.dedent(body).strip() + "\n")
-        spec = {
-            "language": "python",
-            "target_hardware": ["NVIDIA_H100"] if name == "gpu_only" else ["cpu", "cuda"],
-            "entry_point": "main.py::run",
-            "destination_passing_style": dps,
-        }
-        solution = {
-            "name": name,
-            "definition": "toy_scale",
-            "author": "tests",
-            "spec": spec,
-            "sources": [{"path": "main.py"}],
-        }
-        (folder / "solution.json").write_text(json.dumps(solution))
+        write_solution(base / "solutions", name, GPU_SOLUTIONS)
     report = base / "results.jsonl"
     for name in GPU_EXPECTED:
         argv = ["run", "--solution", name, "--gpu", gpu_uuid(), "--data-root", str(root)]

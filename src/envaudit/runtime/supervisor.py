@@ -149,38 +149,32 @@ def _run_worker(
     finally:
         os.close(read_fd)
         os.unlink(job_file)
-    if (
-        outcome == "exited"
-        and worker.current is None
-        and worker.process.returncode
-        not in (
-            0,
-            CONTEXT_LOST,
-        )
-    ):
-        # Died before or between workloads (e.g. while importing the solution).
-        message = f"worker {_signal_text(worker.process.returncode)} outside any workload"
-        for uuid in job["workloads"]:
-            if uuid not in finished:
-                _write_failure(job, workloads[uuid], worker, "RUNTIME_ERROR", message)
-                result.statuses[uuid] = "RUNTIME_ERROR"
-                finished.add(uuid)
+
+    def fail(uuids: list[str], status: str, message: str) -> None:
+        for uuid in uuids:
+            _write_failure(job, workloads[uuid], worker, status, message)
+            result.statuses[uuid] = status
+            finished.add(uuid)
+
+    returncode = worker.process.returncode
+    progressed = bool(finished)
     if worker.current is not None:
         if outcome == "timeout":
-            status, message = "TIMEOUT", f"no result within {workload_timeout_s:.0f} s; killed"
+            fail(
+                [worker.current], "TIMEOUT", f"no result within {workload_timeout_s:.0f} s; killed"
+            )
         else:
-            status = "RUNTIME_ERROR"
-            message = f"worker {_signal_text(worker.process.returncode)} during this workload"
-        _write_failure(job, workloads[worker.current], worker, status, message)
-        result.statuses[worker.current] = status
-        finished.add(worker.current)
+            message = f"worker {_signal_text(returncode)} during this workload"
+            fail([worker.current], "RUNTIME_ERROR", message)
+    unfinished = [u for u in job["workloads"] if u not in finished]
     if outcome == "load-timeout":
-        message = f"solution did not load within {load_timeout_s:.0f} s; killed"
-        for uuid in job["workloads"]:
-            if uuid not in finished:
-                _write_failure(job, workloads[uuid], worker, "TIMEOUT", message)
-                result.statuses[uuid] = "TIMEOUT"
-                finished.add(uuid)
+        fail(unfinished, "TIMEOUT", f"solution did not load within {load_timeout_s:.0f} s; killed")
+    elif outcome == "exited" and returncode != CONTEXT_LOST and worker.current is None:
+        # Died before or between workloads (e.g. while importing the solution), or exited
+        # without a line for some workload: never start another worker for those.
+        fail(unfinished, "RUNTIME_ERROR", f"worker {_signal_text(returncode)} outside any workload")
+    elif outcome == "timeout" and worker.current is None and not progressed:
+        fail(unfinished, "TIMEOUT", f"worker hung between workloads for {workload_timeout_s:.0f} s")
     return finished
 
 
