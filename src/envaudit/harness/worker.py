@@ -23,7 +23,12 @@ from envaudit.harness.environment import environment_record
 from envaudit.harness.evaluate import EvalContext, EvalOptions, evaluate_workload
 from envaudit.harness.reference import ReferenceCache
 from envaudit.harness.solution import SolutionLoadError, hash_sources, load_solution, source_files
-from envaudit.schema.results import append_line, record_distributions, result_line
+from envaudit.schema.results import (
+    append_line,
+    record_distributions,
+    result_line,
+    workloads_by_uuid,
+)
 
 CONTEXT_LOST = 3
 
@@ -34,15 +39,6 @@ class Progress:
 
     def send(self, kind: str, payload: str = "") -> None:
         os.write(self.fd, f"{kind} {payload}\n".encode())
-
-
-def load_workloads(path: Path, uuids: list[str]) -> list[dict[str, Any]]:
-    by_uuid = {}
-    for raw in path.read_text().splitlines():
-        if raw.strip():
-            workload = json.loads(raw)["workload"]
-            by_uuid[workload["uuid"]] = workload
-    return [by_uuid[u] for u in uuids]
 
 
 def device_supported(spec: Mapping[str, Any], device: torch.device) -> bool:
@@ -79,7 +75,8 @@ def main(job_file: str, progress_fd: int) -> int:
     record_distributions(Path(job["report"]), env["distributions_fingerprint"], dists)
     progress.send("env", json.dumps(env))
     definition = json.loads(Path(job["definition_file"]).read_text())
-    workloads = load_workloads(Path(job["workload_file"]), job["workloads"])
+    by_uuid = workloads_by_uuid(Path(job["workload_file"]))
+    workloads = [by_uuid[u] for u in job["workloads"]]
     solution_json = json.loads(Path(job["solution_file"]).read_text())
     report = Path(job["report"])
     solution_dir = Path(job["solution_file"]).parent

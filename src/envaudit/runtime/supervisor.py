@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envaudit.schema.results import append_line, done_keys, result_line
+from envaudit.schema.results import append_line, done_keys, result_line, workloads_by_uuid
 
 DEFAULT_WORKLOAD_TIMEOUT_S = 300.0
 DEFAULT_LOAD_TIMEOUT_S = 900.0
@@ -50,15 +50,6 @@ class _Worker:
     env: dict[str, Any] | None = None
     current: str | None = None
     deadline: float = 0.0
-
-
-def _load_workloads(path: Path) -> dict[str, dict[str, Any]]:
-    by_uuid = {}
-    for raw in path.read_text().splitlines():
-        if raw.strip():
-            workload = json.loads(raw)["workload"]
-            by_uuid[workload["uuid"]] = workload
-    return by_uuid
 
 
 def _signal_text(returncode: int) -> str:
@@ -96,7 +87,7 @@ def run_batch(
         key = (job["solution"], context.get("closure_hash"), context.get("device_id"))
         result.skipped = [u for u in remaining if (key[0], u, key[1], key[2]) in done]
         remaining = [u for u in remaining if u not in result.skipped]
-    workloads = _load_workloads(Path(job["workload_file"]))
+    workloads = workloads_by_uuid(Path(job["workload_file"]))
     logs = report.with_name(report.stem + ".logs") / job["solution"]
     logs.mkdir(parents=True, exist_ok=True)
     while remaining:

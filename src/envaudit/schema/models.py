@@ -18,8 +18,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from envaudit.schema.dtypes import DTYPE_ALIASES, ITEMSIZE
 
-SCHEMA_VERSION = 1
-
 DType = Literal[
     "float32",
     "float16",

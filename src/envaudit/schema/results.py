@@ -1,5 +1,7 @@
 """Result lines: one JSON object per (solution, workload), appended and flushed one at a time.
 
+Standard library only (the harness writes them inside solution environments).
+
 A run that is killed leaves at most one partial last line; appending starts a new line first,
 and readers skip (and report) a partial line, so results already written are never lost.
 """
@@ -14,6 +16,17 @@ from pathlib import Path
 from typing import Any
 
 RESULT_SCHEMA_VERSION = 1
+
+
+def workloads_by_uuid(path: Path) -> dict[str, dict[str, Any]]:
+    """The workloads of one `workloads/<op_type>/<definition>.jsonl` file, by UUID (raw JSON:
+    the harness reads the dataset without the pydantic models)."""
+    found: dict[str, dict[str, Any]] = {}
+    for raw in path.read_text().splitlines():
+        if raw.strip():
+            workload = json.loads(raw)["workload"]
+            found[workload["uuid"]] = workload
+    return found
 
 
 def now_iso() -> str:
