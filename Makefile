@@ -41,8 +41,10 @@ schemas: bootstrap
 dataset: bootstrap
 	$(PY) -m scripts.sample_dataset.build workloads
 
-audit: bootstrap
-	.venv/bin/envaudit audit $(if $(GPU),--gpu $(GPU),) --out docs/audit
+# Without GPU=..., the audit runs every solution's smoke suite on the CPU (GPU-only solutions
+# then read UNSUPPORTED_DEVICE).
+audit: bootstrap check-inputs
+	.venv/bin/envaudit audit $(if $(GPU),--gpu $(GPU),--device cpu) --out results/audit
 
 clean:
 	rm -rf .venv .pytest_cache .mypy_cache .ruff_cache

@@ -181,11 +181,46 @@ def run(
 
 @app.command()
 def audit(
-    out: Annotated[Path, typer.Option("--out")] = Path("docs/audit"),
-    gpu: Annotated[list[str] | None, typer.Option("--gpu")] = None,
+    solution: Annotated[
+        list[str] | None, typer.Option("--solution", help="Only these (default: all).")
+    ] = None,
+    gpu: Annotated[list[str] | None, typer.Option("--gpu", help="GPU UUID (repeatable).")] = None,
+    device: Annotated[str | None, typer.Option("--device", help="`cpu`.")] = None,
+    runtime: Annotated[str, typer.Option("--runtime")] = "host",
+    executor: Annotated[str, typer.Option("--executor")] = "local",
+    suite: Annotated[
+        str | None, typer.Option("--suite", help="Default: dev on a GPU, smoke on the CPU.")
+    ] = None,
+    out: Annotated[Path, typer.Option("--out")] = Path("results/audit"),
+    resume: Annotated[bool, typer.Option("--resume")] = False,
+    data_root: DataRoot = Path("workloads"),
+    solutions_root: Annotated[Path, typer.Option("--solutions-root")] = Path("solutions"),
 ) -> None:
-    """Build, run and merge every solution on the chosen GPUs."""
-    _not_built("audit", "planned after issues 3-5")
+    """Run every solution on the chosen GPUs (or the CPU); all lines go to OUT/results.jsonl."""
+    from envaudit.runtime.audit import AuditPlan, all_solutions, run_audit
+
+    if runtime != "host" or executor != "local":
+        _error("only --runtime host with --executor local is built yet")
+    if gpu and device:
+        _error("give either --gpu or --device, not both")
+    devices: list[tuple[str | None, str | None]] = [(g, None) for g in gpu or []]
+    if not devices:
+        devices = [(None, device or "cpu")]
+    plan = AuditPlan(
+        solutions=solution or all_solutions(solutions_root),
+        devices=devices,
+        out=out,
+        data_root=data_root,
+        solutions_root=solutions_root,
+        suite=suite,
+        resume=resume,
+    )
+    result = run_audit(plan, lambda name, where: typer.echo(f"audit: {name} on {where}"))
+    for error in result.errors:
+        typer.echo(f"error: {error}", err=True)
+    counts = ", ".join(f"{n} {status}" for status, n in sorted(result.statuses.items()))
+    typer.echo(f"{sum(result.statuses.values())} result lines in {result.report}: {counts}")
+    raise typer.Exit(EXIT_FAILED if result.failed else EXIT_OK)
 
 
 @app.command()

@@ -36,7 +36,6 @@ def test_help_lists_every_command_of_the_design() -> None:
         ["verify-env", "x"],
         ["base", "build", "x"],
         ["build", "--env", "x"],
-        ["audit"],
         ["merge", "f"],
         ["upstreams"],
     ],
