@@ -8,8 +8,10 @@ as the keyword argument `prepared`.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import importlib.util
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Mapping
@@ -71,6 +73,7 @@ def load_solution(solution: Mapping[str, Any], solution_dir: Path) -> LoadedSolu
     if entry_file not in files:
         raise SolutionLoadError(f"entry file {entry_file} is not among the sources")
     workdir = Path(tempfile.mkdtemp(prefix=f"envaudit-{solution['name']}-"))
+    atexit.register(shutil.rmtree, workdir, True)
     for rel, data in files.items():
         (workdir / rel).parent.mkdir(parents=True, exist_ok=True)
         (workdir / rel).write_bytes(data)
