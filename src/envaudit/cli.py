@@ -175,7 +175,7 @@ def run(
         _error(str(exc))
     from envaudit.report.console import print_run_summary
 
-    failed = print_run_summary(Path(str(job["report"])), result)
+    failed = print_run_summary(Path(str(job["report"])), str(job["solution"]), result)
     raise typer.Exit(EXIT_FAILED if failed else EXIT_OK)
 
 

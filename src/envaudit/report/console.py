@@ -11,14 +11,18 @@ from envaudit.runtime.supervisor import BatchResult
 from envaudit.schema.results import read_lines
 
 
-def print_run_summary(report: Path, result: BatchResult, console: Console | None = None) -> bool:
+def print_run_summary(
+    report: Path, solution: str, result: BatchResult, console: Console | None = None
+) -> bool:
     """Print one row per workload of this run; return True when any workload failed."""
     console = console or Console(highlight=False, width=120)
     wanted = set(result.statuses)
     latest = {}
     for _, line in read_lines(report):
-        if line and line.get("workload", {}).get("uuid") in wanted:
-            latest[line["workload"]["uuid"]] = line
+        if line and line.get("solution") == solution:
+            uuid = line.get("workload", {}).get("uuid")
+            if uuid in wanted:
+                latest[uuid] = line
     table = Table(title=f"{len(latest)} workloads -> {report}")
     for column in ("workload", "status", "eager median ms", "graph median ms", "message"):
         table.add_column(column)
