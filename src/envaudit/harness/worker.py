@@ -9,6 +9,7 @@ assert), it exits with CONTEXT_LOST so the supervisor continues in a fresh proce
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import sys
@@ -66,6 +67,7 @@ def context_alive(device: torch.device) -> bool:
 
 
 def main(job_file: str, progress_fd: int) -> int:
+    faulthandler.enable()  # a segfault prints the Python stack into the log the line quotes
     job = json.loads(Path(job_file).read_text())
     progress = Progress(progress_fd)
     device = torch.device(job["device"])
