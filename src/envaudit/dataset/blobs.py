@@ -7,7 +7,6 @@ so that `check-inputs` needs no tensor framework.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import struct
@@ -17,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from envaudit.schema.dtypes import ITEMSIZE, SAFETENSORS_CODE
+from envaudit.schema.paths import sha256_file
 
 DTYPE_OF_CODE = {code: name for name, code in SAFETENSORS_CODE.items()}
 NUMPY_DTYPE = {
@@ -66,14 +66,6 @@ class BlobInfo:
         return np.frombuffer(data, dtype=np_dtype).reshape(entry.shape)
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def read_blob(path: Path) -> BlobInfo:
     """Parse and vet a safetensors file; raise BlobError saying what is broken."""
     size = path.stat().st_size
@@ -97,7 +89,7 @@ def read_blob(path: Path) -> BlobInfo:
         if key == "__metadata__":
             continue
         tensors[key] = _tensor_entry(key, meta, data_start, size)
-    return BlobInfo(path, sha256_of(path), tensors)
+    return BlobInfo(path, sha256_file(path), tensors)
 
 
 def _tensor_entry(key: str, meta: object, data_start: int, size: int) -> TensorEntry:

@@ -24,6 +24,7 @@ from envaudit.schema.expressions import (
 )
 from envaudit.schema.findings import Finding
 from envaudit.schema.models import AxisConst, Definition, SafetensorsInput, ScalarInput
+from envaudit.schema.paths import PathOutsideRoot, path_inside
 
 
 @dataclass
@@ -299,23 +300,10 @@ def _check_blob_input(
 def _blob_path(
     ctx: _Context, wl: WorkloadLine, relative: str, where: dict[str, Any]
 ) -> Path | None:
-    if Path(relative).is_absolute():
-        msg = f"blob path {relative} is absolute"
-        ctx.add(
-            "error",
-            "path-escapes-root",
-            wl.path,
-            msg,
-            hint="paths are relative to the root",
-            **where,
-        )
-        return None
-    root = ctx.ts.root.resolve()
-    path = (root / relative).resolve()
-    if not path.is_relative_to(root):
-        ctx.add(
-            "error", "path-escapes-root", wl.path, f"blob path {relative} leaves the root", **where
-        )
+    try:
+        path = path_inside(ctx.ts.root, relative)
+    except PathOutsideRoot as exc:
+        ctx.add("error", "path-escapes-root", wl.path, str(exc), **where)
         return None
     ctx.referenced.add(path)
     if not path.is_file():

@@ -25,6 +25,7 @@ HARNESS_SOURCES = [
     Path(__file__).parents[1] / "schema" / "expressions.py",
     Path(__file__).parents[1] / "schema" / "dtypes.py",
     Path(__file__).parents[1] / "schema" / "results.py",
+    Path(__file__).parents[1] / "schema" / "paths.py",
 ]
 
 

@@ -20,6 +20,7 @@ from safetensors import safe_open
 
 from envaudit.schema.dtypes import canonical_dtype
 from envaudit.schema.expressions import evaluate
+from envaudit.schema.paths import PathOutsideRoot, path_inside, sha256_file
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -104,23 +105,15 @@ def random_tensor(
     return out.to(dtype)
 
 
-@lru_cache(maxsize=256)
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+# A worker hashes each blob once, however many workloads and re-checks read it.
+file_sha256 = lru_cache(maxsize=256)(sha256_file)
 
 
 def resolve_blob_path(root: Path, relative: str) -> Path:
-    """A blob path inside the TraceSet root; refuse absolute paths and escapes via `..`."""
-    if Path(relative).is_absolute():
-        raise InputError(f"blob path {relative} is absolute; paths are relative to the root")
-    resolved = (root / relative).resolve()
-    if not resolved.is_relative_to(root.resolve()):
-        raise InputError(f"blob path {relative} escapes the dataset root")
-    return resolved
+    try:
+        return path_inside(root, relative)
+    except PathOutsideRoot as exc:
+        raise InputError(str(exc)) from None
 
 
 def load_blob_tensor(root: Path, spec: Mapping[str, Any]) -> torch.Tensor:

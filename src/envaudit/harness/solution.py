@@ -65,10 +65,9 @@ def hash_sources(files: Mapping[str, bytes]) -> str:
     return digest.hexdigest()
 
 
-def load_solution(solution: Mapping[str, Any], solution_dir: Path) -> LoadedSolution:
-    """Import the entry module from a private copy of the sources (so imports between the
-    solution's own files work and nothing is written next to the originals)."""
-    files = source_files(solution, solution_dir)
+def load_solution(solution: Mapping[str, Any], files: Mapping[str, bytes]) -> LoadedSolution:
+    """Import the entry module from a private copy of the sources (`source_files`), so imports
+    between the solution's own files work and nothing is written next to the originals."""
     entry_file, func_name = solution["spec"]["entry_point"].split("::")
     if entry_file not in files:
         raise SolutionLoadError(f"entry file {entry_file} is not among the sources")

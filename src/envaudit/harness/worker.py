@@ -93,10 +93,13 @@ def main(job_file: str, progress_fd: int) -> int:
         append_line(report, line)
         progress.send("end", workload["uuid"])
 
+    files: dict[str, bytes] | None = None
+    unreadable: SolutionLoadError | None = None
     try:
-        solution_hash: str | None = hash_sources(source_files(solution_json, solution_dir))
-    except SolutionLoadError:
-        solution_hash = None
+        files = source_files(solution_json, solution_dir)
+    except SolutionLoadError as exc:
+        unreadable = exc
+    solution_hash = hash_sources(files) if files is not None else None
     start = time.perf_counter()
     if not device_supported(solution_json["spec"], device):
         targets = solution_json["spec"].get("target_hardware")
@@ -105,7 +108,9 @@ def main(job_file: str, progress_fd: int) -> int:
             finish(workload, outcome, solution_hash, start)
         return 0
     try:
-        solution = load_solution(solution_json, solution_dir)
+        if unreadable is not None or files is None:
+            raise unreadable or SolutionLoadError("no sources")
+        solution = load_solution(solution_json, files)
     except SolutionLoadError as exc:
         outcome = {"status": "COMPILE_ERROR", "message": str(exc)}
         for workload in workloads:

@@ -16,7 +16,7 @@ def print_run_summary(
 ) -> bool:
     """Print one row per workload of this run; return True when any workload failed."""
     console = console or Console(highlight=False, width=120)
-    wanted = set(result.statuses)
+    wanted = result.written
     latest = {}
     for _, line in read_lines(report):
         if line and line.get("solution") == solution:

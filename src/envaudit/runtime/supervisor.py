@@ -34,9 +34,10 @@ CONTEXT_LOST = 3
 
 @dataclass
 class BatchResult:
-    """What happened to a batch: statuses by workload UUID, and how many workers it took."""
+    """What happened to a batch: the workloads that got a line (their statuses are in the
+    report), those skipped by --resume, and how many workers it took."""
 
-    statuses: dict[str, str] = field(default_factory=dict)
+    written: set[str] = field(default_factory=set)
     skipped: list[str] = field(default_factory=list)
     workers: int = 0
 
@@ -144,7 +145,7 @@ def _run_worker(
     def fail(uuids: list[str], status: str, message: str) -> None:
         for uuid in uuids:
             _write_failure(job, workloads[uuid], worker, status, message)
-            result.statuses[uuid] = status
+            result.written.add(uuid)
             finished.add(uuid)
 
     returncode = worker.process.returncode
@@ -196,7 +197,7 @@ def _watch(worker: _Worker, timeout_s: float, finished: set[str], result: BatchR
                     worker.current = None
                     worker.deadline = time.monotonic() + timeout_s
                     finished.add(payload)
-                    result.statuses[payload] = "DONE"
+                    result.written.add(payload)
         elif time.monotonic() >= worker.deadline:
             _kill(worker.process)
             return "load-timeout" if loading and worker.current is None else "timeout"
