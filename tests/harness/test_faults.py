@@ -131,7 +131,7 @@ def write_solution(
     (folder / "main.py").write_text(CORRECT + "\n" + textwrap.dedent(body).strip() + "\n")
     spec = {
         "language": "python",
-        "target_hardware": ["NVIDIA_H100"] if name == "gpu_only" else ["cpu", "cuda"],
+        "target_hardware": ["cuda"] if name == "gpu_only" else ["cpu", "cuda"],
         "entry_point": "main.py::run",
         "destination_passing_style": dps,
     }

@@ -3,10 +3,12 @@
 Order and rules (DESIGN.md, "Harness rules"):
 1. Inputs are materialised and the workload's constraints evaluated; the reference comes from
    the cache. Tensor inputs are snapshotted so any write to them is caught.
-2. The solution is called once. Destination-passing outputs are poisoned first (NaN for floats;
+2. On a GPU the solution is called once unjudged (module loads, JIT), then once judged.
+   Destination-passing outputs are poisoned first (NaN for floats;
    for integer and boolean outputs the call is repeated with a second poison value and both
-   results must agree). Value-returning solutions on a GPU get freshly poisoned allocator
-   blocks. Outputs are copied on the current stream right after the call, so work left on an
+   results must agree). Value-returning solutions on a GPU start from an emptied allocator
+   whose free blocks read as poison (and integer outputs are computed twice, over two poisons).
+   Outputs are copied on the current stream right after the call, so work left on an
    unsynchronised side stream is not waited for.
 3. Only a correct result is timed: eager, and optionally as a replayed CUDA graph; `prepare`
    runs outside timing and its duration is reported.
@@ -145,17 +147,64 @@ def _allocate_outputs(
     return outputs
 
 
-def _poison_allocator(ctx: EvalContext, workload: Mapping[str, Any]) -> None:
-    """Leave NaN-filled blocks of the outputs' sizes in the caching allocator, so a
-    value-returning solution's `torch.empty` outputs start as poison, not as stale zeros."""
+POISON_BYTES = (0xFF, 0x5A)  # 0xFF is NaN in every float format; ints see -1, then 0x5A5A...
+SMALL_POOL_BYTES = 2 << 20  # torch's caching allocator serves requests <= 1 MiB from 2 MiB segments
+
+
+def _poison_allocator(ctx: EvalContext, workload: Mapping[str, Any], variant: int) -> None:
+    """Make every block the caching allocator holds free read as poison before a value-returning
+    call, so outputs made with `torch.empty` cannot inherit a stale copy of the answer (the
+    reference's own temporaries, an earlier call's result). The cache is emptied first; then
+    both pools are refilled with poison-filled blocks larger than the outputs, and released."""
     if ctx.device.type != "cuda":
         return
-    blocks = [torch.full_like(t, _poison(t.dtype, 0)) for t in _allocate_outputs(ctx, workload, 0)]
+    torch.cuda.synchronize(ctx.device)
+    torch.cuda.empty_cache()
+    sizes = [t.numel() * t.element_size() for t in _allocate_outputs(ctx, workload, 0)]
+    large = sum(2 * size for size in sizes if size > SMALL_POOL_BYTES // 2)
+    free_bytes, _ = torch.cuda.mem_get_info(ctx.device)
+    requests = [SMALL_POOL_BYTES // 2] * 4
+    if large:
+        requests.append(min(large + (20 << 20), free_bytes // 2))
+    fill = POISON_BYTES[variant]
+    blocks = [torch.full((n,), fill, dtype=torch.uint8, device=ctx.device) for n in requests]
+    torch.cuda.synchronize(ctx.device)
     del blocks
 
 
+def _snapshot_buffers(ctx: EvalContext, workload: Mapping[str, Any]) -> list[torch.Tensor] | None:
+    """Buffers for the post-call snapshot, allocated and copied into once before the call. Under
+    CUDA's lazy module loading the first launch of a kernel can wait for the whole device; a
+    snapshot that allocated or loaded its copy kernel only after the call would let a side stream
+    finish first (seen on the H200: the first workload of a fresh worker passed)."""
+    if ctx.device.type != "cuda":
+        return None
+    buffers = _allocate_outputs(ctx, workload, 0)
+    for buffer in buffers:
+        buffer.copy_(torch.empty_like(buffer))
+    torch.cuda.synchronize(ctx.device)
+    return buffers
+
+
+def _snapshot(produced: list[Any], buffers: list[torch.Tensor] | None) -> list[Any]:
+    snapshot: list[Any] = []
+    for index, value in enumerate(produced):
+        buffer = buffers[index] if buffers is not None and index < len(buffers) else None
+        if not isinstance(value, torch.Tensor):
+            snapshot.append(value)
+        elif buffer is not None and (buffer.shape, buffer.dtype) == (value.shape, value.dtype):
+            snapshot.append(buffer.copy_(value))
+        else:
+            snapshot.append(value.clone())
+    return snapshot
+
+
 def _call(
-    ctx: EvalContext, inputs: Mapping[str, Any], outputs: list[torch.Tensor] | None, prepared: Any
+    ctx: EvalContext,
+    inputs: Mapping[str, Any],
+    outputs: list[torch.Tensor] | None,
+    prepared: Any,
+    buffers: list[torch.Tensor] | None,
 ) -> list[Any]:
     """One call; returns a snapshot of the outputs taken on the current stream."""
     try:
@@ -167,7 +216,7 @@ def _call(
             produced = list(produced)
         else:
             produced = [produced]
-        snapshot = [p.clone() if isinstance(p, torch.Tensor) else p for p in produced]
+        snapshot = _snapshot(produced, buffers)
         if ctx.device.type == "cuda":
             torch.cuda.synchronize(ctx.device)
             _check_settled(produced, snapshot)
@@ -213,6 +262,28 @@ def _prepare(ctx: EvalContext, inputs: Mapping[str, Any]) -> tuple[Any, float | 
     return prepared, (time.perf_counter() - start) * 1e3
 
 
+def _warm_up(
+    ctx: EvalContext,
+    workload: Mapping[str, Any],
+    inputs: dict[str, Any],
+    prepared: Any,
+    before: Mapping[str, torch.Tensor],
+) -> None:
+    """On a GPU, one unjudged call before the judged one. First launches load modules and JIT
+    kernels, and a module load under CUDA's lazy loading waits for the whole device: a first
+    call is implicitly synchronised, so it would hide work left on a side stream. Declared
+    mutable inputs are restored afterwards; any other write fails now."""
+    if ctx.device.type != "cuda":
+        return
+    dps = ctx.solution.destination_passing
+    _call(ctx, inputs, _allocate_outputs(ctx, workload, 0) if dps else None, prepared, None)
+    _fail_if_mutated(ctx.definition, before, inputs)
+    for name in ctx.definition.get("mutable_inputs") or []:
+        if name in before:
+            inputs[name].copy_(before[name])
+    torch.cuda.synchronize(ctx.device)
+
+
 def _validate(
     ctx: EvalContext,
     workload: Mapping[str, Any],
@@ -222,16 +293,20 @@ def _validate(
     before = {k: v.clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)}
     prepared, prepare_ms = _prepare(ctx, inputs)
     dps = ctx.solution.destination_passing
+    _warm_up(ctx, workload, inputs, prepared, before)
+    given = _allocate_outputs(ctx, workload, 0) if dps else None
+    buffers = _snapshot_buffers(ctx, workload)
     if not dps:
-        _poison_allocator(ctx, workload)
-    outputs = _call(ctx, inputs, _allocate_outputs(ctx, workload, 0) if dps else None, prepared)
+        _poison_allocator(ctx, workload, 0)
+    outputs = _call(ctx, inputs, given, prepared, buffers)
     comparisons = compare_outputs(ctx.definition, outputs, refs, _output_dtypes(ctx.definition))
-    mutated = _mutated_inputs(ctx.definition, before, inputs)
-    if mutated:
-        names = ", ".join(mutated)
-        raise SolutionFailure("INPUT_MUTATED", f"the solution wrote to input(s) {names}")
-    if dps and overall_status(comparisons) == "PASSED" and not _all_float(ctx.definition):
-        again = _call(ctx, inputs, _allocate_outputs(ctx, workload, 1), prepared)
+    _fail_if_mutated(ctx.definition, before, inputs)
+    if overall_status(comparisons) == "PASSED" and not _all_float(ctx.definition):
+        given = _allocate_outputs(ctx, workload, 1) if dps else None
+        buffers = _snapshot_buffers(ctx, workload)
+        if not dps:
+            _poison_allocator(ctx, workload, 1)
+        again = _call(ctx, inputs, given, prepared, buffers)
         for name, first, second in zip(ctx.definition["outputs"], outputs, again, strict=True):
             if not torch.equal(first, second):
                 msg = f"{name}: result depends on the preallocated output's contents"
@@ -241,6 +316,15 @@ def _validate(
 
 def _all_float(definition: Mapping[str, Any]) -> bool:
     return all(dtype.is_floating_point for dtype in _output_dtypes(definition))
+
+
+def _fail_if_mutated(
+    definition: Mapping[str, Any], before: Mapping[str, torch.Tensor], after: Mapping[str, Any]
+) -> None:
+    mutated = _mutated_inputs(definition, before, after)
+    if mutated:
+        names = ", ".join(mutated)
+        raise SolutionFailure("INPUT_MUTATED", f"the solution wrote to input(s) {names}")
 
 
 def _mutated_inputs(
