@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TransferSpeedColumn,
+)
 from rich.table import Table
 
 from envaudit.runtime.supervisor import BatchResult
@@ -44,3 +54,23 @@ def print_run_summary(
     if result.skipped:
         console.print(f"{len(result.skipped)} workloads skipped (--resume: already in the report)")
     return failed
+
+
+@contextmanager
+def byte_progress() -> Iterator[Callable[[str, int, int], None]]:
+    """A rich progress bar per file being downloaded; yields the callback fetch reports to."""
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+    )
+    with Progress(*columns, transient=True, console=Console(stderr=True)) as bar:
+        tasks: dict[str, TaskID] = {}
+
+        def report(filename: str, done: int, total: int) -> None:
+            if filename not in tasks:
+                tasks[filename] = bar.add_task(filename, total=total)
+            bar.update(tasks[filename], completed=done)
+
+        yield report

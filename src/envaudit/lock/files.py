@@ -1,0 +1,97 @@
+"""Reading and writing locks/<env>/{env.toml,lock.json} with precise messages."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import tomllib
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from envaudit.schema.locks import EnvSpec, Lock
+
+LOCKS_DIR = Path("locks")
+
+
+class LockError(Exception):
+    """A lock or env.toml is missing, malformed, stale or refused. `exit_code` follows the
+    command contract: 1 when the audited thing (the lock, the environment) is wrong, 2 for
+    usage or environment errors."""
+
+    def __init__(self, message: str, exit_code: int = 2, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.hint = hint
+
+
+def env_dir(env: str, locks_dir: Path = LOCKS_DIR) -> Path:
+    folder = locks_dir / env
+    if not (folder / "env.toml").is_file():
+        known = sorted(p.parent.name for p in locks_dir.glob("*/env.toml"))
+        raise LockError(
+            f"no environment {env!r}: {folder / 'env.toml'} does not exist",
+            hint=f"known environments: {', '.join(known) or 'none'}",
+        )
+    return folder
+
+
+def load_spec(folder: Path) -> EnvSpec:
+    path = folder / "env.toml"
+    try:
+        raw = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise LockError(f"{path}: cannot read: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise LockError(f"{path}: not valid TOML: {exc}", exit_code=1) from exc
+    try:
+        return EnvSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise LockError(f"{path}: {_describe(exc)}", exit_code=1) from exc
+
+
+def load_lock(folder: Path) -> Lock:
+    """lock.json, refused when its closure_hash does not match its content (edited by hand)."""
+    path = folder / "lock.json"
+    if not path.is_file():
+        raise LockError(
+            f"{path} does not exist", exit_code=1, hint=f"run `envaudit lock {folder.name}`"
+        )
+    try:
+        lock = Lock.model_validate(json.loads(path.read_text()))
+    except (OSError, ValueError) as exc:
+        detail = _describe(exc) if isinstance(exc, ValidationError) else str(exc)
+        raise LockError(f"{path}: {detail}", exit_code=1) from exc
+    actual = lock.computed_closure_hash()
+    if actual != lock.closure_hash:
+        raise LockError(
+            f"{path}: closure_hash {lock.closure_hash} does not match the content"
+            f" ({actual}): the file was edited by hand",
+            exit_code=1,
+            hint=f"regenerate it with `envaudit lock {folder.name}`",
+        )
+    return lock
+
+
+def write_lock(folder: Path, lock: Lock) -> Path:
+    """Atomically replace lock.json (temp file in the same folder, then rename)."""
+    path = folder / "lock.json"
+    text = json.dumps(lock.model_dump(mode="json"), indent=1, sort_keys=True) + "\n"
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".lock.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(p) for p in error["loc"]) or "(top level)"
+        parts.append(f"{where}: {error['msg']}")
+    return "; ".join(parts)

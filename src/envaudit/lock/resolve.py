@@ -1,0 +1,290 @@
+"""env.toml -> lock.json: uv resolves (PEP 751 pylock.toml as the intermediate), we keep the
+closure without URLs and seal it with its closure hash."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import tomllib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from packaging.tags import Tag, compatible_tags, cpython_tags
+from packaging.utils import parse_wheel_filename
+
+from envaudit.lock.config import FetchConfig, uv_binary
+from envaudit.lock.files import LockError, load_lock, load_spec
+from envaudit.schema.locks import (
+    Artifact,
+    EnvSpec,
+    Lock,
+    LockedBase,
+    LockedCuda,
+    LockedPackage,
+    LockedSource,
+    SourceSpec,
+    normalize_name,
+    seal,
+    split_pin,
+)
+
+BASES_DIR = Path("containers/bases")
+
+
+def lock_env(folder: Path, config: FetchConfig, bases_dir: Path = BASES_DIR) -> Lock:
+    """Resolve folder/env.toml into a sealed Lock (not yet written)."""
+    spec = load_spec(folder)
+    previous = _previous(folder)
+    sdist_names = [split_pin(s.sdist)[0] for s in spec.sources if s.sdist]
+    cuda_names = {split_pin(c)[0] for c in spec.cuda.components} if spec.cuda else set()
+    requirements = [*spec.requirements, *(spec.cuda.components if spec.cuda else [])]
+    requirements += [s.sdist for s in spec.sources if s.sdist]
+    pylock = resolve_pylock(
+        requirements, spec.constraints, spec.python, spec.platform, config, no_binary=sdist_names
+    )
+    packages, sdists = _packages(
+        pylock, spec, role_of=lambda n: "cuda" if n in cuda_names else "runtime"
+    )
+    sources = [_locked_source(source, spec, config, sdists, previous) for source in spec.sources]
+    declared = {s.name for s in sources}
+    for name, (version, artifact) in sorted(sdists.items()):
+        if name not in declared:  # sdist-only dependency: built like a declared sdist source
+            sources.append(
+                _carry_wheel(
+                    LockedSource(
+                        name=name,
+                        kind="sdist",
+                        version=version,
+                        sdist=artifact,
+                        note="no wheel on the index for this platform",
+                    ),
+                    previous,
+                )
+            )
+    body: dict[str, Any] = {
+        "env": folder.name,
+        "spec_sha256": spec.canonical_sha256(),
+        "python": spec.python,
+        "platform": spec.platform,
+        "base": _locked_base(spec, bases_dir).model_dump(mode="json"),
+        "cuda": LockedCuda(version=spec.cuda.version, home=spec.cuda.home).model_dump()
+        if spec.cuda
+        else None,
+        "packages": [p.model_dump(mode="json") for p in packages],
+        "sources": [s.model_dump(mode="json") for s in sources],
+        "env_vars": dict(spec.env),
+        "resolver": uv_version(),
+    }
+    return seal(body)
+
+
+def stale_reasons(folder: Path, bases_dir: Path = BASES_DIR) -> list[str]:
+    """Why lock.json no longer describes env.toml (offline); empty when it is current."""
+    spec = load_spec(folder)
+    lock = load_lock(folder)
+    reasons = []
+    if lock.spec_sha256 != spec.canonical_sha256():
+        reasons.append(
+            f"env.toml changed since the lock was made (declared {spec.canonical_sha256()},"
+            f" locked {lock.spec_sha256})"
+        )
+    base = _locked_base(spec, bases_dir)
+    if base != lock.base:
+        reasons.append(f"base changed: env.toml gives {base}, lock.json has {lock.base}")
+    for source in lock.sources:
+        if source.status == "built" and source.wheel is None:
+            reasons.append(f"source {source.name} is marked built but records no wheel")
+    return reasons
+
+
+def resolve_pylock(
+    requirements: Iterable[str],
+    constraints: Iterable[str],
+    python: str,
+    platform: str,
+    config: FetchConfig,
+    no_binary: Iterable[str] = (),
+) -> dict[str, Any]:
+    """Run `uv pip compile` for the target python/platform; the parsed pylock.toml."""
+    with tempfile.TemporaryDirectory(prefix="envaudit-lock-") as tmp:
+        req = Path(tmp, "requirements.in")
+        req.write_text("\n".join(requirements) + "\n")
+        out = Path(tmp, "pylock.toml")
+        argv = [uv_binary(), "pip", "compile", str(req), "--generate-hashes", "--quiet"]
+        argv += ["--python-version", python, "--python-platform", platform]
+        argv += ["--format", "pylock.toml", "-o", str(out), "--no-header"]
+        constraints = list(constraints)
+        if constraints:
+            cons = Path(tmp, "constraints.txt")
+            cons.write_text("\n".join(constraints) + "\n")
+            argv += ["-c", str(cons)]
+        for name in no_binary:
+            argv += ["--no-binary", name]
+        argv += config.uv_source_args()
+        env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never"}
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+        if done.returncode != 0:
+            raise LockError(
+                "uv could not resolve the requirements:\n" + done.stderr.strip()[-3000:],
+                exit_code=1,
+            )
+        return tomllib.loads(out.read_text())
+
+
+def uv_version() -> str:
+    done = subprocess.run([uv_binary(), "--version"], capture_output=True, text=True, check=False)
+    return done.stdout.strip() or "uv (unknown version)"
+
+
+def artifact_from_pylock(entry: Mapping[str, Any]) -> tuple[Artifact, str]:
+    """(artifact, index name) from a pylock.toml wheel or sdist entry; the URL is dropped."""
+    location = entry.get("url") or entry.get("path") or ""
+    filename = entry.get("name") or unquote(Path(urlparse(location).path).name)
+    sha256 = (entry.get("hashes") or {}).get("sha256")
+    if not sha256:
+        raise LockError(f"uv gave no sha256 for {filename}: refusing an unhashed artifact", 1)
+    size = entry.get("size")
+    local = location.startswith("file:") or "path" in entry
+    if size is None and local:  # uv gives no size for find-links files: read it
+        size = Path(unquote(urlparse(location).path) if location.startswith("file:") else location)
+        size = size.stat().st_size if size.is_file() else None
+    if size is None:
+        raise LockError(f"uv gave no size for {filename}", 1)
+    return Artifact(filename=filename, size=int(size), sha256=sha256), (
+        "find-links" if local else "default"
+    )
+
+
+def target_tags(python: str, platform: str) -> list[Tag]:
+    """Wheel tags installable on the target, most specific first."""
+    major, minor = (int(x) for x in python.split("."))
+    arch, _, family = platform.partition("-")
+    platforms = [f"{family}_{arch}"] if family else [arch]
+    if family.startswith("manylinux_2_"):
+        glibc_minor = int(family.rsplit("_", 1)[1])
+        platforms = [f"manylinux_2_{m}_{arch}" for m in range(glibc_minor, 16, -1)]
+        platforms += [f"manylinux2014_{arch}", f"linux_{arch}"]
+    version = (major, minor)
+    return [
+        *cpython_tags(python_version=version, platforms=platforms),
+        *compatible_tags(python_version=version, platforms=platforms),
+    ]
+
+
+def _best_wheel(wheels: list[Mapping[str, Any]], tags: list[Tag]) -> Mapping[str, Any] | None:
+    rank = {tag: i for i, tag in enumerate(tags)}
+    best: tuple[int, Mapping[str, Any]] | None = None
+    for wheel in wheels:
+        filename = wheel.get("name") or unquote(Path(urlparse(wheel.get("url", "")).path).name)
+        scores = [rank[t] for t in parse_wheel_filename(filename)[3] if t in rank]
+        if scores and (best is None or min(scores) < best[0]):
+            best = (min(scores), wheel)
+    return best[1] if best else None
+
+
+def _packages(
+    pylock: Mapping[str, Any], spec: EnvSpec, role_of: Any
+) -> tuple[list[LockedPackage], dict[str, tuple[str, Artifact]]]:
+    tags = target_tags(spec.python, spec.platform)
+    only_local = {normalize_name(n) for n in spec.find_links_only}
+    packages: list[LockedPackage] = []
+    sdists: dict[str, tuple[str, Artifact]] = {}
+    for entry in pylock.get("packages", []):
+        name, version = normalize_name(entry["name"]), str(entry["version"])
+        wheel = _best_wheel(entry.get("wheels") or [], tags)
+        if wheel is None:
+            if "sdist" not in entry:
+                raise LockError(f"{name}=={version}: no wheel for {spec.platform} and no sdist", 1)
+            sdists[name] = (version, artifact_from_pylock(entry["sdist"])[0])
+            continue
+        artifact, index = artifact_from_pylock(wheel)
+        if name in only_local and index != "find-links":
+            raise LockError(
+                f"{name}=={version} must come from the configured find-links"
+                f" (find_links_only), but uv took it from the index",
+                hint="set ENVAUDIT_FIND_LINKS (or UV_FIND_LINKS) to the folder holding it",
+            )
+        packages.append(
+            LockedPackage(
+                name=name, version=version, index=index, role=role_of(name), artifact=artifact
+            )
+        )
+    return sorted(packages, key=lambda p: p.name), sdists
+
+
+def _locked_source(
+    source: SourceSpec,
+    spec: EnvSpec,
+    config: FetchConfig,
+    sdists: Mapping[str, tuple[str, Artifact]],
+    previous: Lock | None,
+) -> LockedSource:
+    build_requires: list[LockedPackage] = []
+    if source.build_requires:
+        pylock = resolve_pylock(
+            source.build_requires, spec.constraints, spec.python, spec.platform, config
+        )
+        build_requires = _packages(pylock, spec, role_of=lambda n: "build")[0]
+    fields: dict[str, Any] = {
+        "name": source.name,
+        "kind": source.kind,
+        "build_requires": build_requires,
+        "build_env": dict(source.build_env),
+        "cuda_arch_list": list(source.cuda_arch_list),
+        "note": source.note,
+    }
+    if source.kind == "git":
+        fields.update(
+            rev=source.rev, rev_unresolved=source.rev_unresolved, submodules=dict(source.submodules)
+        )
+    else:
+        name = split_pin(source.sdist or "")[0]
+        if name not in sdists:
+            raise LockError(
+                f"source {source.name}: uv did not return an sdist for {source.sdist}", 1
+            )
+        fields.update(version=sdists[name][0], sdist=sdists[name][1])
+    return _carry_wheel(LockedSource(**fields), previous)
+
+
+def _carry_wheel(source: LockedSource, previous: Lock | None) -> LockedSource:
+    """Keep a wheel built earlier when nothing that went into the build changed."""
+    if previous is None:
+        return source
+    for old in previous.sources:
+        if old.wheel is None or old.name != source.name:
+            continue
+        same_inputs = old.model_dump(exclude={"wheel", "status", "note"}) == source.model_dump(
+            exclude={"wheel", "status", "note"}
+        )
+        if same_inputs:
+            return source.model_copy(update={"wheel": old.wheel, "status": "built"})
+    return source
+
+
+def _locked_base(spec: EnvSpec, bases_dir: Path) -> LockedBase:
+    if spec.base.image is not None:
+        return LockedBase(image=spec.base.image)
+    recipe = bases_dir / f"{spec.base.recipe}.toml"
+    if not recipe.is_file():
+        known = sorted(p.stem for p in bases_dir.glob("*.toml"))
+        raise LockError(
+            f"base recipe {spec.base.recipe!r}: {recipe} does not exist",
+            exit_code=1,
+            hint=f"known recipes: {', '.join(known) or 'none'}",
+        )
+    from envaudit.schema.paths import sha256_file
+
+    return LockedBase(recipe=spec.base.recipe, recipe_sha256=sha256_file(recipe))
+
+
+def _previous(folder: Path) -> Lock | None:
+    if not (folder / "lock.json").is_file():
+        return None
+    try:
+        return load_lock(folder)
+    except LockError:
+        return None

@@ -1,0 +1,82 @@
+"""The content-addressed store: `<store>/sha256/<hash>` holds a file only once its hash checked out.
+
+Downloads grow in `<store>/partial/<hash>.part` (kept between runs, so an interrupted download
+resumes) and are renamed into place after verification; nothing else ever writes there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from envaudit.lock.files import LockError
+from envaudit.schema.locks import Artifact
+
+CHUNK = 1 << 20
+
+
+class HashMismatch(LockError):
+    def __init__(self, what: str, artifact: Artifact, actual: str, origin: str) -> None:
+        super().__init__(
+            f"{what}: {artifact.filename} from {origin} has sha256 {actual}, the lock says"
+            f" {artifact.sha256}; refused",
+            exit_code=1,
+        )
+
+
+def sha256_path(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while block := handle.read(CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class Store:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path_of(self, artifact: Artifact) -> Path:
+        return self.root / "sha256" / artifact.sha256
+
+    def partial_path(self, artifact: Artifact) -> Path:
+        return self.root / "partial" / f"{artifact.sha256}.part"
+
+    def has(self, artifact: Artifact) -> bool:
+        path = self.path_of(artifact)
+        return path.is_file() and path.stat().st_size == artifact.size
+
+    def admit(self, candidate: Path, artifact: Artifact, what: str, origin: str) -> Path:
+        """Move a verified file into the store (`candidate` is consumed only when it is ours)."""
+        actual = sha256_path(candidate)
+        if actual != artifact.sha256:
+            raise HashMismatch(what, artifact, actual, origin)
+        target = self.path_of(artifact)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(candidate, target)
+        return target
+
+    def copy_in(self, source: Path, artifact: Artifact, what: str, origin: str) -> Path:
+        """Copy a local file (find-links, mirror folder) into the store after checking its hash."""
+        staging = self.root / "partial"
+        staging.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=staging, suffix=".copy")
+        os.close(fd)
+        try:
+            shutil.copyfile(source, tmp)
+            return self.admit(Path(tmp), artifact, what, origin)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+    def wheelhouse(self, artifacts: list[Artifact], folder: Path) -> Path:
+        """A folder of links named by file name, for installers that want names, not hashes."""
+        folder.mkdir(parents=True, exist_ok=True)
+        for artifact in artifacts:
+            link = folder / artifact.filename
+            if not link.exists():
+                os.symlink(self.path_of(artifact).resolve(), link)
+        return folder

@@ -1,0 +1,171 @@
+"""The `local` runtime: the harness runs in a uv virtual environment made only from a lock and
+the store (offline, `--require-hashes`), cached by closure hash.
+
+The environment is built in place under `<cache>/envs/<closure_hash>/` behind a file lock, and
+counts as built only once its marker file is written last; a half-built one is removed and built
+again. The harness is not installed into it: its source folder goes on PYTHONPATH (read-only
+use), as it is mounted into containers, so every runtime runs the same harness code.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import envaudit
+from envaudit.lock.config import FetchConfig, uv_binary
+from envaudit.lock.files import LockError, env_dir, load_lock
+from envaudit.lock.store import Store
+from envaudit.runtime.jobs import RunRequest, plan_job
+from envaudit.runtime.supervisor import BatchResult, run_batch
+from envaudit.schema.locks import Artifact, Lock
+
+MARKER = ".envaudit-complete"
+HARNESS_ROOT = Path(envaudit.__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class LocalEnvironment:
+    root: Path
+    python: Path
+    cuda_home: Path | None
+
+    def variables(self, lock: Lock) -> dict[str, str]:
+        """What a worker in this environment gets on top of the caller's variables."""
+        variables = {**lock.env_vars, "PYTHONPATH": str(HARNESS_ROOT), "PYTHONNOUSERSITE": "1"}
+        variables["VIRTUAL_ENV"] = str(self.root)
+        if self.cuda_home is not None:
+            variables["CUDA_HOME"] = str(self.cuda_home)
+        return variables
+
+
+def default_cache() -> Path:
+    return Path(os.environ.get("ENVAUDIT_CACHE") or os.path.expanduser("~/.cache/envaudit"))
+
+
+def installable(lock: Lock) -> list[tuple[str, str, Artifact]]:
+    """(name, version, artifact) installed into the environment: runtime and CUDA packages, and
+    the built wheels of sources (their sdists are build inputs, not installed)."""
+    chosen = [(p.name, p.version, p.artifact) for p in lock.packages if p.role != "build"]
+    for source in lock.sources:
+        if source.wheel is None:
+            raise LockError(
+                f"source {source.name} of {lock.env} has no built wheel in lock.json",
+                exit_code=1,
+                hint=f"`envaudit lock {lock.env}` builds it; `envaudit fetch {lock.env}` says"
+                " what is missing",
+            )
+        chosen.append((source.name, source.version or "", source.wheel))
+    return chosen
+
+
+def ensure_environment(
+    lock: Lock, config: FetchConfig, cache: Path | None = None
+) -> LocalEnvironment:
+    """The environment of this lock, built from the store if it is not there yet."""
+    root = (cache or default_cache()) / "envs" / lock.closure_hash
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with _exclusive(root.parent / f"{lock.closure_hash}.lock"):
+        if not (root / MARKER).is_file():
+            shutil.rmtree(root, ignore_errors=True)
+            _build(lock, Store(config.store), root)
+    return _describe(lock, root)
+
+
+def _build(lock: Lock, store: Store, root: Path) -> None:
+    packages = installable(lock)
+    absent = [a for _, _, a in packages if not store.has(a)]
+    if absent:
+        names = ", ".join(a.filename for a in absent[:5]) + (" ..." if len(absent) > 5 else "")
+        raise LockError(
+            f"{len(absent)} artifact(s) of {lock.env} are not in the store {store.root}: {names}",
+            hint=f"run `envaudit fetch {lock.env}` first",
+        )
+    env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "UV_NO_CONFIG": "1"}
+    _uv(["venv", "--quiet", "--python", lock.python, str(root)], env, lock)
+    with tempfile.TemporaryDirectory(prefix="envaudit-wheelhouse-") as tmp:
+        house = store.wheelhouse([a for _, _, a in packages], Path(tmp) / "wheels")
+        requirements = Path(tmp) / "requirements.txt"
+        requirements.write_text(
+            "".join(
+                f"{name}=={version} --hash=sha256:{a.sha256}\n" for name, version, a in packages
+            )
+        )
+        argv = ["pip", "install", "--quiet", "--python", str(root / "bin" / "python")]
+        argv += ["--offline", "--no-index", "--find-links", str(house), "--require-hashes"]
+        argv += ["--no-deps", "-r", str(requirements)]
+        _uv(argv, env, lock)
+    cuda_home = _cuda_home(root)
+    if cuda_home is not None:
+        runtime = cuda_home / "lib" / "libcudart.so"
+        if not runtime.exists() and (cuda_home / "lib" / "libcudart.so.13").exists():
+            runtime.symlink_to("libcudart.so.13")  # the runtime wheel ships only the versioned name
+    (root / MARKER).write_text(lock.closure_hash + "\n")
+
+
+def _describe(lock: Lock, root: Path) -> LocalEnvironment:
+    return LocalEnvironment(root=root, python=root / "bin" / "python", cuda_home=_cuda_home(root))
+
+
+def _cuda_home(root: Path) -> Path | None:
+    """CUDA 13 component wheels all land in site-packages/nvidia/cu13/{bin,include,lib,nvvm}."""
+    for candidate in sorted(root.glob("lib/python3*/site-packages/nvidia/cu1*")):
+        if (candidate / "bin").is_dir():
+            return candidate
+    return None
+
+
+def _uv(argv: list[str], env: dict[str, str], lock: Lock) -> None:
+    done = subprocess.run(
+        [uv_binary(), *argv], env=env, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise LockError(
+            f"building the local environment of {lock.env} failed: uv {' '.join(argv[:2])}:\n"
+            + done.stderr.strip()[-2000:],
+            hint=f"is Python {lock.python} installed here? (uv does not download Pythons)",
+        )
+
+
+@contextmanager
+def _exclusive(path: Path) -> Iterator[None]:
+    with path.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def run_in_local_environment(
+    req: RunRequest,
+    env_name: str | None,
+    config: FetchConfig,
+    locks_dir: Path = Path("locks"),
+    resume: bool = False,
+    workload_timeout_s: float = 300.0,
+) -> tuple[dict[str, object], BatchResult]:
+    """Plan the job, build (or reuse) the lock's environment, run the harness inside it. Without
+    env_name the solution's declared env is used; with it, the line records both."""
+    job, overrides = plan_job(req)
+    context = dict(job["context"])
+    declared = context["env"]
+    lock = load_lock(env_dir(env_name or declared, locks_dir))
+    local = ensure_environment(lock, config)
+    context.update(env=lock.env, closure_hash=lock.closure_hash)
+    if lock.env != declared:
+        context["declared_env"] = declared
+    job["context"] = context
+    inherited = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env = {**inherited, **overrides, **local.variables(lock)}
+    result = run_batch(
+        job, str(local.python), env, workload_timeout_s=workload_timeout_s, resume=resume
+    )
+    return job, result

@@ -1,0 +1,282 @@
+"""An environment's two files: `locks/<env>/env.toml` (hand-written), `lock.json` (generated).
+
+env.toml declares; lock.json is the closure: every artifact by file name, size and sha256, the
+base, the source builds and their inputs, and `closure_hash`, the sha256 of the canonical JSON
+of all of it. Neither file names a download URL or a registry host: artifacts are found by hash
+through whatever indexes, mirrors or find-links the user configures (DESIGN.md, Locks).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+LOCK_VERSION = 1
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+FULL_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+COMMIT = re.compile(r"^[0-9a-f]{7,40}$")
+PINNED = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9_,.-]+\])?==[A-Za-z0-9.+!_-]+$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def normalize_name(name: str) -> str:
+    """PEP 503 normalised distribution name."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def split_pin(requirement: str) -> tuple[str, str]:
+    """'Foo_Bar[x]==1.0' -> ('foo-bar', '1.0')."""
+    name, _, version = requirement.partition("==")
+    return normalize_name(name.split("[")[0].strip()), version.strip()
+
+
+# --- env.toml -------------------------------------------------------------------------------
+
+
+class BaseSpec(_Strict):
+    """An image pinned by digest (`name@sha256:...`) or an offline recipe under containers/bases."""
+
+    image: str | None = None
+    recipe: str | None = None
+
+    @model_validator(mode="after")
+    def _one_of(self) -> BaseSpec:
+        if (self.image is None) == (self.recipe is None):
+            raise ValueError("set exactly one of base.image (pinned by digest) or base.recipe")
+        if self.image is not None and not re.search(r"@sha256:[0-9a-f]{64}$", self.image):
+            raise ValueError(
+                f"base.image {self.image!r} is not pinned by digest (@sha256:<64 hex>)"
+            )
+        return self
+
+
+class CudaSpec(_Strict):
+    """A CUDA toolchain made of pinned PyPI component wheels, visible at one canonical path."""
+
+    version: str
+    home: str = Field(description="Canonical CUDA_HOME inside images and local environments.")
+    components: list[str] = Field(min_length=1)
+
+    @field_validator("components")
+    @classmethod
+    def _pinned(cls, value: list[str]) -> list[str]:
+        return _all_pinned(value, "cuda.components")
+
+    @field_validator("home")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError(f"cuda.home {value!r} must be an absolute path")
+        return value
+
+
+class SourceSpec(_Strict):
+    """A package built from source: a git repository at a full commit, or a registry sdist."""
+
+    name: str
+    git: str | None = Field(None, description="Repository to clone (remote or local path).")
+    rev: str | None = Field(None, description="Full 40-hex commit.")
+    rev_unresolved: bool = Field(
+        False, description="rev is a prefix that could not be resolved here; builds refuse it."
+    )
+    submodules: dict[str, str] = Field(default_factory=dict, description="path -> full commit")
+    sdist: str | None = Field(None, description="name==version of a registry sdist.")
+    build_requires: list[str] = Field(default_factory=list)
+    build_env: dict[str, str] = Field(default_factory=dict)
+    cuda_arch_list: list[str] = Field(default_factory=list)
+    note: str | None = None
+
+    @model_validator(mode="after")
+    def _kind(self) -> SourceSpec:
+        if (self.git is None) == (self.sdist is None):
+            raise ValueError(f"source {self.name!r}: set exactly one of git (with rev) or sdist")
+        if self.git is not None:
+            if self.rev is None or not COMMIT.match(self.rev):
+                raise ValueError(f"source {self.name!r}: rev must be a git commit (hex)")
+            if not FULL_COMMIT.match(self.rev) and not self.rev_unresolved:
+                raise ValueError(
+                    f"source {self.name!r}: rev {self.rev!r} is not a full 40-hex commit; write"
+                    " the full commit, or set rev_unresolved = true when only this prefix is known"
+                )
+            for path, rev in self.submodules.items():
+                if not FULL_COMMIT.match(rev):
+                    raise ValueError(
+                        f"source {self.name!r}: submodule {path!r} rev must be a full 40-hex commit"
+                    )
+        elif self.sdist is not None:
+            _all_pinned([self.sdist], f"source {self.name!r} sdist")
+        _all_pinned(self.build_requires, f"source {self.name!r} build_requires")
+        for key in self.build_env:
+            if not ENV_NAME.match(key):
+                raise ValueError(f"source {self.name!r}: build_env key {key!r} is not a name")
+        return self
+
+    @property
+    def kind(self) -> Literal["git", "sdist"]:
+        return "git" if self.git is not None else "sdist"
+
+
+class EnvSpec(_Strict):
+    """What a person writes in locks/<env>/env.toml."""
+
+    python: str = Field(pattern=r"^3\.\d+$")
+    platform: str = Field(description="uv --python-platform target, e.g. x86_64-manylinux_2_28.")
+    base: BaseSpec
+    description: str = ""
+    requirements: list[str] = Field(min_length=1)
+    constraints: list[str] = Field(
+        default_factory=list, description="Pins for transitive packages (uv -c)."
+    )
+    find_links_only: list[str] = Field(
+        default_factory=list,
+        description="Packages taken only from the configured find-links (e.g. a local CPU torch).",
+    )
+    cuda: CudaSpec | None = None
+    sources: list[SourceSpec] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict, description="Runtime environment variables.")
+
+    @field_validator("requirements", "constraints")
+    @classmethod
+    def _pinned(cls, value: list[str]) -> list[str]:
+        return _all_pinned(value, "requirements/constraints")
+
+    @model_validator(mode="after")
+    def _names(self) -> EnvSpec:
+        for key in self.env:
+            if not ENV_NAME.match(key):
+                raise ValueError(f"env key {key!r} is not an environment variable name")
+        names = [s.name for s in self.sources]
+        if len(set(names)) != len(names):
+            raise ValueError(f"source names repeat: {names}")
+        return self
+
+    def canonical_sha256(self) -> str:
+        """Hash of what was declared (independent of TOML formatting and comments)."""
+        return canonical_sha256(self.model_dump(mode="json"))
+
+
+def _all_pinned(values: list[str], where: str) -> list[str]:
+    for value in values:
+        if not PINNED.match(value.strip()):
+            raise ValueError(f"{where}: {value!r} is not pinned with == (name==version)")
+    return [v.strip() for v in values]
+
+
+# --- lock.json ------------------------------------------------------------------------------
+
+
+class Artifact(_Strict):
+    """One file, identified by name, size and content hash; never by where it came from."""
+
+    filename: str
+    size: int = Field(ge=0)
+    sha256: str
+
+    @field_validator("sha256")
+    @classmethod
+    def _hex(cls, value: str) -> str:
+        if not SHA256.match(value):
+            raise ValueError(f"sha256 {value!r} is not 64 lowercase hex digits")
+        return value
+
+    @field_validator("filename")
+    @classmethod
+    def _plain(cls, value: str) -> str:
+        if "/" in value or "\\" in value or value in ("", ".", ".."):
+            raise ValueError(f"filename {value!r} must be a bare file name")
+        return value
+
+
+class LockedPackage(_Strict):
+    name: str
+    version: str
+    index: str = Field(description="Named source: 'default' index or 'find-links'.")
+    role: Literal["runtime", "cuda", "build"] = "runtime"
+    artifact: Artifact
+    built_from: str | None = Field(None, description="Source name when the wheel was built here.")
+
+
+class LockedSource(_Strict):
+    name: str
+    kind: Literal["git", "sdist"]
+    rev: str | None = None
+    rev_unresolved: bool = False
+    submodules: dict[str, str] = Field(default_factory=dict)
+    sdist: Artifact | None = None
+    version: str | None = None
+    build_requires: list[LockedPackage] = Field(default_factory=list)
+    build_env: dict[str, str] = Field(default_factory=dict)
+    cuda_arch_list: list[str] = Field(default_factory=list)
+    wheel: Artifact | None = Field(None, description="The built wheel, once built.")
+    status: Literal["declared", "built"] = "declared"
+    note: str | None = None
+
+
+class LockedBase(_Strict):
+    image: str | None = None
+    recipe: str | None = None
+    recipe_sha256: str | None = None
+
+
+class LockedCuda(_Strict):
+    version: str
+    home: str
+
+
+class Lock(_Strict):
+    lock_version: Literal[1] = 1
+    env: str
+    spec_sha256: str
+    python: str
+    platform: str
+    base: LockedBase
+    cuda: LockedCuda | None = None
+    packages: list[LockedPackage]
+    sources: list[LockedSource] = Field(default_factory=list)
+    env_vars: dict[str, str] = Field(default_factory=dict)
+    resolver: str = Field(description="Tool and version that resolved the closure.")
+    closure_hash: str
+
+    def closure_body(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude={"closure_hash"})
+
+    def computed_closure_hash(self) -> str:
+        return canonical_sha256(self.closure_body())
+
+    def artifacts(self) -> list[tuple[str, Artifact]]:
+        """(what it is, artifact) for every file `fetch` must provide, built wheels included."""
+        found: list[tuple[str, Artifact]] = []
+        for package in self.packages:
+            found.append((f"{package.name}=={package.version}", package.artifact))
+        for source in self.sources:
+            for package in source.build_requires:
+                found.append(
+                    (f"{package.name}=={package.version} (builds {source.name})", package.artifact)
+                )
+            if source.sdist is not None:
+                found.append((f"{source.name} sdist", source.sdist))
+            if source.wheel is not None:
+                found.append((f"{source.name} built wheel", source.wheel))
+        return found
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def canonical_sha256(value: Any) -> str:
+    return hashlib.sha256(canonical_json(value).encode()).hexdigest()
+
+
+def seal(body: dict[str, Any]) -> Lock:
+    """A Lock whose closure_hash is computed from its (validated, defaults-filled) body."""
+    draft = Lock.model_validate({**body, "closure_hash": "0" * 64})
+    return draft.model_copy(update={"closure_hash": draft.computed_closure_hash()})
