@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -84,31 +87,137 @@ def doctor() -> None:
     _not_built("doctor", "planned with the container runtime issue")
 
 
+LocksDir = Annotated[Path, typer.Option("--locks-dir", help="Folder of <env>/env.toml.")]
+
+
+def _lock_error(exc: Exception) -> NoReturn:
+    """Print a LockError the way every command does and exit with its code."""
+    from envaudit.lock.files import LockError
+
+    assert isinstance(exc, LockError)
+    typer.echo(f"error: {exc}", err=True)
+    if exc.hint:
+        typer.echo(f"hint: {exc.hint}", err=True)
+    raise typer.Exit(exc.exit_code)
+
+
 @app.command()
 def lock(
-    env: Annotated[str, typer.Argument(help="Lock directory name under locks/.")],
-    check: Annotated[bool, typer.Option("--check", help="Fail if lock.json is stale.")] = False,
+    envs: Annotated[
+        list[str] | None, typer.Argument(help="Lock directory names under locks/.")
+    ] = None,
+    check: Annotated[
+        bool, typer.Option("--check", help="Offline: exit 1 if lock.json is stale or edited.")
+    ] = False,
+    all_envs: Annotated[bool, typer.Option("--all", help="Every env under --locks-dir.")] = False,
+    locks_dir: LocksDir = Path("locks"),
 ) -> None:
-    """(Re)generate locks/ENV/lock.json from env.toml."""
-    _not_built("lock", "issue 4")
+    """(Re)generate locks/ENV/lock.json from env.toml (uv resolves); --check verifies it."""
+    from envaudit.lock.config import FetchConfig
+    from envaudit.lock.files import LockError, env_dir, write_lock
+    from envaudit.lock.resolve import lock_env, stale_reasons
+
+    names = sorted(p.parent.name for p in locks_dir.glob("*/env.toml")) if all_envs else envs
+    if not names:
+        _error("name at least one environment, or pass --all")
+    stale = 0
+    for name in names:
+        try:
+            folder = env_dir(name, locks_dir)
+            if check:
+                reasons = stale_reasons(folder)
+                stale += bool(reasons)
+                status = "stale: " + "; ".join(reasons) if reasons else "current"
+                typer.echo(f"{name}: {status}")
+                continue
+            sealed = lock_env(folder, FetchConfig.from_environment())
+            path = write_lock(folder, sealed)
+            typer.echo(
+                f"{name}: {len(sealed.packages)} packages, closure {sealed.closure_hash[:16]}"
+                f" -> {path}"
+            )
+        except LockError as exc:
+            if check and exc.exit_code == 1:
+                stale += 1
+                typer.echo(f"{name}: refused: {exc}")
+                continue
+            _lock_error(exc)
+    raise typer.Exit(EXIT_FAILED if stale else EXIT_OK)
 
 
 @app.command()
 def fetch(
     env: Annotated[str, typer.Argument(help="Lock directory name under locks/.")],
     offline: Annotated[bool, typer.Option("--offline", help="Use only the store.")] = False,
+    store: Annotated[
+        Path | None, typer.Option("--store", help="Store folder (default: ENVAUDIT_STORE).")
+    ] = None,
+    find_links: Annotated[
+        list[Path] | None, typer.Option("--find-links", help="Also look in this folder.")
+    ] = None,
+    locks_dir: LocksDir = Path("locks"),
 ) -> None:
     """Put every artifact of a lock into the content-addressed store, sha256-verified."""
-    _not_built("fetch", "issue 4")
+    from envaudit.lock.config import FetchConfig
+    from envaudit.lock.fetch import fetch_lock
+    from envaudit.lock.files import LockError, env_dir, load_lock
+    from envaudit.lock.resolve import stale_reasons
+    from envaudit.report.console import byte_progress
+
+    config = FetchConfig.from_environment(store, find_links, offline=offline)
+    try:
+        folder = env_dir(env, locks_dir)
+        locked = load_lock(folder)
+        reasons = stale_reasons(folder)
+        if reasons:
+            raise LockError(
+                f"{folder / 'lock.json'} is stale: " + "; ".join(reasons),
+                exit_code=1,
+                hint=f"run `envaudit lock {env}`",
+            )
+        with byte_progress() as progress:
+            report = fetch_lock(locked, config, progress)
+    except LockError as exc:
+        _lock_error(exc)
+    for filename, origin in report.fetched:
+        typer.echo(f"fetched {filename} ({origin})")
+    for message in report.missing:
+        typer.echo(f"missing: {message}", err=True)
+    typer.echo(
+        f"{env}: {len(report.present)} already in the store, {len(report.fetched)} fetched,"
+        f" {len(report.missing)} missing; store {config.store}"
+    )
+    raise typer.Exit(EXIT_OK if report.complete else EXIT_FAILED)
 
 
 @app.command("verify-env")
 def verify_env(
     env: Annotated[str, typer.Argument(help="Lock directory name under locks/.")],
-    python: Annotated[str | None, typer.Option("--python", help="Interpreter to inspect.")] = None,
+    python: Annotated[
+        str | None, typer.Option("--python", help="Interpreter to inspect (default: this one).")
+    ] = None,
+    exact: Annotated[
+        bool, typer.Option("--exact", help="Also fail on installed packages not in the lock.")
+    ] = False,
+    locks_dir: LocksDir = Path("locks"),
+    store: Annotated[
+        Path | None,
+        typer.Option("--store", help="Content-addressed store (default: ENVAUDIT_STORE)."),
+    ] = None,
 ) -> None:
     """Compare an installed environment with a lock; exit 1 on drift."""
-    _not_built("verify-env", "issue 4")
+    from envaudit.lock.config import FetchConfig
+    from envaudit.lock.files import LockError, env_dir, load_lock
+    from envaudit.lock.verify import compare, installed_distributions, render
+
+    try:
+        locked = load_lock(env_dir(env, locks_dir))
+        installed = installed_distributions(python or sys.executable)
+        drift = compare(locked, installed, store or FetchConfig.from_environment().store)
+    except LockError as exc:
+        _lock_error(exc)
+    typer.echo(render(drift, exact=exact))
+    raise typer.Exit(EXIT_FAILED if drift.failed(exact) else EXIT_OK)
 
 
 @base_app.command("build")
@@ -137,7 +246,16 @@ def run(
     suite: Annotated[str | None, typer.Option("--suite", help="smoke, dev, all, ...")] = None,
     gpu: Annotated[str | None, typer.Option("--gpu", help="GPU UUID (GPU-...).")] = None,
     device: Annotated[str | None, typer.Option("--device", help="`cpu`.")] = None,
-    runtime: Annotated[str, typer.Option("--runtime", help="host (others: later).")] = "host",
+    runtime: Annotated[
+        str,
+        typer.Option("--runtime", help="host (this interpreter) or local (uv env from the lock)."),
+    ] = "host",
+    env: Annotated[
+        str | None,
+        typer.Option(
+            "--env", help="local: run in this lock instead of the solution's declared env."
+        ),
+    ] = None,
     validation_only: Annotated[bool, typer.Option("--validation-only")] = False,
     graph_timing: Annotated[bool, typer.Option("--graph-timing")] = False,
     reference_cache: Annotated[Path | None, typer.Option("--reference-cache")] = None,
@@ -153,8 +271,10 @@ def run(
     from envaudit.runtime.host import run_on_host
     from envaudit.runtime.jobs import RunRequest, RunRequestError
 
-    if runtime != "host":
-        _error(f"runtime {runtime} is not built yet; use --runtime host")
+    if runtime not in ("host", "local"):
+        _error(f"runtime {runtime} is not built yet; use --runtime host or local")
+    if env is not None and runtime != "local":
+        _error("--env applies to --runtime local only")
     request = RunRequest(
         solution=solution,
         data_root=data_root,
@@ -170,7 +290,23 @@ def run(
         runtime=runtime,
     )
     try:
-        job, result = run_on_host(request, resume=resume, workload_timeout_s=timeout)
+        if runtime == "local":
+            from envaudit.lock.config import FetchConfig
+            from envaudit.lock.files import LockError
+            from envaudit.runtime.local import run_in_local_environment
+
+            try:
+                job, result = run_in_local_environment(
+                    request,
+                    env,
+                    FetchConfig.from_environment(),
+                    resume=resume,
+                    workload_timeout_s=timeout,
+                )
+            except LockError as exc:
+                _lock_error(exc)
+        else:
+            job, result = run_on_host(request, resume=resume, workload_timeout_s=timeout)
     except RunRequestError as exc:
         _error(str(exc))
     from envaudit.report.console import print_run_summary
@@ -233,6 +369,45 @@ def merge(
 
 
 @app.command()
-def upstreams(offline: Annotated[bool, typer.Option("--offline")] = False) -> None:
+def upstreams(
+    offline: Annotated[
+        bool, typer.Option("--offline", help="Ask nothing; list every pin as not checked.")
+    ] = False,
+    locks_dir: Annotated[Path, typer.Option("--locks-dir", help="Folder of lock dirs.")] = Path(
+        "locks"
+    ),
+    out: Annotated[Path, typer.Option("--out", help="Report file (JSON).")] = Path(
+        "docs/upstreams.json"
+    ),
+) -> None:
     """Pinned versions and commits vs what registries and remotes have now."""
-    _not_built("upstreams", "issue 4")
+    from envaudit.lock.config import FetchConfig
+    from envaudit.lock.files import LockError
+    from envaudit.lock.upstreams import check_upstreams, render, write_upstreams
+
+    config = FetchConfig.from_environment(offline=offline)
+    try:
+        with _progress("asking the index and git remotes", quiet=offline) as progress:
+            report = check_upstreams(locks_dir, config, offline, progress)
+        write_upstreams(report, out)
+    except LockError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        if exc.hint:
+            typer.echo(f"hint: {exc.hint}", err=True)
+        raise typer.Exit(exc.exit_code) from None
+    typer.echo(render(report))
+    typer.echo(f"written to {out}")
+
+
+@contextmanager
+def _progress(what: str, quiet: bool) -> Iterator[Callable[[int, int], None] | None]:
+    """A transient progress bar on stderr, fed (done, total) by the layer below."""
+    if quiet:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(what, total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)

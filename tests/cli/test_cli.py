@@ -31,13 +31,9 @@ def test_help_lists_every_command_of_the_design() -> None:
     "argv",
     [
         ["doctor"],
-        ["lock", "x"],
-        ["fetch", "x"],
-        ["verify-env", "x"],
         ["base", "build", "x"],
         ["build", "--env", "x"],
         ["merge", "f"],
-        ["upstreams"],
     ],
 )
 def test_commands_not_built_yet_say_so_and_exit_2(argv: list[str]) -> None:
