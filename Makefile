@@ -12,7 +12,7 @@ ifneq ($(LOCAL_WHEELS),)
 export UV_FIND_LINKS := $(LOCAL_WHEELS)
 endif
 
-.PHONY: bootstrap test lint typecheck check-inputs audit dataset schemas clean
+.PHONY: bootstrap test lint typecheck check-inputs check-locks audit dataset schemas clean
 
 bootstrap: $(VENV_STAMP)
 
@@ -32,7 +32,11 @@ typecheck: bootstrap
 check-inputs: bootstrap
 	.venv/bin/envaudit check-inputs --data-root workloads
 
-test: lint typecheck check-inputs
+# Every shipped lock must still describe its env.toml and carry an intact closure hash (offline).
+check-locks: bootstrap
+	.venv/bin/envaudit lock --all --check
+
+test: lint typecheck check-inputs check-locks
 	.venv/bin/pytest -q
 
 schemas: bootstrap

@@ -82,6 +82,7 @@ def write_lock(folder: Path, lock: Lock) -> Path:
     try:
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a lock is meant to be read
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

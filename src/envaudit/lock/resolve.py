@@ -165,8 +165,10 @@ def target_tags(python: str, platform: str) -> list[Tag]:
     platforms = [f"{family}_{arch}"] if family else [arch]
     if family.startswith("manylinux_2_"):
         glibc_minor = int(family.rsplit("_", 1)[1])
-        platforms = [f"manylinux_2_{m}_{arch}" for m in range(glibc_minor, 16, -1)]
-        platforms += [f"manylinux2014_{arch}", f"linux_{arch}"]
+        # every older glibc baseline is installable too, legacy aliases included (PEP 600)
+        platforms = [f"manylinux_2_{m}_{arch}" for m in range(glibc_minor, 4, -1)]
+        platforms += [f"manylinux{alias}_{arch}" for alias in ("2014", "2010", "1")]
+        platforms.append(f"linux_{arch}")
     version = (major, minor)
     return [
         *cpython_tags(python_version=version, platforms=platforms),
@@ -251,17 +253,19 @@ def _locked_source(
 
 
 def _carry_wheel(source: LockedSource, previous: Lock | None) -> LockedSource:
-    """Keep a wheel built earlier when nothing that went into the build changed."""
+    """Keep a wheel built earlier when nothing that went into the build changed. A git
+    source's version is read from its built wheel: an output, carried with the wheel."""
     if previous is None:
         return source
+    outputs = {"wheel", "status", "note", *(("version",) if source.kind == "git" else ())}
     for old in previous.sources:
         if old.wheel is None or old.name != source.name:
             continue
-        same_inputs = old.model_dump(exclude={"wheel", "status", "note"}) == source.model_dump(
-            exclude={"wheel", "status", "note"}
-        )
-        if same_inputs:
-            return source.model_copy(update={"wheel": old.wheel, "status": "built"})
+        if old.model_dump(exclude=outputs) == source.model_dump(exclude=outputs):
+            update = {"wheel": old.wheel, "status": "built"}
+            if source.kind == "git":
+                update["version"] = old.version
+            return source.model_copy(update=update)
     return source
 
 
