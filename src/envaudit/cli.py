@@ -110,16 +110,27 @@ def lock(
         bool, typer.Option("--check", help="Offline: exit 1 if lock.json is stale or edited.")
     ] = False,
     all_envs: Annotated[bool, typer.Option("--all", help="Every env under --locks-dir.")] = False,
+    no_build: Annotated[
+        bool, typer.Option("--no-build", help="Resolve only; leave unbuilt sources unbuilt.")
+    ] = False,
+    rebuild: Annotated[
+        list[str] | None,
+        typer.Option("--rebuild", help="Build this source again (repeatable).", metavar="SOURCE"),
+    ] = None,
     locks_dir: LocksDir = Path("locks"),
 ) -> None:
-    """(Re)generate locks/ENV/lock.json from env.toml (uv resolves); --check verifies it."""
+    """(Re)generate locks/ENV/lock.json from env.toml (uv resolves, sources are built into the
+    store); --check verifies it."""
+    from envaudit.lock.build import lock_and_build
     from envaudit.lock.config import FetchConfig
     from envaudit.lock.files import LockError, env_dir, write_lock
-    from envaudit.lock.resolve import lock_env, stale_reasons
+    from envaudit.lock.resolve import stale_reasons
 
     names = sorted(p.parent.name for p in locks_dir.glob("*/env.toml")) if all_envs else envs
     if not names:
         _error("name at least one environment, or pass --all")
+    if no_build and rebuild:
+        _error("--rebuild and --no-build contradict each other")
     stale = 0
     for name in names:
         try:
@@ -130,7 +141,11 @@ def lock(
                 status = "stale: " + "; ".join(reasons) if reasons else "current"
                 typer.echo(f"{name}: {status}")
                 continue
-            sealed = lock_env(folder, FetchConfig.from_environment())
+            sealed, messages = lock_and_build(
+                folder, FetchConfig.from_environment(), build=not no_build, rebuild=rebuild
+            )
+            for message in messages:
+                typer.echo(f"{name}: {message}")
             path = write_lock(folder, sealed)
             typer.echo(
                 f"{name}: {len(sealed.packages)} packages, closure {sealed.closure_hash[:16]}"

@@ -12,16 +12,21 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-import subprocess
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import envaudit
-from envaudit.lock.config import FetchConfig, uv_binary
+from envaudit.lock.config import FetchConfig
 from envaudit.lock.files import LockError, env_dir, load_lock
+from envaudit.lock.offline import (
+    create_venv,
+    cuda_home,
+    expose_cudart,
+    install_from_store,
+    uv_environment,
+)
 from envaudit.lock.store import Store
 from envaudit.runtime.jobs import RunRequest, plan_job
 from envaudit.runtime.supervisor import BatchResult, run_batch
@@ -88,50 +93,18 @@ def _build(lock: Lock, store: Store, root: Path) -> None:
             f"{len(absent)} artifact(s) of {lock.env} are not in the store {store.root}: {names}",
             hint=f"run `envaudit fetch {lock.env}` first",
         )
-    env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "UV_NO_CONFIG": "1"}
-    _uv(["venv", "--quiet", "--python", lock.python, str(root)], env, lock)
-    with tempfile.TemporaryDirectory(prefix="envaudit-wheelhouse-") as tmp:
-        house = store.wheelhouse([a for _, _, a in packages], Path(tmp) / "wheels")
-        requirements = Path(tmp) / "requirements.txt"
-        requirements.write_text(
-            "".join(
-                f"{name}=={version} --hash=sha256:{a.sha256}\n" for name, version, a in packages
-            )
-        )
-        argv = ["pip", "install", "--quiet", "--python", str(root / "bin" / "python")]
-        argv += ["--offline", "--no-index", "--find-links", str(house), "--require-hashes"]
-        argv += ["--no-deps", "-r", str(requirements)]
-        _uv(argv, env, lock)
-    cuda_home = _cuda_home(root)
-    if cuda_home is not None:
-        runtime = cuda_home / "lib" / "libcudart.so"
-        if not runtime.exists() and (cuda_home / "lib" / "libcudart.so.13").exists():
-            runtime.symlink_to("libcudart.so.13")  # the runtime wheel ships only the versioned name
+    env = uv_environment()
+    failure = f"building the local environment of {lock.env} failed"
+    python = create_venv(root, lock.python, env, failure)
+    install_from_store(python, store, packages, env, failure)
+    home = cuda_home(root)
+    if home is not None:
+        expose_cudart(home)
     (root / MARKER).write_text(lock.closure_hash + "\n")
 
 
 def _describe(lock: Lock, root: Path) -> LocalEnvironment:
-    return LocalEnvironment(root=root, python=root / "bin" / "python", cuda_home=_cuda_home(root))
-
-
-def _cuda_home(root: Path) -> Path | None:
-    """CUDA 13 component wheels all land in site-packages/nvidia/cu13/{bin,include,lib,nvvm}."""
-    for candidate in sorted(root.glob("lib/python3*/site-packages/nvidia/cu1*")):
-        if (candidate / "bin").is_dir():
-            return candidate
-    return None
-
-
-def _uv(argv: list[str], env: dict[str, str], lock: Lock) -> None:
-    done = subprocess.run(
-        [uv_binary(), *argv], env=env, capture_output=True, text=True, check=False
-    )
-    if done.returncode != 0:
-        raise LockError(
-            f"building the local environment of {lock.env} failed: uv {' '.join(argv[:2])}:\n"
-            + done.stderr.strip()[-2000:],
-            hint=f"is Python {lock.python} installed here? (uv does not download Pythons)",
-        )
+    return LocalEnvironment(root=root, python=root / "bin" / "python", cuda_home=cuda_home(root))
 
 
 @contextmanager

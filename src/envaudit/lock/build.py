@@ -1,0 +1,250 @@
+"""Source builds: each declared source becomes one wheel, hashed into the store and into the lock.
+
+A build runs in an isolated builder, a fresh uv venv holding only the source's locked
+build_requires and the lock's CUDA component wheels, installed from the store offline with every
+hash required; `uv build --no-build-isolation --offline` then builds against exactly that. So
+what went into a wheel is what lock.json records, and no index is reachable during the build.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+from packaging.utils import parse_wheel_filename
+
+from envaudit.lock import offline
+from envaudit.lock.config import FetchConfig, uv_binary
+from envaudit.lock.fetch import fetch_artifact
+from envaudit.lock.files import LockError, load_spec
+from envaudit.lock.resolve import BASES_DIR, lock_env
+from envaudit.lock.sources import SourceUnavailable, git_checkout, sdist_tree
+from envaudit.lock.store import Store, sha256_path
+from envaudit.schema.locks import (
+    Artifact,
+    EnvSpec,
+    Lock,
+    LockedPackage,
+    LockedSource,
+    SourceSpec,
+    seal,
+    split_pin,
+)
+
+LOG_TAIL_LINES = 40
+
+
+def build_sources(
+    lock: Lock,
+    spec: EnvSpec,
+    config: FetchConfig,
+    work: Path | None = None,
+    only: set[str] | None = None,
+    rebuild: bool = False,
+) -> tuple[Lock, list[str]]:
+    """Build every source that has no wheel yet; with rebuild, also those named in `only` (all
+    of them when `only` is None). Without rebuild, `only` narrows which unbuilt sources are
+    built. Returns the re-sealed lock and one message per source."""
+    _check_names(lock, only)
+    declared = {s.name: s for s in spec.sources}
+    sources: list[LockedSource] = []
+    messages: list[str] = []
+    for source in lock.sources:
+        if _selected(source, only, rebuild):
+            source, message = _try_build(lock, source, declared.get(source.name), config, work)
+        else:
+            message = _skipped(source)
+        sources.append(source)
+        messages.append(message)
+    body = lock.model_dump(mode="json", exclude={"closure_hash"})
+    body["sources"] = [s.model_dump(mode="json") for s in sources]
+    return seal(body), messages
+
+
+def lock_and_build(
+    folder: Path,
+    config: FetchConfig,
+    build: bool = True,
+    rebuild: list[str] | None = None,
+    bases_dir: Path = BASES_DIR,
+) -> tuple[Lock, list[str]]:
+    """What `envaudit lock` does for one env: resolve, then build the sources (unless build is
+    False); `rebuild` names sources to build again even when a wheel was carried over."""
+    sealed = lock_env(folder, config, bases_dir)
+    if not build:
+        return sealed, []
+    only = set(rebuild) if rebuild else None
+    return build_sources(sealed, load_spec(folder), config, only=only, rebuild=bool(rebuild))
+
+
+def _check_names(lock: Lock, only: set[str] | None) -> None:
+    unknown = sorted((only or set()) - {s.name for s in lock.sources})
+    if unknown:
+        known = ", ".join(s.name for s in lock.sources) or "none"
+        raise LockError(f"{lock.env} has no source named {', '.join(unknown)} (sources: {known})")
+
+
+def _selected(source: LockedSource, only: set[str] | None, rebuild: bool) -> bool:
+    named = only is None or source.name in only
+    return (named or source.wheel is None) if rebuild else (named and source.wheel is None)
+
+
+def _skipped(source: LockedSource) -> str:
+    if source.wheel is not None:
+        return f"source {source.name}: wheel {source.wheel.filename} carried over (not rebuilt)"
+    return f"source {source.name}: not built (not selected)"
+
+
+def _try_build(
+    lock: Lock,
+    source: LockedSource,
+    spec: SourceSpec | None,
+    config: FetchConfig,
+    work: Path | None,
+) -> tuple[LockedSource, str]:
+    """Build one source; when an input cannot be had here, keep it as it was, with the reason."""
+    reason = _not_buildable(source, spec)
+    if reason is not None:
+        return source, f"source {source.name}: not built: {reason}"
+    store = Store(config.store)
+    try:
+        with tempfile.TemporaryDirectory(prefix=f"envaudit-build-{source.name}-", dir=work) as tmp:
+            built = _build(lock, source, spec, config, store, Path(tmp))
+    except SourceUnavailable as exc:
+        kept = " (the earlier wheel is kept)" if source.wheel is not None else ""
+        return source, f"source {source.name}: not built: {exc}{kept}"
+    assert built.wheel is not None
+    wheel = built.wheel
+    return built, f"source {source.name}: built {wheel.filename} (sha256 {wheel.sha256})"
+
+
+def _not_buildable(source: LockedSource, spec: SourceSpec | None) -> str | None:
+    """Why a build is not even attempted (None when it is)."""
+    if source.rev_unresolved:
+        return (
+            f"rev {source.rev} is only a commit prefix; write the full commit in env.toml"
+            " (git ls-remote / git rev-parse on its remote)"
+        )
+    if source.kind == "git" and (spec is None or spec.git is None):
+        return "env.toml declares no git repository for it (lock.json is stale: lock again)"
+    if not source.build_requires:
+        return (
+            "no build_requires are locked for it; declare it under [[sources]] in env.toml with"
+            " its build_requires (e.g. setuptools==...)"
+        )
+    return None
+
+
+def _build(
+    lock: Lock,
+    source: LockedSource,
+    spec: SourceSpec | None,
+    config: FetchConfig,
+    store: Store,
+    tmp: Path,
+) -> LockedSource:
+    tree = _obtain(source, spec, config, store, tmp / "src")
+    python = _builder(lock, source, config, store, tmp / "builder")
+    wheel_file = _run_build(source, tree, python, tmp / "dist", tmp / "build.log")
+    wheel = Artifact(
+        filename=wheel_file.name, size=wheel_file.stat().st_size, sha256=sha256_path(wheel_file)
+    )
+    store.copy_in(wheel_file, wheel, f"{source.name} built wheel", "build")
+    update: dict[str, object] = {"wheel": wheel, "status": "built"}
+    if source.kind == "git":
+        update["version"] = str(parse_wheel_filename(wheel.filename)[1])
+    return source.model_copy(update=update)
+
+
+def _obtain(
+    source: LockedSource, spec: SourceSpec | None, config: FetchConfig, store: Store, dest: Path
+) -> Path:
+    if source.kind == "git":
+        assert spec is not None and spec.git is not None and source.rev is not None
+        return git_checkout(source.name, spec.git, source.rev, source.submodules, dest)
+    if source.sdist is None:
+        raise LockError(f"source {source.name}: lock.json records no sdist for it", 1)
+    package = split_pin(spec.sdist)[0] if spec is not None and spec.sdist else source.name
+    return sdist_tree(store, source.sdist, package, config, dest)
+
+
+def _builder(
+    lock: Lock, source: LockedSource, config: FetchConfig, store: Store, root: Path
+) -> Path:
+    """The isolated builder venv: build_requires and CUDA components, from the store only."""
+    packages = [*source.build_requires, *(p for p in lock.packages if p.role == "cuda")]
+    for package in packages:
+        _into_store(store, package, config, source.name)
+    env = offline.uv_environment()
+    failure = f"making the builder for source {source.name} failed"
+    python = offline.create_venv(root, lock.python, env, failure)
+    pinned = [(p.name, p.version, p.artifact) for p in packages]
+    offline.install_from_store(python, store, pinned, env, failure)
+    home = offline.cuda_home(root)
+    if home is not None:
+        offline.expose_cudart(home)
+    return python
+
+
+def _into_store(store: Store, package: LockedPackage, config: FetchConfig, source: str) -> None:
+    if store.has(package.artifact):
+        return
+    what = f"{package.name}=={package.version} (to build {source})"
+    try:
+        origin = fetch_artifact(store, package.artifact, what, package.name, config)
+    except LockError as exc:
+        if exc.exit_code == 1:
+            raise
+        raise SourceUnavailable(str(exc)) from exc
+    if origin is None:
+        raise SourceUnavailable(
+            f"{what}: {package.artifact.filename} (sha256 {package.artifact.sha256}) is not in"
+            " the store, find-links, mirrors or index"
+        )
+
+
+def build_environment(source: LockedSource, python: Path) -> dict[str, str]:
+    """What the build backend sees: the caller's variables, the builder first on PATH, the
+    toolchain's CUDA_HOME and arch list, the source's build_env, and uv kept offline."""
+    root = python.parent.parent
+    env = offline.uv_environment()
+    env.update(UV_OFFLINE="1", PIP_NO_INDEX="1", VIRTUAL_ENV=str(root))
+    # archive timestamps from a fixed date, so a rebuild has a chance to give the same bytes
+    env.setdefault("SOURCE_DATE_EPOCH", "315532800")
+    env["PATH"] = os.pathsep.join([str(python.parent), env.get("PATH", "")])
+    home = offline.cuda_home(root)
+    if home is not None:
+        env["CUDA_HOME"] = str(home)
+    if source.cuda_arch_list:
+        env["TORCH_CUDA_ARCH_LIST"] = ";".join(source.cuda_arch_list)
+    env.update(source.build_env)
+    return env
+
+
+def _run_build(source: LockedSource, tree: Path, python: Path, out: Path, log: Path) -> Path:
+    """`uv build --wheel` against the builder; the one wheel it produced."""
+    argv = [uv_binary(), "build", "--wheel", "--no-build-isolation", "--offline"]
+    argv += ["--python", str(python), "--out-dir", str(out), "--no-create-gitignore", str(tree)]
+    with log.open("w") as handle:
+        done = subprocess.run(
+            argv,
+            cwd=tree,
+            env=build_environment(source, python),
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            check=False,
+        )
+    if done.returncode != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:])
+        raise LockError(
+            f"source {source.name}: the build failed (uv build exited {done.returncode});"
+            f" last {LOG_TAIL_LINES} lines of the build log:\n{tail}",
+            exit_code=1,
+        )
+    wheels = sorted(out.glob("*.whl"))
+    if len(wheels) != 1:
+        found = ", ".join(w.name for w in wheels) or "none"
+        raise LockError(f"source {source.name}: expected one wheel from the build, got {found}", 1)
+    return wheels[0]

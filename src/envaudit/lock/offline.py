@@ -1,0 +1,80 @@
+"""uv virtual environments made from the store alone: offline, `--no-index`, `--require-hashes`.
+
+Shared by source builds (the isolated builder) and usable by the local runtime, so that both put
+exactly the locked bytes into an environment and neither can reach an index by accident.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+from envaudit.lock.config import uv_binary
+from envaudit.lock.files import LockError
+from envaudit.lock.store import Store
+from envaudit.schema.locks import Artifact
+
+Pinned = tuple[str, str, Artifact]  # (name, version, artifact)
+
+
+def uv_environment() -> dict[str, str]:
+    """The caller's variables minus those that would point uv at another environment, and with
+    Python downloads and uv config files switched off (what is used must be what is locked)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env.update(UV_PYTHON_DOWNLOADS="never", UV_NO_CONFIG="1")
+    return env
+
+
+def run_uv(argv: list[str], env: dict[str, str], failure: str, hint: str | None = None) -> None:
+    """Run uv; a failure raises LockError (exit 2: the machine, not the lock) with uv's words."""
+    done = subprocess.run(
+        [uv_binary(), *argv], env=env, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise LockError(
+            f"{failure}: uv {' '.join(argv[:2])}:\n{done.stderr.strip()[-2000:]}", 2, hint
+        )
+
+
+def create_venv(root: Path, python: str, env: dict[str, str], failure: str) -> Path:
+    """A fresh venv for `python` (an installed interpreter: uv downloads none); its python."""
+    hint = f"is Python {python} installed here? (uv does not download Pythons)"
+    run_uv(["venv", "--quiet", "--python", python, str(root)], env, failure, hint)
+    return root / "bin" / "python"
+
+
+def install_from_store(
+    python: Path, store: Store, packages: list[Pinned], env: dict[str, str], failure: str
+) -> None:
+    """Install exactly these artifacts (no dependencies, no index, every hash required)."""
+    if not packages:
+        return
+    with tempfile.TemporaryDirectory(prefix="envaudit-wheelhouse-") as tmp:
+        house = store.wheelhouse([a for _, _, a in packages], Path(tmp) / "wheels")
+        requirements = Path(tmp) / "requirements.txt"
+        requirements.write_text(
+            "".join(
+                f"{name}=={version} --hash=sha256:{a.sha256}\n" for name, version, a in packages
+            )
+        )
+        argv = ["pip", "install", "--quiet", "--python", str(python)]
+        argv += ["--offline", "--no-index", "--find-links", str(house), "--require-hashes"]
+        argv += ["--no-deps", "-r", str(requirements)]
+        run_uv(argv, env, failure)
+
+
+def cuda_home(root: Path) -> Path | None:
+    """CUDA 13 component wheels all land in site-packages/nvidia/cu13/{bin,include,lib,nvvm}."""
+    for candidate in sorted(root.glob("lib/python3*/site-packages/nvidia/cu1*")):
+        if (candidate / "bin").is_dir():
+            return candidate
+    return None
+
+
+def expose_cudart(home: Path) -> None:
+    """The runtime wheel ships only libcudart.so.13; linkers and loaders look for libcudart.so."""
+    runtime = home / "lib" / "libcudart.so"
+    if not runtime.exists() and (home / "lib" / "libcudart.so.13").exists():
+        runtime.symlink_to("libcudart.so.13")

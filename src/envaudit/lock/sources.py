@@ -1,0 +1,165 @@
+"""Source trees for builds: a git checkout at the locked commit (submodules checked against the
+declared commits) or an sdist from the store, unpacked.
+
+Two kinds of failure are kept apart. A wrong declaration (a submodule at another commit, a rev
+the repository lacks) is the lock's fault: LockError, exit 1. An input that cannot be had from
+here (remote unreachable, artifact nowhere) is the machine's: SourceUnavailable, which leaves the
+source unbuilt without failing the whole lock, so `fetch` later names it as missing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tarfile
+import zipfile
+from pathlib import Path
+
+from envaudit.lock.config import FetchConfig
+from envaudit.lock.fetch import fetch_artifact
+from envaudit.lock.files import LockError
+from envaudit.lock.store import Store
+from envaudit.schema.locks import Artifact
+
+URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+SCP_LIKE = re.compile(r"^[^/:]+:")  # user@host:path
+
+
+class SourceUnavailable(Exception):
+    """An input of a build cannot be obtained here; the message says exactly what failed."""
+
+
+def is_local(url: str) -> bool:
+    return url.startswith("file://") or not (URL_SCHEME.match(url) or SCP_LIKE.match(url))
+
+
+def git_environment(url: str) -> dict[str, str]:
+    """No prompts (an unreachable remote must fail, not wait), English messages, and, for a
+    local repository only, the file transport for its submodules: git blocks it by default since
+    2.38.1 (CVE-2022-39253); here every commit it brings is pinned and checked."""
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+    if is_local(url):
+        count = int(env.get("GIT_CONFIG_COUNT", "0") or "0")
+        env.update(
+            {
+                "GIT_CONFIG_COUNT": str(count + 1),
+                f"GIT_CONFIG_KEY_{count}": "protocol.file.allow",
+                f"GIT_CONFIG_VALUE_{count}": "always",
+            }
+        )
+    return env
+
+
+def _git(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> tuple[int, str]:
+    done = subprocess.run(
+        ["git", *argv], cwd=cwd, env=env, capture_output=True, text=True, check=False
+    )
+    return done.returncode, (done.stdout if done.returncode == 0 else done.stderr).strip()
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else "(git printed nothing)"
+
+
+def git_checkout(name: str, url: str, rev: str, submodules: dict[str, str], dest: Path) -> Path:
+    """Clone url into dest at rev with its submodules; every declared submodule is checked."""
+    env = git_environment(url)
+    code, out = _git(["clone", "--quiet", "--no-checkout", url, str(dest)], env)
+    if code != 0:
+        raise SourceUnavailable(f"git clone {url} failed: {_last_line(out)}")
+    _ensure_commit(name, url, rev, dest, env)
+    code, out = _git(["checkout", "--quiet", "--detach", rev], env, dest)
+    if code != 0:
+        raise LockError(f"source {name}: git checkout {rev} failed: {_last_line(out)}", 1)
+    _check_submodules(name, rev, submodules, dest, env, checked_out=False)
+    code, out = _git(["submodule", "update", "--init", "--recursive", "--quiet"], env, dest)
+    if code != 0:
+        raise SourceUnavailable(f"git submodule update at {rev} failed: {_last_line(out)}")
+    _check_submodules(name, rev, submodules, dest, env, checked_out=True)
+    return dest
+
+
+def _ensure_commit(name: str, url: str, rev: str, dest: Path, env: dict[str, str]) -> None:
+    """A commit no branch reaches is not cloned; ask the remote for it by hash before refusing."""
+    if _git(["cat-file", "-e", f"{rev}^{{commit}}"], env, dest)[0] == 0:
+        return
+    _git(["fetch", "--quiet", "origin", rev], env, dest)
+    if _git(["cat-file", "-e", f"{rev}^{{commit}}"], env, dest)[0] != 0:
+        raise LockError(f"source {name}: commit {rev} is not in {url}", exit_code=1)
+
+
+def _check_submodules(
+    name: str,
+    rev: str,
+    declared: dict[str, str],
+    repo: Path,
+    env: dict[str, str],
+    checked_out: bool,
+) -> None:
+    """Compare each declared commit with the one the superproject records (and, once checked
+    out, with the submodule's HEAD, which also covers submodules nested in submodules)."""
+    for path, want in sorted(declared.items()):
+        have = _recorded_commit(repo, path, env)
+        if checked_out and (repo / path / ".git").exists():
+            have = _git(["rev-parse", "HEAD"], env, repo / path)[1]
+        if have is None:
+            if not checked_out:
+                continue  # perhaps nested in a submodule: decided after the update
+            raise LockError(
+                f"source {name}: declared submodule {path!r} does not exist at {rev}",
+                exit_code=1,
+                hint="remove it from submodules in env.toml, or fix its path",
+            )
+        if have != want:
+            raise LockError(
+                f"source {name}: submodule {path!r} is at {have} at {rev}, but env.toml declares"
+                f" {want}; refused",
+                exit_code=1,
+                hint=f"declare {have}, or choose the rev that records {want}",
+            )
+
+
+def _recorded_commit(repo: Path, path: str, env: dict[str, str]) -> str | None:
+    """The gitlink the superproject records at path (None when path is no submodule there)."""
+    code, out = _git(["ls-tree", "HEAD", "--", path], env, repo)
+    fields = out.split() if code == 0 else []
+    return fields[2] if len(fields) >= 3 and fields[1] == "commit" else None
+
+
+def sdist_tree(
+    store: Store, artifact: Artifact, package: str, config: FetchConfig, dest: Path
+) -> Path:
+    """The unpacked sdist (fetched into the store first when absent); its project folder."""
+    if not store.has(artifact):
+        try:
+            origin = fetch_artifact(store, artifact, f"{package} sdist", package, config)
+        except LockError as exc:
+            if exc.exit_code == 1:
+                raise
+            raise SourceUnavailable(str(exc)) from exc
+        if origin is None:
+            raise SourceUnavailable(
+                f"its sdist {artifact.filename} (sha256 {artifact.sha256}) is not in the store,"
+                " find-links, mirrors or index"
+            )
+    _unpack(store.path_of(artifact), artifact.filename, dest)
+    folders = [p for p in dest.iterdir() if p.is_dir()]
+    if len(folders) != 1:
+        raise LockError(f"{artifact.filename}: expected one top-level folder in the sdist", 1)
+    return folders[0]
+
+
+def _unpack(archive: Path, filename: str, dest: Path) -> None:
+    """Unpack without letting any member land outside dest (tar's 'data' filter; zip checked)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    if filename.endswith(".zip"):
+        with zipfile.ZipFile(archive) as bundle:
+            for member in bundle.namelist():
+                if not (dest / member).resolve().is_relative_to(dest.resolve()):
+                    raise LockError(f"{filename}: member {member!r} escapes the archive", 1)
+            bundle.extractall(dest)
+        return
+    with tarfile.open(archive) as bundle:
+        bundle.extractall(dest, filter="data")

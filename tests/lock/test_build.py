@@ -1,0 +1,243 @@
+"""Source builds for real: a C extension from a local git repository with a submodule, and a
+registry sdist; uv resolves, gcc compiles, the wheels land in a tmp store by hash."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from envaudit.cli import app
+from envaudit.lock.config import FetchConfig
+from envaudit.lock.files import load_lock
+from envaudit.runtime.local import ensure_environment
+
+REPO = Path(__file__).resolve().parents[2]
+PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+SETUPTOOLS = "setuptools==80.9.0"
+FILE_ALLOWED = ["-c", "protocol.file.allow=always"]
+
+ADD_H = """#ifndef FLAG_OFFSET
+#define FLAG_OFFSET 0
+#endif
+static inline long tinyext_add(long a, long b) { return a + b + FLAG_OFFSET; }
+"""
+ADD_C = """#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include "vendor/add.h"
+
+static PyObject *add(PyObject *self, PyObject *args) {
+    long a, b;
+    if (!PyArg_ParseTuple(args, "ll", &a, &b)) {
+        return NULL;
+    }
+    return PyLong_FromLong(tinyext_add(a, b));
+}
+
+static PyMethodDef methods[] = {
+    {"add", add, METH_VARARGS, "a + b (+ FLAG_OFFSET when built with TINYEXT_FLAG=1)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_add", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__add(void) { return PyModule_Create(&module); }
+"""
+SETUP_PY = """import os
+from setuptools import Extension, setup
+
+flag = [("FLAG_OFFSET", "100")] if os.environ.get("TINYEXT_FLAG") == "1" else []
+setup(
+    packages=["tinyext"],
+    package_dir={"": "src"},
+    ext_modules=[Extension("tinyext._add", ["src/add.c"], include_dirs=["."], define_macros=flag)],
+)
+"""
+PYPROJECT = """[build-system]
+requires = ["setuptools"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "tinyext"
+version = "0.1.0"
+"""
+
+
+def git(repo: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "LC_ALL": "C"}
+    env.update(GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+    done = subprocess.run(
+        ["git", *args], cwd=repo, env=env, capture_output=True, text=True, check=True
+    )
+    return done.stdout.strip()
+
+
+def commit_all(repo: Path) -> str:
+    git(repo, "add", "-A")
+    git(repo, "commit", "--quiet", "-m", "tiny")
+    return git(repo, "rev-parse", "HEAD")
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for relative, text in files.items():
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_text(text)
+
+
+@pytest.fixture(scope="module")
+def tinyext(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
+    """(repository, its commit, the vendor submodule's commit)."""
+    root = tmp_path_factory.mktemp("git")
+    vendor, project = root / "vendor-repo", root / "tinyext"
+    for repo in (vendor, project):
+        repo.mkdir()
+        git(repo, "init", "--quiet", "-b", "main")
+    write(vendor, {"add.h": ADD_H})
+    vendor_rev = commit_all(vendor)
+    files = {"pyproject.toml": PYPROJECT, "setup.py": SETUP_PY, "src/add.c": ADD_C}
+    write(project, {**files, "src/tinyext/__init__.py": ""})
+    git(project, *FILE_ALLOWED, "submodule", "add", "--quiet", str(vendor), "vendor")
+    return project, commit_all(project), vendor_rev
+
+
+def env_toml(source: str) -> str:
+    return (
+        f'python = "{PYTHON}"\nplatform = "x86_64-manylinux_2_28"\n'
+        'base = { recipe = "bookworm-minbase" }\nrequirements = ["six==1.17.0"]\n\n'
+        f"[[sources]]\n{source}"
+    )
+
+
+def git_source(url: Path | str, rev: str, submodules: dict[str, str]) -> str:
+    modules = ", ".join(f'"{path}" = "{commit}"' for path, commit in submodules.items())
+    return (
+        f'name = "tinyext"\ngit = "{url}"\nrev = "{rev}"\nsubmodules = {{ {modules} }}\n'
+        f'build_requires = ["{SETUPTOOLS}"]\nbuild_env = {{ TINYEXT_FLAG = "1" }}\n'
+    )
+
+
+@pytest.fixture(scope="module")
+def places(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A tmp locks dir, store and cache; commands run from the repository root (bases)."""
+    root = tmp_path_factory.mktemp("envaudit")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(REPO)
+        patch.setenv("ENVAUDIT_STORE", str(root / "store"))
+        patch.setenv("ENVAUDIT_CACHE", str(root / "cache"))
+        yield root
+
+
+def envaudit(places: Path, *argv: str) -> Result:
+    return CliRunner().invoke(app, [*argv, "--locks-dir", str(places / "locks")])
+
+
+def new_env(places: Path, name: str, source: str) -> Path:
+    folder = places / "locks" / name
+    folder.mkdir(parents=True)
+    (folder / "env.toml").write_text(env_toml(source))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def built(places: Path, tinyext: tuple[Path, str, str]) -> tuple[Path, Result]:
+    repo, rev, vendor_rev = tinyext
+    folder = new_env(places, "tiny", git_source(repo, rev, {"vendor": vendor_rev}))
+    return folder, envaudit(places, "lock", "tiny")
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_git_source_is_built_into_the_store(places: Path, built: tuple[Path, Result]) -> None:
+    folder, result = built
+    assert result.exit_code == 0, result.output
+    (source,) = json.loads((folder / "lock.json").read_text())["sources"]
+    assert source["status"] == "built" and source["version"] == "0.1.0"
+    wheel = source["wheel"]
+    assert wheel["filename"].startswith("tinyext-0.1.0-") and wheel["sha256"] in result.output
+    stored = places / "store" / "sha256" / wheel["sha256"]
+    assert sha256(stored) == wheel["sha256"] and stored.stat().st_size == wheel["size"]
+
+
+def test_built_wheel_installs_and_saw_build_env(places: Path, built: tuple[Path, Result]) -> None:
+    folder, _ = built
+    fetched = envaudit(places, "fetch", "tiny")
+    assert fetched.exit_code == 0, fetched.output
+    lock = load_lock(folder)
+    local = ensure_environment(lock, FetchConfig.from_environment(), places / "cache")
+    code = "import tinyext._add as m; print(m.add(2, 3))"
+    done = subprocess.run([local.python, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "105"  # 2 + 3 + FLAG_OFFSET, defined only via build_env
+
+
+def test_lock_again_carries_the_wheel(places: Path, built: tuple[Path, Result]) -> None:
+    folder, _ = built
+    before = load_lock(folder).sources[0].wheel
+    again = envaudit(places, "lock", "tiny")
+    assert again.exit_code == 0, again.output
+    assert "carried over" in again.output and "built tinyext" not in again.output
+    assert load_lock(folder).sources[0].wheel == before
+
+
+def test_wrong_submodule_commit_is_refused(places: Path, tinyext: tuple[Path, str, str]) -> None:
+    repo, rev, vendor_rev = tinyext
+    wrong = "1" * 40
+    new_env(places, "wrongsub", git_source(repo, rev, {"vendor": wrong}))
+    result = envaudit(places, "lock", "wrongsub")
+    assert result.exit_code == 1
+    assert wrong in result.output and vendor_rev in result.output
+    assert not (places / "locks" / "wrongsub" / "lock.json").exists()
+
+
+def test_undeclared_submodule_path_is_refused(places: Path, tinyext: tuple[Path, str, str]) -> None:
+    repo, rev, vendor_rev = tinyext
+    new_env(places, "nosub", git_source(repo, rev, {"vendor": vendor_rev, "third": vendor_rev}))
+    result = envaudit(places, "lock", "nosub")
+    assert result.exit_code == 1
+    assert "'third' does not exist" in result.output
+
+
+def test_unreachable_repository_stays_declared(places: Path) -> None:
+    missing = places / "no-such-repo"
+    folder = new_env(places, "gone", git_source(missing, "a" * 40, {}))
+    result = envaudit(places, "lock", "gone")
+    assert result.exit_code == 0, result.output
+    assert f"git clone {missing} failed" in result.output and "does not exist" in result.output
+    assert load_lock(folder).sources[0].status == "declared"
+    fetched = envaudit(places, "fetch", "gone")
+    assert fetched.exit_code == 1
+    assert "missing: source tinyext: no built wheel recorded" in fetched.output
+
+
+def test_registry_sdist_is_built(places: Path) -> None:
+    source = (
+        'name = "docopt"\nsdist = "docopt==0.6.2"\n'
+        f'build_requires = ["{SETUPTOOLS}", "wheel==0.45.1"]\n'
+    )
+    folder = new_env(places, "sdist", source)
+    result = envaudit(places, "lock", "sdist")
+    assert result.exit_code == 0, result.output
+    (locked,) = load_lock(folder).sources
+    assert locked.status == "built" and locked.wheel is not None
+    assert locked.wheel.filename.startswith("docopt-0.6.2-")
+    assert sha256(places / "store" / "sha256" / locked.wheel.sha256) == locked.wheel.sha256
+
+
+def test_compiler_error_fails_the_lock(places: Path, tinyext: tuple[Path, str, str]) -> None:
+    repo, _, vendor_rev = tinyext
+    git(repo, "checkout", "--quiet", "-b", "broken")
+    (repo / "src/add.c").write_text(ADD_C.replace("return NULL;", "return NULL"))
+    broken = commit_all(repo)
+    git(repo, "checkout", "--quiet", "main")
+    new_env(places, "broken", git_source(repo, broken, {"vendor": vendor_rev}))
+    result = envaudit(places, "lock", "broken")
+    assert result.exit_code == 1
+    assert "source tinyext: the build failed" in result.output and "error:" in result.output
