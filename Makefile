@@ -12,7 +12,7 @@ ifneq ($(LOCAL_WHEELS),)
 export UV_FIND_LINKS := $(LOCAL_WHEELS)
 endif
 
-.PHONY: bootstrap test lint typecheck check-inputs check-locks audit dataset schemas clean
+.PHONY: bootstrap test lint typecheck check-inputs check-locks audit report dataset schemas clean
 
 bootstrap: $(VENV_STAMP)
 
@@ -48,7 +48,13 @@ dataset: bootstrap
 # Without GPU=..., the audit runs every solution's smoke suite on the CPU (GPU-only solutions
 # then read UNSUPPORTED_DEVICE).
 audit: bootstrap check-inputs
-	.venv/bin/envaudit audit $(if $(GPU),--gpu $(GPU),--device cpu) --out results/audit
+	.venv/bin/envaudit audit $(if $(GPU),--gpu $(GPU),--device cpu) --out results/audit; \
+	status=$$?; .venv/bin/envaudit merge results/audit/results.jsonl --out results/audit/report; \
+	exit $$status
+
+# The committed report, from the committed H100 result lines (README).
+report: bootstrap
+	.venv/bin/envaudit merge docs/results/h100/*.jsonl --out docs/
 
 clean:
 	rm -rf .venv .pytest_cache .mypy_cache .ruff_cache

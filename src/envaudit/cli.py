@@ -377,10 +377,31 @@ def audit(
 @app.command()
 def merge(
     files: Annotated[list[Path], typer.Argument(help="Result files to merge.")],
-    out: Annotated[Path, typer.Option("--out")] = Path("docs"),
+    out: Annotated[Path, typer.Option("--out", help="Folder for the report.")] = Path("docs"),
+    data_root: DataRoot = Path("workloads"),
+    solutions_root: Annotated[Path, typer.Option("--solutions-root")] = Path("solutions"),
 ) -> None:
-    """Merge result files into summary.json, performance.md, preferred-solutions.json, plots."""
-    _not_built("merge", "issue 5")
+    """Merge result files (ours or FlashInfer-Bench traces) into results.jsonl, summary.json,
+    performance.md, preferred-solutions.json, interfaces.json, plots/ and traces/."""
+    from envaudit.report.build import ReportError, build_report
+
+    command = "envaudit merge " + " ".join(str(f) for f in files) + f" --out {out}"
+    try:
+        outcome = build_report(files, out, data_root, solutions_root, command)
+    except ReportError as exc:
+        _error(str(exc))
+    merged = outcome.merged
+    for finding in merged.findings:
+        typer.echo(f"warning: {finding.render()}", err=True)
+    for conflict in merged.conflicts:
+        typer.echo(f"conflict: {conflict.render()}", err=True)
+    typer.echo(
+        f"merged {len(merged.lines)} lines from {len(files)} files ({merged.repeats} repeats,"
+        f" {len(merged.conflicts)} conflicts, {len(merged.findings)} findings);"
+        f" {len(outcome.written)} files under {out}"
+    )
+    if not merged.lines:
+        raise typer.Exit(EXIT_FAILED)
 
 
 @app.command()

@@ -33,7 +33,6 @@ def test_help_lists_every_command_of_the_design() -> None:
         ["doctor"],
         ["base", "build", "x"],
         ["build", "--env", "x"],
-        ["merge", "f"],
     ],
 )
 def test_commands_not_built_yet_say_so_and_exit_2(argv: list[str]) -> None:

@@ -90,7 +90,11 @@ def test_blobs_stay_small_and_carry_provenance() -> None:
 
 def test_generator_reproduces_the_committed_dataset(tmp_path: Path) -> None:
     assert build_dataset(["build", str(tmp_path)]) == 0
-    assert tree_digest(tmp_path) == tree_digest(SHIPPED_ROOT), "run `make dataset` and commit"
+
+    def generated(root: Path) -> dict[str, str]:  # interfaces/ is written by hand
+        return {k: v for k, v in tree_digest(root).items() if not k.startswith("interfaces/")}
+
+    assert generated(tmp_path) == generated(SHIPPED_ROOT), "run `make dataset` and commit"
 
 
 def smoke_cases() -> list[tuple[str, str]]:

@@ -1,8 +1,8 @@
 """`check-inputs`: every definition, workload, tensor path and blob of a TraceSet, checked.
 
 The checks run in a fixed order (definitions, then each workload's axes, inputs and
-constraints, then blobs and suites) and collect every finding rather than stopping at the
-first. Nothing under the root is written.
+constraints, then blobs, suites and interface files) and collect every finding rather than
+stopping at the first. Nothing under the root is written.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from envaudit.dataset.blobs import BlobError, BlobInfo, read_blob
+from envaudit.dataset.interfaces import check_interfaces
 from envaudit.dataset.traceset import DefinitionFile, TraceSet, WorkloadLine, load_traceset
 from envaudit.schema.dtypes import FLOAT_DTYPES, canonical_dtype
 from envaudit.schema.expressions import (
@@ -108,6 +109,7 @@ def check_inputs(root: Path, only: Iterable[str] = ()) -> CheckReport:
     if not selected:
         _check_unreferenced_blobs(ctx)
         _check_suites(ctx)
+    _check_interfaces(ctx, selected)
     ctx.report.unique_blobs = len({p for p in ctx.referenced if isinstance(ctx.blobs[p], BlobInfo)})
     return ctx.report
 
@@ -361,6 +363,12 @@ def _check_unreferenced_blobs(ctx: _Context) -> None:
             ctx.add(
                 "error", "unreferenced-blob", rel, "no workload references this file", hint=hint
             )
+
+
+def _check_interfaces(ctx: _Context, selected: set[str]) -> None:
+    """interfaces/**/*.json: model, definition, operands; a missing file is only a warning."""
+    checked = check_interfaces(ctx.ts.root, ctx.ts.definitions, selected)
+    ctx.report.findings.extend(checked.findings)
 
 
 def _check_suites(ctx: _Context) -> None:

@@ -9,7 +9,13 @@ import json
 import sys
 from pathlib import Path
 
+from pydantic import BaseModel
+
+from envaudit.schema.interfaces import Interface
 from envaudit.schema.models import MODELS
+
+# The TraceSet formats plus envaudit's own files that live beside them under the data root.
+SCHEMA_MODELS: dict[str, type[BaseModel]] = {**MODELS, "interface": Interface}
 
 
 def render_schemas() -> dict[str, str]:
@@ -17,7 +23,7 @@ def render_schemas() -> dict[str, str]:
     return {
         f"{name}.schema.json": json.dumps(model.model_json_schema(), indent=2, sort_keys=True)
         + "\n"
-        for name, model in MODELS.items()
+        for name, model in SCHEMA_MODELS.items()
     }
 
 
@@ -26,7 +32,7 @@ def main(argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for name, text in render_schemas().items():
         (out / name).write_text(text)
-    print(f"wrote {len(MODELS)} schemas to {out}")
+    print(f"wrote {len(SCHEMA_MODELS)} schemas to {out}")
     return 0
 
 

@@ -1,0 +1,180 @@
+"""performance.md: the summary as tables a person reads in a minute, with its provenance."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def _num(value: float | None, digits: int = 3) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.{digits}f}" if abs(value) < 1000 else f"{value:.0f}"
+
+
+def _ms(value: float | None) -> str:
+    return "–" if value is None else f"{value:.4g}"
+
+
+def _short(text: str | None, n: int = 12) -> str:
+    return "–" if not text else str(text)[:n]
+
+
+def render_markdown(
+    summary: Mapping[str, Any],
+    preferred: Mapping[str, Any],
+    interfaces: Sequence[Mapping[str, Any]],
+    command: str,
+    generated_at: str,
+) -> str:
+    parts = [
+        "# Performance report\n",
+        f"Generated {generated_at} by `{command}` from {summary['lines']} result lines.",
+        "Speedups compare each solution with its definition's baseline on the same GPU, each in",
+        "its own environment (graph-replay medians where both have them, else eager medians);",
+        "aggregates are geometric means over the workloads both passed. Roofline fraction:",
+        "achieved over attainable at the GPU's dense BF16 peak and HBM bandwidth.\n",
+        _overview(summary, preferred),
+        _provenance(summary),
+        _reproduce(summary),
+        *(_definition(name, block, summary) for name, block in summary["definitions"].items()),
+        _interfaces(interfaces),
+        _findings(summary),
+    ]
+    return "\n".join(p for p in parts if p) + "\n"
+
+
+def _gpu_label(summary: Mapping[str, Any], device: str) -> str:
+    name = summary["devices"].get(device, {}).get("name", device)
+    return f"{name} ({device[:12]})" if device.startswith("GPU-") else str(name)
+
+
+def _overview(summary: Mapping[str, Any], preferred: Mapping[str, Any]) -> str:
+    rows = [
+        "## At a glance\n",
+        "| definition | GPU | passed (all solutions) | preferred | speedup | runner-up |",
+        "|---|---|---|---|---:|---|",
+    ]
+    for name, block in summary["definitions"].items():
+        for device, dblock in block["devices"].items():
+            passed = sum(s["workloads"]["passed"] for s in dblock["solutions"])
+            total = sum(s["workloads"]["total"] for s in dblock["solutions"])
+            choice = preferred["choices"][name][device]
+            best, runner = choice["choice"], choice["runner_up"]
+            best_text = f"none ({choice['reason']})" if best == "none" else f"`{best['solution']}`"
+            speed = "–" if best == "none" else _num(best["geomean_speedup"], 2) + "x"
+            runner_text = f"`{runner['solution']}`" if runner else "–"
+            rows.append(
+                f"| {name} | {_gpu_label(summary, device)} | {passed}/{total} | {best_text}"
+                f" | {speed} | {runner_text} |"
+            )
+    rows.append(f"\nRule: {preferred['rule']}.\n")
+    return "\n".join(rows)
+
+
+def _provenance(summary: Mapping[str, Any]) -> str:
+    rows = ["## Provenance\n"]
+    if summary.get("measured_between"):
+        first, last = summary["measured_between"]
+        rows.append(f"Measured between {first} and {last}.\n")
+    rows += ["| GPU | name | driver | compute capability |", "|---|---|---|---|"]
+    for uuid, gpu in summary["devices"].items():
+        cc = gpu.get("compute_capability")
+        rows.append(f"| `{uuid}` | {gpu['name']} | {gpu.get('driver') or '–'} | {cc or '–'} |")
+    rows += [
+        "",
+        "| env | closure hash | runtime | image | python | torch | triton | distributions |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for env in summary["environments"]:
+        closure = env["closure_hash"] or "none (host interpreter, not a built lock)"
+        fingerprints = ", ".join(f"`{f[:12]}`" for f in env["distributions_fingerprints"])
+        rows.append(
+            f"| {env['env']} | {closure if not env['closure_hash'] else '`' + closure + '`'}"
+            f" | {env['runtime']} | {env['image_id'] or '–'} | {env['python']} | {env['torch']}"
+            f" | {env['triton'] or '–'} | {fingerprints} |"
+        )
+    hashes = ", ".join(f"`{h[:16]}`" for h in summary["harness_hashes"])
+    rows.append(f"\nHarness revisions (harness_hash): {hashes}.\n")
+    return "\n".join(rows)
+
+
+def _reproduce(summary: Mapping[str, Any]) -> str:
+    rows = ["## How to reproduce\n", "One command per environment and GPU that produced lines:\n"]
+    seen: set[tuple[str, str, str]] = set()
+    for block in summary["definitions"].values():
+        for device, dblock in block["devices"].items():
+            for entry in dblock["solutions"]:
+                key = (str(entry["runtime"]), entry["env"], device)
+                if key in seen:
+                    continue
+                seen.add(key)
+    for runtime, env, device in sorted(seen):
+        target = f"--gpu {device}" if device.startswith("GPU-") else "--device cpu"
+        extra = "" if runtime == "host" else f" --env {env}"
+        rows.append(
+            f"- {env} on {device[:12]}: `envaudit run --solution <solution> --runtime {runtime}"
+            f"{extra} {target} --suite dev --graph-timing`"
+        )
+    return "\n".join(rows) + "\n"
+
+
+def _definition(name: str, block: Mapping[str, Any], summary: Mapping[str, Any]) -> str:
+    rows = [f"## {name}\n", f"Baseline: `{block['baseline'] or 'none declared'}`.\n"]
+    for device, dblock in block["devices"].items():
+        rows += [
+            f"{_gpu_label(summary, device)}:\n",
+            "| solution | env | passed | per workload: status, median ms (graph/eager), speedup"
+            " | geomean speedup | roofline |",
+            "|---|---|---|---|---:|---:|",
+        ]
+        for entry in dblock["solutions"]:
+            counts = entry["workloads"]
+            failed = ", ".join(f"{k} {v}" for k, v in counts["failed"].items())
+            passed = f"{counts['passed']}/{counts['total']}" + (f" ({failed})" if failed else "")
+            cells = []
+            for row in entry["per_workload"]:
+                label = row["label"] or row["uuid"][:8]
+                if row["status"] != "PASSED":
+                    cells.append(f"{label}: **{row['status']}**")
+                    continue
+                timing = f"{_ms(row['graph_median_ms'])}/{_ms(row['eager_median_ms'])}"
+                speed = f", {_num(row['speedup_primary'], 2)}x" if row["speedup_primary"] else ""
+                cells.append(f"{label}: {timing}{speed}")
+            geo = entry["geomean_speedup"]["primary"]
+            rows.append(
+                f"| `{entry['solution']}` | {entry['env']} | {passed} | {'<br>'.join(cells)}"
+                f" | {_num(geo, 2) + 'x' if geo else '–'}"
+                f" | {_num(entry['roofline_fraction_median'], 2)} |"
+            )
+        rows.append("")
+    return "\n".join(rows)
+
+
+def _interfaces(interfaces: Sequence[Mapping[str, Any]]) -> str:
+    if not interfaces:
+        return ""
+    rows = [
+        "## Native calls these definitions stand for\n",
+        "| definition | native call | pinned source | drop-in | integration work left |",
+        "|---|---|---|---|---|",
+    ]
+    for item in interfaces:
+        source = item.get("pinned_source") or {}
+        pinned = f"{source.get('repo', '')}@{_short(source.get('rev'))}:{source.get('path', '')}"
+        work = "; ".join(item.get("integration_work") or []) or "–"
+        rows.append(
+            f"| {item['definition']} | {item.get('library')} `{item.get('function')}` | {pinned}"
+            f" | {item.get('drop_in')} | {work} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+def _findings(summary: Mapping[str, Any]) -> str:
+    rows = ["## Input findings\n"]
+    rows += [f"- {f}" for f in summary["findings"]] or ["- none"]
+    if summary["conflicts"]:
+        rows.append("\nConflicting duplicates (newest kept):\n")
+        rows += [f"- {c['text']}" for c in summary["conflicts"]]
+    rows.append(f"\nRepeated measurements replaced by a newer one: {summary['repeats_dropped']}.")
+    return "\n".join(rows)

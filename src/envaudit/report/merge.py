@@ -1,0 +1,244 @@
+"""Merge result files from any number of runs, runtimes and machines into one set of lines.
+
+Every input line is accounted for: merged, a repeat of a line already merged (same solution
+revision, workload, environment and GPU, same status: the newest measurement is kept), a
+conflict (same key, different status or solution revision: the newest is kept and both are
+reported), or a finding with its file and line number (truncated, not JSON, unknown kind, older
+schema, unknown status). Nothing readable is left out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envaudit.schema.models import EvaluationStatus
+from envaudit.schema.results import RESULT_SCHEMA_VERSION
+
+KNOWN_STATUSES = {s.value for s in EvaluationStatus}
+REQUIRED = ("definition", "solution", "status")
+
+Key = tuple[str, str, str, str, str]  # solution, workload uuid, env, closure hash, device
+
+
+@dataclass(frozen=True)
+class InputFinding:
+    file: str
+    line: int | None
+    message: str
+
+    def render(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line is not None else self.file
+        return f"{where}: {self.message}"
+
+
+@dataclass
+class Conflict:
+    key: Key
+    kept: Mapping[str, Any]
+    dropped: Mapping[str, Any]
+
+    def render(self) -> str:
+        solution, workload, env, _, device = self.key
+        return (
+            f"{solution} / {workload} on {device} ({env}): kept {self.kept.get('status')} from"
+            f" {self.kept.get('_source')}, dropped {self.dropped.get('status')} from"
+            f" {self.dropped.get('_source')}"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        def brief(line: Mapping[str, Any]) -> dict[str, Any]:
+            return {
+                "status": line.get("status"),
+                "solution_hash": line.get("solution_hash"),
+                "timestamp": line.get("timestamp"),
+                "source": line.get("_source"),
+            }
+
+        solution, workload, env, closure, device = self.key
+        return {
+            "solution": solution,
+            "workload": workload,
+            "env": env,
+            "closure_hash": closure or None,
+            "device": device,
+            "kept": brief(self.kept),
+            "dropped": brief(self.dropped),
+        }
+
+
+@dataclass
+class InputFile:
+    file: str
+    lines: int = 0
+    results: int = 0
+    distributions: int = 0
+
+
+@dataclass
+class MergeResult:
+    lines: list[dict[str, Any]] = field(default_factory=list)
+    findings: list[InputFinding] = field(default_factory=list)
+    conflicts: list[Conflict] = field(default_factory=list)
+    repeats: int = 0
+    distributions: dict[str, dict[str, str]] = field(default_factory=dict)
+    inputs: list[InputFile] = field(default_factory=list)
+
+
+# A converter for lines in another format (FlashInfer-Bench traces): returns our line or None.
+Converter = Callable[[Mapping[str, Any]], dict[str, Any] | None]
+
+
+def line_key(line: Mapping[str, Any]) -> Key:
+    context = line.get("context") or {}
+    environment = line.get("environment") or {}
+    device = environment.get("gpu_uuid") or context.get("device_id") or "cpu"
+    return (
+        str(line["solution"]),
+        str((line.get("workload") or {}).get("uuid")),
+        str(context.get("env") or ""),
+        str(context.get("closure_hash") or ""),
+        str(device),
+    )
+
+
+def merge_files(paths: Iterable[Path], convert: Converter | None = None) -> MergeResult:
+    result = MergeResult()
+    kept: dict[Key, dict[str, Any]] = {}
+    for path in paths:
+        summary = InputFile(file=str(path))
+        result.inputs.append(summary)
+        for line in _read(path, summary, result, convert):
+            _admit(line, kept, result)
+    result.lines = sorted(kept.values(), key=lambda line: line_key(line))
+    return result
+
+
+def _read(
+    path: Path, summary: InputFile, result: MergeResult, convert: Converter | None
+) -> Iterable[dict[str, Any]]:
+    def finding(number: int | None, message: str) -> None:
+        result.findings.append(InputFinding(str(path), number, message))
+
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        finding(None, f"cannot read: {exc}")
+        return
+    if not text.strip():
+        finding(None, "empty input: no result lines")
+        return
+    raw_lines = text.split("\n")
+    for number, raw in enumerate(raw_lines, start=1):
+        if not raw.strip():
+            continue
+        summary.lines += 1
+        try:
+            parsed = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            last = number == len(raw_lines) and not text.endswith("\n")
+            message = (
+                "truncated last line (an interrupted run?); skipped"
+                if last
+                else f"not JSON ({exc.msg}); skipped"
+            )
+            finding(number, message)
+            continue
+        line = _classify(parsed, path, number, summary, result, convert, finding)
+        if line is not None:
+            summary.results += 1
+            line["_source"] = f"{path}:{number}"
+            yield line
+
+
+def _classify(
+    parsed: Any,
+    path: Path,
+    number: int,
+    summary: InputFile,
+    result: MergeResult,
+    convert: Converter | None,
+    finding: Callable[[int | None, str], None],
+) -> dict[str, Any] | None:
+    if not isinstance(parsed, dict):
+        finding(number, "not a JSON object; skipped")
+        return None
+    if "fingerprint" in parsed and "distributions" in parsed:
+        result.distributions[str(parsed["fingerprint"])] = dict(parsed["distributions"])
+        summary.distributions += 1
+        return None
+    if "schema_version" not in parsed and "evaluation" in parsed and convert is not None:
+        converted = convert(parsed)
+        if converted is None:
+            finding(number, "FlashInfer-Bench line without an evaluation (a workload); skipped")
+            return None
+        parsed = converted  # then checked like any line of ours
+    version = parsed.get("schema_version")
+    missing = [k for k in REQUIRED if k not in parsed] + (
+        []
+        if isinstance(parsed.get("workload"), dict) and "uuid" in parsed["workload"]
+        else ["workload.uuid"]
+    )
+    if version != RESULT_SCHEMA_VERSION:
+        state = "skipped: " + ", ".join(missing) + " missing" if missing else "merged as read"
+        finding(
+            number,
+            f"result schema version {version!r} (this envaudit writes"
+            f" {RESULT_SCHEMA_VERSION}); {state}",
+        )
+    elif missing:
+        finding(number, f"not a result line ({', '.join(missing)} missing); skipped")
+    if missing:
+        return None
+    if parsed["status"] not in KNOWN_STATUSES:
+        finding(number, f"unknown status {parsed['status']!r}; merged, counted as not passed")
+    line: dict[str, Any] = parsed
+    return line
+
+
+def _admit(line: dict[str, Any], kept: dict[Key, dict[str, Any]], result: MergeResult) -> None:
+    key = line_key(line)
+    old = kept.get(key)
+    if old is None:
+        kept[key] = line
+        return
+    newer, older = (
+        (line, old) if str(line.get("timestamp")) >= str(old.get("timestamp")) else (old, line)
+    )
+    kept[key] = newer
+    same = (old.get("status"), old.get("solution_hash")) == (
+        line.get("status"),
+        line.get("solution_hash"),
+    )
+    if same:
+        result.repeats += 1
+    else:
+        result.conflicts.append(Conflict(key=key, kept=newer, dropped=older))
+
+
+def write_results(lines: Iterable[Mapping[str, Any]], path: Path) -> None:
+    """results.jsonl: the merged lines, without our bookkeeping keys, in a stable order."""
+    text = "".join(
+        json.dumps({k: v for k, v in line.items() if not k.startswith("_")}, sort_keys=True) + "\n"
+        for line in lines
+    )
+    write_text_atomically(path, text)
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    import os
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

@@ -1,0 +1,398 @@
+"""plots/: speedup and roofline figures drawn from summary.json.
+
+The plots are committed next to the report, so they must regenerate byte for byte: figures are
+built on ``matplotlib.figure.Figure`` directly (no pyplot, so no global figure registry and no
+interactive backend), under matplotlib's default rcParams (a user's matplotlibrc must not change
+a committed file), with fixed sizes and DPI, a constant SVG hash salt, and no date or software
+stamps in the files. matplotlib is pinned exactly in pyproject.toml for the same reason: glyph
+outlines and PNG rasterisation change between releases.
+
+Figures never mix GPUs: one speedup figure per definition and GPU, one roofline figure per GPU.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from itertools import groupby
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+from matplotlib.ticker import FormatStrFormatter, NullFormatter
+
+DPI = 100
+SPEEDUP_SIZE = (11.0, 6.0)
+ROOFLINE_WIDTH = 11.0
+LOG_SCALE_RATIO = 10.0
+"""Speedups spanning more than this factor (baseline 1.0 included) are drawn on a log axis."""
+
+FAIL_COLOUR = "#c0392b"
+BASELINE_COLOUR = "#7f7f7f"
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+
+SVG_HASH_SALT = "envaudit-plots"
+_FAILED_LABEL = "failed or not compared (status on the bar)"
+_VENDORS = frozenset({"nvidia", "amd", "intel", "geforce", "tesla"})
+
+
+@dataclass(frozen=True)
+class _Slot:
+    """One solution's bar at one workload: a speedup, or why there is none."""
+
+    speedup: float | None
+    mark: str | None
+
+
+def write_plots(summary: Mapping[str, Any], out: Path) -> list[Path]:
+    """Write every figure under ``out/plots/`` and return the paths written, PNG then SVG."""
+    target = out / "plots"
+    target.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    devices = summary.get("devices") or {}
+    with _reproducible_rc():
+        for definition, block in sorted(summary["definitions"].items()):
+            for device, dblock in sorted(block["devices"].items()):
+                if not _has_speedup(dblock["solutions"]):
+                    continue
+                gpu = _gpu_name(devices, device)
+                fig = _speedup_figure(definition, gpu, device, dblock["solutions"])
+                stem = f"{_safe(definition)}.{short_gpu(gpu, device)}"
+                written += _save(fig, target / stem)
+        for device in _roofline_devices(summary):
+            gpu = _gpu_name(devices, device)
+            fig = _roofline_figure(gpu, device, _roofline_entries(summary, device))
+            written += _save(fig, target / f"roofline.{short_gpu(gpu, device)}")
+    return written
+
+
+def short_gpu(name: str, uuid: str) -> str:
+    """A filesystem-safe GPU tag: the model (``h100``) and the UUID's first 8 hex digits, so two
+    cards of one model never overwrite each other's figures."""
+    words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w and w not in _VENDORS]
+    model = words[0] if words else "gpu"
+    tail = re.sub(r"^(gpu|mig)-", "", uuid.lower())
+    digits = re.sub(r"[^0-9a-f]", "", tail)[:8] or _safe(uuid)[:8]
+    return f"{model}-{digits}" if model != digits else model
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "unnamed"
+
+
+def _gpu_name(devices: Mapping[str, Any], device: str) -> str:
+    return str((devices.get(device) or {}).get("name") or device)
+
+
+@contextmanager
+def _reproducible_rc() -> Iterator[None]:
+    """matplotlib's defaults plus our fixed settings, whatever the caller's matplotlibrc says."""
+    with matplotlib.rc_context():
+        matplotlib.rcdefaults()
+        matplotlib.rcParams.update(
+            {"svg.hashsalt": SVG_HASH_SALT, "svg.fonttype": "path", "font.size": 9.0}
+        )
+        yield
+
+
+def _save(fig: Figure, stem: Path) -> list[Path]:
+    """Save without timestamps or software stamps, then drop the figure's artists at once."""
+    png, svg = stem.with_suffix(stem.suffix + ".png"), stem.with_suffix(stem.suffix + ".svg")
+    fig.savefig(png, format="png", dpi=DPI, metadata={"Software": None})
+    fig.savefig(svg, format="svg", dpi=DPI, metadata={"Date": None})
+    fig.clear()
+    return [png, svg]
+
+
+# --- speedup figure -------------------------------------------------------------------------
+
+
+def _has_speedup(solutions: Sequence[Mapping[str, Any]]) -> bool:
+    return any(
+        not entry["baseline"] and any(r.get("speedup_primary") for r in entry["per_workload"])
+        for entry in solutions
+    )
+
+
+def _workload_key(row: Mapping[str, Any]) -> tuple[str, str]:
+    return (str(row.get("label") or ""), str(row["uuid"]))
+
+
+def _workload_name(row: Mapping[str, Any]) -> str:
+    return str(row.get("label") or str(row["uuid"])[:8])
+
+
+def _workloads(solutions: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Every workload any solution on this GPU ran, in the summary's (label, uuid) order."""
+    rows: dict[str, Mapping[str, Any]] = {}
+    for entry in solutions:
+        for row in entry["per_workload"]:
+            rows.setdefault(str(row["uuid"]), row)
+    return sorted(rows.values(), key=_workload_key)
+
+
+def _slots(
+    entry: Mapping[str, Any], workloads: Sequence[Mapping[str, Any]], base: Mapping[str, str]
+) -> list[_Slot]:
+    """Bars for one solution; a missing bar always says why (its status, or the baseline's)."""
+    mine = {str(r["uuid"]): r for r in entry["per_workload"]}
+    slots = []
+    for workload in workloads:
+        uuid = str(workload["uuid"])
+        row = mine.get(uuid)
+        if row is None:
+            slots.append(_Slot(None, "not run"))
+        elif row["status"] != "PASSED":
+            slots.append(_Slot(None, str(row["status"])))
+        elif row.get("speedup_primary"):
+            slots.append(_Slot(float(row["speedup_primary"]), None))
+        else:
+            slots.append(_Slot(None, f"baseline {base.get(uuid, 'not run')}"))
+    return slots
+
+
+def _speedup_figure(
+    definition: str, gpu: str, device: str, solutions: Sequence[Mapping[str, Any]]
+) -> Figure:
+    workloads = _workloads(solutions)
+    baseline = next((e for e in solutions if e["baseline"]), None)
+    base_status = {
+        str(r["uuid"]): str(r["status"]) for r in (baseline or {}).get("per_workload", [])
+    }
+    others = [e for e in solutions if not e["baseline"]]
+    slots = [_slots(e, workloads, base_status) for e in others]
+    fig = Figure(figsize=SPEEDUP_SIZE, dpi=DPI, layout="constrained")
+    ax = fig.add_subplot()
+    log = _use_log(slots)
+    _draw_baseline(ax, baseline)
+    failures = _draw_bars(ax, others, slots, log)
+    _style_speedup_axes(ax, workloads, log, _lowest(slots))
+    _failure_reasons(ax, failures, log)
+    ax.set_title(f"{definition}\n{gpu} ({device})", fontsize=10)
+    _speedup_legend(fig, ax)
+    return fig
+
+
+def _speedup_legend(fig: Figure, ax: Axes) -> None:
+    """Below the axes (long solution names would cover bars), the failure key last."""
+    pairs = sorted(
+        zip(*ax.get_legend_handles_labels(), strict=True), key=lambda p: p[1] == _FAILED_LABEL
+    )
+    handles, labels = [p[0] for p in pairs], [p[1] for p in pairs]
+    ncols = 1 if len(labels) <= 4 else 2
+    fig.legend(handles, labels, loc="outside lower center", ncols=ncols, fontsize=8, frameon=False)
+
+
+def _speedups(slots: Sequence[Sequence[_Slot]]) -> list[float]:
+    return [s.speedup for row in slots for s in row if s.speedup] + [1.0]
+
+
+def _use_log(slots: Sequence[Sequence[_Slot]]) -> bool:
+    values = _speedups(slots)
+    return max(values) / min(values) > LOG_SCALE_RATIO
+
+
+def _lowest(slots: Sequence[Sequence[_Slot]]) -> float:
+    return min(_speedups(slots))
+
+
+def _draw_baseline(ax: Axes, baseline: Mapping[str, Any] | None) -> None:
+    label = (
+        f"baseline {baseline['solution']} ({baseline['env']}) = 1.0"
+        if baseline
+        else "baseline = 1.0"
+    )
+    ax.axhline(1.0, color=BASELINE_COLOUR, linestyle="--", linewidth=1.2, label=label, zorder=1)
+
+
+def _draw_bars(
+    ax: Axes, others: Sequence[Mapping[str, Any]], slots: Sequence[Sequence[_Slot]], log: bool
+) -> list[tuple[float, str]]:
+    """Grouped bars, one colour per solution. On a log axis bars grow from the baseline's 1.0 (a
+    log axis has no zero), so a slowdown points down; on a linear axis they start at 0."""
+    width = 0.8 / max(len(others), 1)
+    failures: list[tuple[float, str]] = []
+    for i, (entry, row) in enumerate(zip(others, slots, strict=True)):
+        xs = [x - 0.4 + width * (i + 0.5) for x in range(len(row))]
+        base = 1.0 if log else 0.0
+        heights = [(s.speedup - base) if s.speedup else 0.0 for s in row]
+        label = f"{entry['solution']} ({entry['env']}) geomean {_fmt(entry)}"
+        colour = PALETTE[i % len(PALETTE)]
+        ax.bar(xs, heights, width=width * 0.9, bottom=base, color=colour, label=label, zorder=2)
+        for j, (x, slot) in enumerate(zip(xs, row, strict=True)):
+            if slot.speedup is not None:
+                _value_label(ax, x, slot.speedup, below=log and slot.speedup < 1.0)
+            else:
+                _failure_mark(ax, x, width, f"failed-{i}-{j}")
+                failures.append((x, str(slot.mark)))
+    return failures
+
+
+def _fmt(entry: Mapping[str, Any]) -> str:
+    value = (entry.get("geomean_speedup") or {}).get("primary")
+    return f"{value:.2f}×" if value else "n/a"
+
+
+def _value_label(ax: Axes, x: float, value: float, below: bool) -> None:
+    ax.annotate(
+        f"{value:.2f}×",
+        (x, value),
+        xytext=(0, -2 if below else 2),
+        textcoords="offset points",
+        ha="center",
+        va="top" if below else "bottom",
+        fontsize=7,
+    )
+
+
+def _failure_mark(ax: Axes, x: float, width: float, gid: str) -> None:
+    """A hatched full-height gap and a ✕ on the 1.0 line, so a failed workload reads as a failure
+    and never as a missing or zero bar. The gid lets tests find it in the SVG."""
+    half = width * 0.45
+    span = ax.axvspan(
+        x - half, x + half, fill=False, hatch="//", edgecolor=FAIL_COLOUR, alpha=0.5, zorder=1
+    )
+    span.set_gid(gid)
+    if not any(patch.get_label() == _FAILED_LABEL for patch in ax.patches):
+        span.set_label(_FAILED_LABEL)
+    ax.plot([x], [1.0], marker="x", color=FAIL_COLOUR, markersize=9, mew=2, zorder=3)
+
+
+def _failure_reasons(ax: Axes, failures: Sequence[tuple[float, str]], log: bool) -> None:
+    """Write each gap's status inside the axes, in the half away from the 1.0 line, so it never
+    covers the ✕ nor runs into the title. Needs the final y limits, hence after styling."""
+    low, high = ax.get_ylim()
+    if log:
+        low, high, one = math.log(low), math.log(high), 0.0
+    else:
+        one = 1.0
+    at_top = (one - low) / (high - low) < 0.5
+    for x, reason in failures:
+        ax.text(
+            x,
+            0.97 if at_top else 0.03,
+            reason,
+            transform=ax.get_xaxis_transform(),
+            ha="center",
+            va="top" if at_top else "bottom",
+            rotation=90,
+            fontsize=7,
+            color=FAIL_COLOUR,
+            bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "none"},
+            zorder=4,
+        )
+
+
+def _style_speedup_axes(
+    ax: Axes, workloads: Sequence[Mapping[str, Any]], log: bool, lowest: float
+) -> None:
+    names = [_workload_name(w) for w in workloads]
+    slanted = len(names) * max((len(n) for n in names), default=0) > 110
+    ax.set_xticks(
+        range(len(names)),
+        names,
+        rotation=30 if slanted else 0,
+        ha="right" if slanted else "center",
+        fontsize=8,
+    )
+    ax.set_xlim(-0.6, len(names) - 0.4)
+    ax.set_xlabel("workload")
+    ax.set_ylabel("speedup over baseline (×, higher is faster)")
+    if log:
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.margins(y=0.15)
+    # Linear axes start at 0; log axes a little below the lowest bar (or the 1.0 line).
+    ax.set_ylim(bottom=lowest / 1.6 if log else 0.0)
+    ax.grid(axis="y", which="major", linewidth=0.5, alpha=0.5, zorder=0)
+
+
+# --- roofline figure ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _RooflineBar:
+    definition: str
+    label: str
+    fraction: float
+    baseline: bool
+
+
+def _roofline_devices(summary: Mapping[str, Any]) -> list[str]:
+    found = {
+        device
+        for block in summary["definitions"].values()
+        for device, dblock in block["devices"].items()
+        if any(e.get("roofline_fraction_median") for e in dblock["solutions"])
+    }
+    return sorted(found)
+
+
+def _roofline_entries(summary: Mapping[str, Any], device: str) -> list[_RooflineBar]:
+    """Definitions alphabetically; within one, solutions from nearest to farthest from peak."""
+    bars: list[_RooflineBar] = []
+    for definition, block in sorted(summary["definitions"].items()):
+        entries = (block["devices"].get(device) or {}).get("solutions") or []
+        group = [
+            _RooflineBar(definition, _roofline_label(definition, e), float(fr), bool(e["baseline"]))
+            for e in entries
+            if (fr := e.get("roofline_fraction_median"))
+        ]
+        bars += sorted(group, key=lambda b: (-b.fraction, b.label))
+    return bars
+
+
+def _roofline_label(definition: str, entry: Mapping[str, Any]) -> str:
+    name = str(entry["solution"])
+    if not name.startswith(definition):
+        name = f"{definition}: {name}"
+    suffix = ", baseline" if entry["baseline"] else ""
+    return f"{name} ({entry['env']}{suffix})"
+
+
+def _roofline_figure(gpu: str, device: str, bars: Sequence[_RooflineBar]) -> Figure:
+    height = 1.6 + 0.26 * len(bars)
+    fig = Figure(figsize=(ROOFLINE_WIDTH, height), dpi=DPI, layout="constrained")
+    ax = fig.add_subplot()
+    ys = list(range(len(bars)))
+    colours = [BASELINE_COLOUR if b.baseline else PALETTE[0] for b in bars]
+    ax.barh(ys, [b.fraction for b in bars], color=colours, height=0.7, zorder=2)
+    for y, bar in zip(ys, bars, strict=True):
+        ax.annotate(
+            f"{bar.fraction:.3f}",
+            (bar.fraction, y),
+            xytext=(3, 0),
+            textcoords="offset points",
+            va="center",
+            fontsize=7,
+        )
+    _shade_definitions(ax, bars)
+    ax.set_yticks(ys, [b.label for b in bars], fontsize=7)
+    ax.set_ylim(len(bars) - 0.5, -0.5)
+    ax.set_xlim(0.0, max([1.0] + [b.fraction * 1.08 for b in bars]))
+    ax.set_xlabel("median roofline fraction over passed workloads (achieved / attainable)")
+    ax.grid(axis="x", linewidth=0.5, alpha=0.5, zorder=0)
+    ax.set_title(f"Roofline fraction per solution\n{gpu} ({device})", fontsize=10)
+    handles = [
+        Patch(color=PALETTE[0], label="solution"),
+        Patch(color=BASELINE_COLOUR, label="baseline"),
+    ]
+    ax.legend(handles=handles, loc="best", fontsize=8)
+    return fig
+
+
+def _shade_definitions(ax: Axes, bars: Sequence[_RooflineBar]) -> None:
+    """Shade every other definition's band so each definition's solutions read as a group."""
+    start = 0
+    for index, (_, group) in enumerate(groupby(bars, key=lambda b: b.definition)):
+        size = len(list(group))
+        if index % 2 == 1:
+            ax.axhspan(start - 0.5, start + size - 0.5, color="#eeeeee", zorder=0, linewidth=0)
+        start += size

@@ -1,0 +1,303 @@
+"""summary.json and preferred-solutions.json from merged lines.
+
+Figures are grouped by definition, then by GPU (never mixed across GPUs), then by solution *in
+one environment* (env name and closure hash): a solution measured in two environments appears
+twice. Speedups compare a solution with its definition's baseline on the same GPU, each in its
+own environment, workload by workload, and are aggregated as a geometric mean over the
+workloads both passed.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from envaudit.report.hardware import peak_for
+from envaudit.report.merge import MergeResult
+
+PREFERENCE_RULE = (
+    "candidates: solutions that passed every workload of the definition measured on this GPU"
+    " (at least the baseline's workloads); choice: the highest geometric-mean speedup over the"
+    " baseline (graph timing where both have it, else eager); the baseline itself is a candidate"
+    " at speedup 1.0"
+)
+
+
+@dataclass(frozen=True)
+class SolutionInfo:
+    name: str
+    definition: str
+    author: str
+    env: str
+    baseline: bool
+
+
+def _round(value: float | None, digits: int = 6) -> float | None:
+    if value is None or not math.isfinite(value):
+        return None
+    return float(f"{value:.{digits}g}")
+
+
+def geomean(values: Iterable[float]) -> float | None:
+    kept = [v for v in values if v > 0 and math.isfinite(v)]
+    return math.exp(statistics.fmean(math.log(v) for v in kept)) if kept else None
+
+
+def _median(line: Mapping[str, Any], mode: str) -> float | None:
+    stats = (line.get("timing") or {}).get(mode) or {}
+    value = stats.get("median_ms")
+    return float(value) if isinstance(value, int | float) else None
+
+
+def device_of(line: Mapping[str, Any]) -> str:
+    env = line.get("environment") or {}
+    return str(env.get("gpu_uuid") or (line.get("context") or {}).get("device_id") or "cpu")
+
+
+def env_of(line: Mapping[str, Any]) -> tuple[str, str | None]:
+    context = line.get("context") or {}
+    return str(context.get("env") or "unknown"), context.get("closure_hash")
+
+
+def build_summary(
+    merged: MergeResult,
+    solutions: Mapping[str, SolutionInfo],
+    definitions: Mapping[str, Mapping[str, Any]],
+) -> dict[str, Any]:
+    groups: dict[str, dict[str, dict[tuple[str, str, str | None], list[dict[str, Any]]]]] = (
+        defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    )
+    for line in merged.lines:
+        env, closure = env_of(line)
+        groups[line["definition"]][device_of(line)][(line["solution"], env, closure)].append(line)
+    summary_defs: dict[str, Any] = {}
+    for definition in sorted(groups):
+        baseline = next(
+            (s.name for s in solutions.values() if s.definition == definition and s.baseline), None
+        )
+        devices = {}
+        for device in sorted(groups[definition]):
+            devices[device] = _device_block(groups[definition][device], baseline)
+        summary_defs[definition] = {
+            "baseline": baseline,
+            "op_type": (definitions.get(definition) or {}).get("op_type"),
+            "has_roofline_formulas": bool(
+                (definitions.get(definition) or {}).get("flops")
+                or (definitions.get(definition) or {}).get("bytes")
+            ),
+            "devices": devices,
+        }
+    return {
+        "definitions": summary_defs,
+        "devices": _devices(merged.lines),
+        "environments": _environments(merged.lines),
+        "harness_hashes": sorted(
+            {str((ln.get("environment") or {}).get("harness_hash")) for ln in merged.lines}
+        ),
+        "measured_between": _date_range(merged.lines),
+        "inputs": [vars(i) for i in merged.inputs],
+        "findings": [f.render() for f in merged.findings],
+        "conflicts": [{**c.as_dict(), "text": c.render()} for c in merged.conflicts],
+        "repeats_dropped": merged.repeats,
+        "lines": len(merged.lines),
+    }
+
+
+def _device_block(
+    entries: Mapping[tuple[str, str, str | None], list[dict[str, Any]]], baseline: str | None
+) -> dict[str, Any]:
+    base_key = _baseline_key(entries, baseline)
+    base_lines = (
+        {ln["workload"]["uuid"]: ln for ln in entries.get(base_key, [])} if base_key else {}
+    )
+    solutions = []
+    for key in sorted(entries, key=lambda k: (k[0], k[1], k[2] or "")):
+        solutions.append(_solution_block(key, entries[key], base_lines, key == base_key))
+    return {"baseline_env": base_key[1] if base_key else None, "solutions": solutions}
+
+
+def _baseline_key(
+    entries: Mapping[tuple[str, str, str | None], list[dict[str, Any]]], baseline: str | None
+) -> tuple[str, str, str | None] | None:
+    """The baseline's entry on this GPU; with several environments, the one passing most."""
+    keys = [k for k in entries if k[0] == baseline]
+    if not keys:
+        return None
+    return max(keys, key=lambda k: (sum(ln["status"] == "PASSED" for ln in entries[k]), k[1]))
+
+
+def _solution_block(
+    key: tuple[str, str, str | None],
+    lines: list[dict[str, Any]],
+    base_lines: Mapping[str, Mapping[str, Any]],
+    is_baseline: bool,
+) -> dict[str, Any]:
+    name, env, closure = key
+    per_workload = [_workload_row(ln, base_lines.get(ln["workload"]["uuid"])) for ln in lines]
+    per_workload.sort(key=lambda row: (str(row["label"]), row["uuid"]))
+    failed: dict[str, int] = defaultdict(int)
+    for ln in lines:
+        if ln["status"] != "PASSED":
+            failed[ln["status"]] += 1
+    speedups = {
+        mode: _round(geomean(r[f"speedup_{mode}"] for r in per_workload if r[f"speedup_{mode}"]))
+        for mode in ("eager", "graph", "primary")
+    }
+    compared = sum(1 for r in per_workload if r["speedup_primary"])
+    first = lines[0]
+    context = first.get("context") or {}
+    return {
+        "solution": name,
+        "baseline": is_baseline,
+        "env": env,
+        "closure_hash": closure,
+        "runtime": context.get("runtime"),
+        "image_id": context.get("image_id"),
+        "solution_hashes": sorted({str(ln.get("solution_hash")) for ln in lines}),
+        "workloads": {
+            "total": len(lines),
+            "passed": sum(ln["status"] == "PASSED" for ln in lines),
+            "failed": dict(sorted(failed.items())),
+        },
+        "geomean_speedup": {**speedups, "workloads_compared": compared},
+        "roofline_fraction_median": _round(
+            statistics.median(fr)
+            if (fr := [r["roofline_fraction"] for r in per_workload if r["roofline_fraction"]])
+            else None
+        ),
+        "per_workload": per_workload,
+    }
+
+
+def _workload_row(line: Mapping[str, Any], base: Mapping[str, Any] | None) -> dict[str, Any]:
+    passed = line["status"] == "PASSED"
+    base_ok = base is not None and base["status"] == "PASSED"
+    row: dict[str, Any] = {
+        "uuid": line["workload"]["uuid"],
+        "label": line["workload"].get("label"),
+        "status": line["status"],
+        "eager_median_ms": _round(_median(line, "eager")),
+        "graph_median_ms": _round(_median(line, "graph")),
+    }
+    for mode in ("eager", "graph"):
+        mine, theirs = _median(line, mode), _median(base, mode) if base_ok and base else None
+        row[f"speedup_{mode}"] = _round(theirs / mine) if passed and mine and theirs else None
+    row["speedup_primary"] = row["speedup_graph"] or row["speedup_eager"]
+    row["primary_timing"] = "graph" if row["speedup_graph"] else "eager"
+    row["roofline_fraction"] = _round(_roofline(line)) if passed else None
+    return row
+
+
+def _roofline(line: Mapping[str, Any]) -> float | None:
+    """Achieved over attainable on the roofline = max(TFLOP/s / peak, GB/s / peak bandwidth),
+    from the better of the two timings (graph where present)."""
+    achieved = line.get("achieved") or {}
+    peak = peak_for(str((line.get("environment") or {}).get("gpu_name") or ""))
+    if peak is None:
+        return None
+    mode = "graph" if achieved.get("graph_tflops") or achieved.get("graph_gbps") else "eager"
+    ratios = []
+    if achieved.get(f"{mode}_tflops"):
+        ratios.append(achieved[f"{mode}_tflops"] / peak.dense_bf16_tflops)
+    if achieved.get(f"{mode}_gbps"):
+        ratios.append(achieved[f"{mode}_gbps"] / peak.memory_gbps)
+    return max(ratios) if ratios else None
+
+
+def _devices(lines: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for line in lines:
+        env = line.get("environment") or {}
+        found.setdefault(
+            device_of(line),
+            {
+                "name": env.get("gpu_name") or "cpu",
+                "driver": env.get("driver"),
+                "compute_capability": env.get("compute_capability"),
+                "memory_bytes": env.get("memory_bytes"),
+            },
+        )
+    return dict(sorted(found.items()))
+
+
+def _environments(lines: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    found: dict[tuple[str, str | None, str | None, str | None], dict[str, Any]] = {}
+    for line in lines:
+        env, closure = env_of(line)
+        context = line.get("context") or {}
+        environment = line.get("environment") or {}
+        key = (env, closure, context.get("runtime"), context.get("image_id"))
+        entry = found.setdefault(
+            key,
+            {
+                "env": env,
+                "closure_hash": closure,
+                "runtime": context.get("runtime"),
+                "image_id": context.get("image_id"),
+                "python": environment.get("python"),
+                "torch": environment.get("torch"),
+                "triton": environment.get("triton"),
+                "distributions_fingerprints": set(),
+            },
+        )
+        entry["distributions_fingerprints"].add(str(environment.get("distributions_fingerprint")))
+    result = []
+    for key in sorted(found, key=lambda k: tuple(str(x) for x in k)):
+        entry = dict(found[key])
+        entry["distributions_fingerprints"] = sorted(entry["distributions_fingerprints"])
+        result.append(entry)
+    return result
+
+
+def _date_range(lines: Iterable[Mapping[str, Any]]) -> list[str] | None:
+    stamps = sorted(str(ln["timestamp"]) for ln in lines if ln.get("timestamp"))
+    return [stamps[0], stamps[-1]] if stamps else None
+
+
+def preferred_solutions(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """One measured choice per definition and GPU, with the rule and the runner-up."""
+    choices: dict[str, Any] = {}
+    for definition, block in summary["definitions"].items():
+        per_device = {}
+        for device, dblock in block["devices"].items():
+            per_device[device] = _choose(dblock["solutions"], block["baseline"])
+        choices[definition] = per_device
+    return {"rule": PREFERENCE_RULE, "choices": choices}
+
+
+def _choose(solutions: list[Mapping[str, Any]], baseline: str | None) -> dict[str, Any]:
+    base = next((s for s in solutions if s["baseline"]), None)
+    needed = base["workloads"]["total"] if base else 0
+    candidates = []
+    for entry in solutions:
+        counts = entry["workloads"]
+        if counts["passed"] != counts["total"] or counts["total"] < needed:
+            continue
+        speedup = 1.0 if entry["baseline"] else entry["geomean_speedup"]["primary"]
+        if speedup is None:
+            continue
+        candidates.append((speedup, entry["solution"], entry["env"], entry["closure_hash"]))
+    candidates.sort(key=lambda c: (-c[0], c[1]))
+
+    def describe(c: tuple[float, str, str, str | None] | None) -> dict[str, Any] | None:
+        if c is None:
+            return None
+        return {"solution": c[1], "env": c[2], "closure_hash": c[3], "geomean_speedup": c[0]}
+
+    choice: dict[str, Any] = {
+        "choice": describe(candidates[0]) if candidates else "none",
+        "runner_up": describe(candidates[1]) if len(candidates) > 1 else None,
+        "baseline": baseline,
+        "candidates": len(candidates),
+    }
+    if not candidates:
+        choice["reason"] = (
+            "no baseline measured on this GPU: speedups are undefined"
+            if base is None
+            else "no solution passed every workload"
+        )
+    return choice

@@ -1,0 +1,324 @@
+"""Result lines to FlashInfer-Bench traces and back.
+
+Export writes `traces/<author>/<op_type>/<definition>.jsonl`, one Trace per result line, so a
+FlashInfer-Bench reader (or leaderboard) can take our measurements as they are. Its Trace keeps
+far less than our lines: the GPU name rather than its UUID, one latency rather than eager and
+graph statistics, four library versions rather than our environment record. What it cannot hold
+is dropped, not invented; what it can hold in an open field (Correctness.extra) keeps our
+per-output matched counts.
+
+Latency: the graph median where the solution has one, else the eager median. The reference
+latency is the definition's baseline on the same workload, on the same GPU where it was measured
+there, else on the same GPU model; it is timed the same way: when the baseline has no graph
+timing (its capture failed), both sides use eager medians, so the speedup never compares a graph
+replay with an eager call. Without a passing baseline line, reference and speedup are 0.
+
+Import (`trace_to_line`) is the converter `merge_files(paths, convert=...)` takes: a
+FlashInfer-Bench trace becomes one of our result lines with what the trace knows and None for
+the rest; a workload line (no evaluation) yields None, which merge reports as a finding.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from envaudit.report.merge import write_text_atomically
+from envaudit.report.summary import SolutionInfo, device_of, env_of
+from envaudit.schema.models import Trace
+from envaudit.schema.results import RESULT_SCHEMA_VERSION
+
+LOG_LIMIT = 2000
+UNKNOWN = "unknown"
+# Entries of our environment record that describe software, carried as FlashInfer-Bench libs.
+LIB_KEYS = (
+    "python",
+    "platform",
+    "torch",
+    "torch_cuda",
+    "triton",
+    "cudnn",
+    "driver",
+    "harness_version",
+    "harness_hash",
+    "distributions_fingerprint",
+)
+# Our own entries in libs, which import turns back into the line's context.
+ENV_LIB = "envaudit_env"
+CLOSURE_LIB = "closure_hash"
+PER_OUTPUT_KEYS = ("output", "status", "matched", "total", "required", "nonfinite")
+
+BaselineIndex = dict[tuple[str, str, str], Mapping[str, Any]]  # definition, scope, workload
+Scope = Callable[[Mapping[str, Any]], str]  # a line's GPU: its device or its GPU model
+
+# ---------------------------------------------------------------- export
+
+
+def export_traces(
+    lines: Iterable[Mapping[str, Any]],
+    solutions: Mapping[str, SolutionInfo],
+    definitions: Mapping[str, Mapping[str, Any]],
+    workloads: Mapping[str, Mapping[str, Any]],
+    out: Path,
+) -> list[Path]:
+    """Write one trace file per (author, op_type, definition) under out/traces; the paths
+    written, sorted. Every trace is validated before anything is written."""
+    lines = list(lines)
+    by_device = _baseline_index(lines, solutions, device_of)
+    by_model = _baseline_index(lines, solutions, _model_of)
+    files: dict[Path, list[tuple[tuple[str, ...], str]]] = defaultdict(list)
+    for line in lines:
+        trace = line_to_trace(line, workloads, _baseline_for(line, by_device, by_model))
+        _validate(trace, line)
+        files[_trace_path(line, solutions, definitions, out)].append(
+            (_sort_key(line), json.dumps(trace, sort_keys=True, allow_nan=True))
+        )
+    for path, entries in files.items():
+        write_text_atomically(path, "".join(text + "\n" for _, text in sorted(entries)))
+    return sorted(files)
+
+
+def _validate(trace: Mapping[str, Any], line: Mapping[str, Any]) -> None:
+    """Refuse the whole export on one bad trace (e.g. a status FlashInfer-Bench does not know):
+    nothing is written until every trace has passed."""
+    try:
+        Trace.model_validate(trace)
+    except ValidationError as exc:
+        where = line.get("_source") or f"{line['solution']} on {line['workload'].get('uuid')}"
+        raise ValueError(f"{where}: not a valid FlashInfer-Bench trace: {exc}") from exc
+
+
+def _trace_path(
+    line: Mapping[str, Any],
+    solutions: Mapping[str, SolutionInfo],
+    definitions: Mapping[str, Mapping[str, Any]],
+    out: Path,
+) -> Path:
+    info = solutions.get(str(line["solution"]))
+    author = info.author if info else UNKNOWN
+    definition = str(line["definition"])
+    op_type = str((definitions.get(definition) or {}).get("op_type") or UNKNOWN)
+    return out / "traces" / author / op_type / f"{definition}.jsonl"
+
+
+def _sort_key(line: Mapping[str, Any]) -> tuple[str, ...]:
+    env, closure = env_of(line)
+    return (
+        str((line.get("workload") or {}).get("uuid")),
+        str(line["solution"]),
+        device_of(line),
+        env,
+        str(closure or ""),
+        str(line.get("timestamp") or ""),
+    )
+
+
+def _model_of(line: Mapping[str, Any]) -> str:
+    return str((line.get("environment") or {}).get("gpu_name") or "cpu")
+
+
+def _slot(line: Mapping[str, Any], scope: Scope) -> tuple[str, str, str]:
+    return (str(line["definition"]), scope(line), str(line["workload"]["uuid"]))
+
+
+def _baseline_for(
+    line: Mapping[str, Any], by_device: BaselineIndex, by_model: BaselineIndex
+) -> Mapping[str, Any] | None:
+    """The same physical GPU first; else the same GPU model, which is all a FlashInfer-Bench
+    trace can name (`hardware`), so a baseline timed on another H100 still gives a speedup."""
+    return by_device.get(_slot(line, device_of)) or by_model.get(_slot(line, _model_of))
+
+
+def _baseline_index(
+    lines: list[Mapping[str, Any]], solutions: Mapping[str, SolutionInfo], scope: Scope
+) -> BaselineIndex:
+    """The baseline's line per (definition, scope, workload). With the baseline measured in
+    several environments (or on several GPUs of one model), the run passing most workloads is
+    used, as in summary.json, so every workload of a definition compares with one baseline run."""
+    runs: dict[tuple[str, str], dict[tuple[str, ...], list[Mapping[str, Any]]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    for line in lines:
+        info = solutions.get(str(line["solution"]))
+        if info is not None and info.baseline and info.definition == line["definition"]:
+            env, closure = env_of(line)
+            run = (env, str(closure or ""), device_of(line))
+            runs[(str(line["definition"]), scope(line))][run].append(line)
+    index: BaselineIndex = {}
+    for (definition, where), found in runs.items():
+        chosen = max(found, key=lambda k: (sum(ln["status"] == "PASSED" for ln in found[k]), k))
+        for line in found[chosen]:
+            index[(definition, where, str(line["workload"]["uuid"]))] = line
+    return index
+
+
+def line_to_trace(
+    line: Mapping[str, Any],
+    workloads: Mapping[str, Mapping[str, Any]],
+    baseline: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """One FlashInfer-Bench Trace (as plain JSON) for one of our result lines."""
+    return {
+        "definition": line["definition"],
+        "workload": _workload(line, workloads),
+        "solution": line["solution"],
+        "evaluation": _evaluation(line, baseline),
+    }
+
+
+def _workload(line: Mapping[str, Any], workloads: Mapping[str, Mapping[str, Any]]) -> Any:
+    ours = line.get("workload") or {}
+    known = workloads.get(str(ours.get("uuid")))
+    if known is not None:
+        return dict(known)
+    return {"uuid": ours.get("uuid"), "axes": dict(ours.get("axes") or {}), "inputs": {}}
+
+
+def _evaluation(line: Mapping[str, Any], baseline: Mapping[str, Any] | None) -> dict[str, Any]:
+    evaluation: dict[str, Any] = {
+        "status": line["status"],
+        "log": _log(str(line.get("message") or "")),
+        "environment": _environment(line),
+        "timestamp": str(line.get("timestamp") or UNKNOWN),
+    }
+    correctness = line.get("correctness")
+    if isinstance(correctness, Mapping):
+        evaluation["correctness"] = _correctness(correctness)
+    if line["status"] == "PASSED":
+        evaluation["performance"] = _performance(line, baseline)
+    return evaluation
+
+
+def _log(message: str) -> str:
+    if len(message) <= LOG_LIMIT:
+        return message
+    return message[:LOG_LIMIT] + f" ... [{len(message) - LOG_LIMIT} more characters]"
+
+
+def _environment(line: Mapping[str, Any]) -> dict[str, Any]:
+    record = line.get("environment") or {}
+    env, closure = env_of(line)
+    libs = {k: str(record[k]) for k in LIB_KEYS if record.get(k) is not None}
+    libs[ENV_LIB] = env
+    if closure is not None:
+        libs[CLOSURE_LIB] = str(closure)
+    return {"hardware": str(record.get("gpu_name") or "cpu"), "libs": libs}
+
+
+def _correctness(ours: Mapping[str, Any]) -> dict[str, Any]:
+    correctness: dict[str, Any] = {
+        "max_relative_error": float(ours.get("max_relative_error") or 0.0),
+        "max_absolute_error": float(ours.get("max_absolute_error") or 0.0),
+    }
+    outputs = [
+        {k: out[k] for k in PER_OUTPUT_KEYS if k in out}
+        for out in ours.get("outputs") or []
+        if isinstance(out, Mapping)
+    ]
+    if outputs:
+        correctness["extra"] = {"outputs": outputs}
+    return correctness
+
+
+def _medians(line: Mapping[str, Any] | None) -> dict[str, float]:
+    timing = (line or {}).get("timing") or {}
+    found = {}
+    for mode in ("graph", "eager"):
+        value = (timing.get(mode) or {}).get("median_ms")
+        if isinstance(value, int | float) and value > 0:
+            found[mode] = float(value)
+    return found
+
+
+def _performance(line: Mapping[str, Any], baseline: Mapping[str, Any] | None) -> dict[str, Any]:
+    mine = _medians(line)
+    theirs = _medians(baseline) if baseline and baseline["status"] == "PASSED" else {}
+    latency = mine.get("graph") or mine.get("eager") or 0.0
+    reference = 0.0
+    for mode in ("graph", "eager"):
+        if mode in mine and mode in theirs:
+            latency, reference = mine[mode], theirs[mode]
+            break
+    return {
+        "latency_ms": latency,
+        "reference_latency_ms": reference,
+        "speedup_factor": reference / latency if latency and reference else 0.0,
+    }
+
+
+# ---------------------------------------------------------------- import
+
+
+def trace_to_line(trace: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Our result line for a FlashInfer-Bench trace; None for a workload line (no evaluation).
+    Lenient by design: a field the trace lacks becomes None rather than failing the merge."""
+    evaluation = trace.get("evaluation")
+    if not isinstance(evaluation, Mapping):
+        return None
+    workload = trace.get("workload") or {}
+    environment = evaluation.get("environment") or {}
+    libs = {str(k): str(v) for k, v in (environment.get("libs") or {}).items()}
+    hardware = str(environment.get("hardware") or "cpu")
+    return {
+        "schema_version": RESULT_SCHEMA_VERSION,
+        "definition": trace.get("definition"),
+        "workload": {
+            "uuid": workload.get("uuid"),
+            "label": workload.get("label"),
+            "axes": dict(workload.get("axes") or {}),
+        },
+        "solution": trace.get("solution"),
+        "solution_hash": None,
+        "status": evaluation.get("status"),
+        "message": str(evaluation.get("log") or ""),
+        "correctness": _our_correctness(evaluation.get("correctness")),
+        "timing": _our_timing(evaluation.get("performance")),
+        "context": _our_context(libs, hardware),
+        "environment": _our_environment(libs, hardware),
+        "timestamp": evaluation.get("timestamp"),
+    }
+
+
+def _our_correctness(theirs: Any) -> dict[str, Any] | None:
+    if not isinstance(theirs, Mapping):
+        return None
+    correctness: dict[str, Any] = {
+        "max_absolute_error": theirs.get("max_absolute_error", 0.0),
+        "max_relative_error": theirs.get("max_relative_error", 0.0),
+    }
+    outputs = (theirs.get("extra") or {}).get("outputs")
+    if isinstance(outputs, list):
+        correctness["outputs"] = outputs
+    return correctness
+
+
+def _our_timing(performance: Any) -> dict[str, Any] | None:
+    latency = (performance or {}).get("latency_ms") if isinstance(performance, Mapping) else None
+    if not isinstance(latency, int | float) or latency <= 0:
+        return None
+    return {"eager": {"mode": "flashinfer-bench", "median_ms": float(latency)}}
+
+
+def _our_context(libs: Mapping[str, str], hardware: str) -> dict[str, Any]:
+    """Our own exports name their environment in libs; a foreign trace's environment is
+    identified by its library versions, so two library sets never merge as one."""
+    plain = {k: v for k, v in libs.items() if k not in (ENV_LIB, CLOSURE_LIB)}
+    joined = ";".join(f"{k}={v}" for k, v in sorted(plain.items()))
+    return {
+        "runtime": "flashinfer-bench",
+        "env": libs.get(ENV_LIB) or joined or "flashinfer-bench",
+        "closure_hash": libs.get(CLOSURE_LIB) or None,
+        "image_id": None,
+        "device_id": hardware,
+    }
+
+
+def _our_environment(libs: Mapping[str, str], hardware: str) -> dict[str, Any]:
+    plain = {k: v for k, v in libs.items() if k not in (ENV_LIB, CLOSURE_LIB)}
+    gpu = hardware if hardware != "cpu" else None
+    return {**plain, "gpu_name": gpu, "gpu_uuid": None}

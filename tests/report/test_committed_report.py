@@ -1,0 +1,33 @@
+"""`envaudit merge docs/results/h100/*.jsonl --out docs/` reproduces the committed report byte
+for byte, apart from the generation time (and the --out folder named in the command line)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from envaudit.cli import app
+from tests.conftest import REPO
+
+DOCS = REPO / "docs"
+VOLATILE = re.compile(rb'^.*("generated_at"|Generated \d{4}-).*$', re.MULTILINE)
+
+
+def _masked(path: Path) -> bytes:
+    return VOLATILE.sub(b"<generated>", path.read_bytes())
+
+
+def test_committed_report_regenerates_byte_for_byte(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(REPO)  # the command names its inputs by their paths in the repo
+    inputs = sorted(str(p.relative_to(REPO)) for p in (DOCS / "results" / "h100").glob("*.jsonl"))
+    out = tmp_path / "docs"
+    result = CliRunner().invoke(app, ["merge", *inputs, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    produced = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
+    assert len(produced) >= 10
+    different = [str(rel) for rel in produced if _masked(out / rel) != _masked(DOCS / rel)]
+    assert not different, "regenerate with `make report` and commit: " + ", ".join(different)
+    committed_plots = {p.relative_to(DOCS) for p in (DOCS / "plots").iterdir()}
+    assert committed_plots == {p for p in produced if p.parts[0] == "plots"}

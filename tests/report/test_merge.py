@@ -1,0 +1,180 @@
+"""merge: dedup, conflicts, GPUs and environments kept apart, bad input reported by line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from envaudit.report.merge import merge_files
+from envaudit.report.summary import SolutionInfo, build_summary, preferred_solutions
+
+GPU_A, GPU_B = (
+    "GPU-aaaaaaaa-0000-0000-0000-000000000000",
+    "GPU-bbbbbbbb-0000-0000-0000-000000000000",
+)
+SOLUTIONS = {
+    "d-torch": SolutionInfo("d-torch", "d", "me", "torch-2.11-cu130", True),
+    "d-fast": SolutionInfo("d-fast", "d", "me", "fast-env", False),
+}
+
+
+def line(
+    solution: str,
+    workload: str,
+    ms: float,
+    *,
+    status: str = "PASSED",
+    gpu: str = GPU_A,
+    env: str = "torch-2.11-cu130",
+    closure: str | None = None,
+    stamp: str = "2026-11-30T10:00:00+00:00",
+    revision: str = "r1",
+) -> dict[str, Any]:
+    timing = {"eager": {"median_ms": ms}, "graph": {"median_ms": ms * 0.9}}
+    return {
+        "schema_version": 1,
+        "definition": "d",
+        "workload": {"uuid": workload, "label": workload, "axes": {}},
+        "solution": solution,
+        "solution_hash": revision,
+        "status": status,
+        "message": "",
+        "timing": timing if status == "PASSED" else None,
+        "context": {"runtime": "host", "env": env, "closure_hash": closure, "device_id": gpu},
+        "environment": {"gpu_uuid": gpu, "gpu_name": "NVIDIA H100 80GB HBM3", "harness_hash": "h"},
+        "timestamp": stamp,
+    }
+
+
+def write(path: Path, lines: list[dict[str, Any]], tail: str = "") -> Path:
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines) + tail)
+    return path
+
+
+def summarize(paths: list[Path]) -> tuple[Any, dict[str, Any]]:
+    merged = merge_files(paths)
+    return merged, build_summary(merged, SOLUTIONS, {"d": {"op_type": "t"}})
+
+
+def test_repeats_keep_the_newest_and_are_counted(tmp_path: Path) -> None:
+    a = write(tmp_path / "a.jsonl", [line("d-torch", "w1", 2.0)])
+    b = write(tmp_path / "b.jsonl", [line("d-torch", "w1", 1.0, stamp="2026-11-30T11:00:00+00:00")])
+    merged, _ = summarize([a, b])
+    assert len(merged.lines) == 1 and merged.repeats == 1 and not merged.conflicts
+    assert merged.lines[0]["timing"]["eager"]["median_ms"] == 1.0
+
+
+def test_conflicts_are_reported_never_silently_dropped(tmp_path: Path) -> None:
+    a = write(tmp_path / "a.jsonl", [line("d-fast", "w1", 1.0)])
+    b = write(
+        tmp_path / "b.jsonl",
+        [
+            line(
+                "d-fast", "w1", 1.0, status="INCORRECT_NUMERICAL", stamp="2026-11-30T12:00:00+00:00"
+            )
+        ],
+    )
+    merged, summary = summarize([a, b])
+    assert len(merged.conflicts) == 1
+    conflict = summary["conflicts"][0]
+    assert conflict["kept"]["status"] == "INCORRECT_NUMERICAL"
+    assert conflict["dropped"]["status"] == "PASSED"
+    assert f"{a}:1" in conflict["text"] and f"{b}:1" in conflict["text"]
+
+
+def test_gpus_and_environments_are_never_mixed(tmp_path: Path) -> None:
+    lines = [
+        line("d-torch", "w1", 2.0),
+        line("d-fast", "w1", 1.0),  # 2x on GPU A
+        line("d-torch", "w1", 4.0, gpu=GPU_B),
+        line("d-fast", "w1", 1.0, gpu=GPU_B),  # 4x on GPU B
+        line("d-fast", "w1", 0.5, env="other-env", closure="c" * 64),  # same GPU, other env
+    ]
+    merged, summary = summarize([write(tmp_path / "r.jsonl", lines)])
+    assert len(merged.lines) == 5
+    devices = summary["definitions"]["d"]["devices"]
+    assert set(devices) == {GPU_A, GPU_B}
+    on_a = {(s["solution"], s["env"]): s for s in devices[GPU_A]["solutions"]}
+    assert set(on_a) == {
+        ("d-torch", "torch-2.11-cu130"),
+        ("d-fast", "torch-2.11-cu130"),
+        ("d-fast", "other-env"),
+    }
+    assert on_a[("d-fast", "torch-2.11-cu130")]["geomean_speedup"]["primary"] == 2.0
+    assert on_a[("d-fast", "other-env")]["geomean_speedup"]["primary"] == 4.0
+    on_b = {s["solution"]: s for s in devices[GPU_B]["solutions"]}
+    assert on_b["d-fast"]["geomean_speedup"]["primary"] == 4.0
+    preferred = preferred_solutions(summary)["choices"]["d"]
+    assert preferred[GPU_A]["choice"]["env"] == "other-env"
+    assert preferred[GPU_A]["runner_up"]["solution"] == "d-fast"
+
+
+def test_preference_needs_every_workload_passed(tmp_path: Path) -> None:
+    lines = [
+        line("d-torch", "w1", 2.0),
+        line("d-torch", "w2", 2.0),
+        line("d-fast", "w1", 0.1),
+        line("d-fast", "w2", 0.1, status="TIMEOUT"),
+    ]
+    _, summary = summarize([write(tmp_path / "r.jsonl", lines)])
+    choice = preferred_solutions(summary)["choices"]["d"][GPU_A]
+    assert choice["choice"]["solution"] == "d-torch" and choice["runner_up"] is None
+    fast = next(
+        s
+        for s in summary["definitions"]["d"]["devices"][GPU_A]["solutions"]
+        if s["solution"] == "d-fast"
+    )
+    assert fast["workloads"] == {"total": 2, "passed": 1, "failed": {"TIMEOUT": 1}}
+    lines = [line("d-torch", "w1", 2.0, status="RUNTIME_ERROR")]
+    _, summary = summarize([write(tmp_path / "none.jsonl", lines)])
+    assert preferred_solutions(summary)["choices"]["d"][GPU_A]["choice"] == "none"
+
+
+def test_truncated_last_line_is_reported_and_the_rest_merged(tmp_path: Path) -> None:
+    good = line("d-torch", "w1", 2.0)
+    path = write(tmp_path / "cut.jsonl", [good], tail=json.dumps(line("d-fast", "w1", 1.0))[:40])
+    merged, _ = summarize([path])
+    assert len(merged.lines) == 1
+    assert [f.render() for f in merged.findings] == [
+        f"{path}:2: truncated last line (an interrupted run?); skipped"
+    ]
+
+
+def test_empty_input_and_bad_lines_are_reported_with_line_numbers(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    old = line("d-torch", "w1", 2.0)
+    old["schema_version"] = 0
+    unknown = line("d-fast", "w1", 1.0, status="EXPLODED")
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(
+        "not json\n"
+        + json.dumps(old)
+        + "\n"
+        + json.dumps({"schema_version": 0, "solution": "x"})
+        + "\n"
+        + json.dumps(unknown)
+        + "\n"
+        + "[1, 2]\n"
+    )
+    merged, summary = summarize([empty, mixed])
+    rendered = [f.render() for f in merged.findings]
+    assert rendered[0] == f"{empty}: empty input: no result lines"
+    assert rendered[1].startswith(f"{mixed}:1: not JSON")
+    assert (
+        rendered[2]
+        == f"{mixed}:2: result schema version 0 (this envaudit writes 1); merged as read"
+    )
+    assert (
+        rendered[3].startswith(f"{mixed}:3: result schema version 0") and "skipped" in rendered[3]
+    )
+    assert rendered[4] == f"{mixed}:4: unknown status 'EXPLODED'; merged, counted as not passed"
+    assert rendered[5] == f"{mixed}:5: not a JSON object; skipped"
+    assert {ln["solution"] for ln in merged.lines} == {"d-torch", "d-fast"}
+    fast = next(
+        s
+        for s in summary["definitions"]["d"]["devices"][GPU_A]["solutions"]
+        if s["solution"] == "d-fast"
+    )
+    assert fast["workloads"]["failed"] == {"EXPLODED": 1}

@@ -1,0 +1,185 @@
+"""plots/: one speedup figure per definition and GPU with a measured non-baseline solution, one
+roofline figure per GPU, failures drawn as marked gaps, and byte-identical output on a rerun
+(the figures are committed and CI regenerates them)."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+import pytest
+
+from envaudit.report.merge import merge_files
+from envaudit.report.plots import short_gpu, write_plots
+from envaudit.report.summary import SolutionInfo, build_summary
+
+REPO = Path(__file__).resolve().parents[2]
+SHIPPED_RESULTS = REPO / "docs" / "results" / "h100"
+GPU = "GPU-0e3656e0-8969-1401-01fd-9a4a71d5dbd5"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def row(label: str | None, uuid: str, status: str = "PASSED", **extra: Any) -> dict[str, Any]:
+    speedup = extra.pop("speedup", None)
+    return {
+        "label": label,
+        "uuid": uuid,
+        "status": status,
+        "eager_median_ms": 1.0,
+        "graph_median_ms": None,
+        "speedup_eager": speedup,
+        "speedup_graph": None,
+        "speedup_primary": speedup,
+        "primary_timing": "eager",
+        "roofline_fraction": extra.pop("roofline", None),
+    }
+
+
+def entry(name: str, baseline: bool, rows: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    fractions = sorted(r["roofline_fraction"] for r in rows if r["roofline_fraction"])
+    return {
+        "solution": name,
+        "baseline": baseline,
+        "env": extra.get("env", "torch-2.11-cu130"),
+        "geomean_speedup": {"primary": extra.get("geomean")},
+        "roofline_fraction_median": fractions[len(fractions) // 2] if fractions else None,
+        "per_workload": rows,
+    }
+
+
+def hand_made_summary() -> dict[str, Any]:
+    """toy_op: a baseline and a candidate that fails one workload; solo_op: a baseline only."""
+    base = entry(
+        "toy_op-torch",
+        True,
+        [
+            row("small", "aaaaaaaa-1", speedup=1.0, roofline=0.2),
+            row("large", "bbbbbbbb-2", speedup=1.0, roofline=0.3),
+            row(None, "cccccccc-3", speedup=1.0, roofline=0.25),
+        ],
+    )
+    fast = entry(
+        "toy_op-triton",
+        False,
+        [
+            row("small", "aaaaaaaa-1", speedup=3.5, roofline=0.7),
+            row("large", "bbbbbbbb-2", status="RUNTIME_ERROR"),
+            row(None, "cccccccc-3", speedup=2.0, roofline=0.6),
+        ],
+        geomean=2.65,
+    )
+    solo = entry("solo_op-torch", True, [row("only", "dddddddd-4", speedup=1.0, roofline=0.5)])
+    return {
+        "definitions": {
+            "toy_op": {"baseline": "toy_op-torch", "devices": {GPU: {"solutions": [base, fast]}}},
+            "solo_op": {"baseline": "solo_op-torch", "devices": {GPU: {"solutions": [solo]}}},
+        },
+        "devices": {GPU: {"name": "NVIDIA H100 80GB HBM3"}},
+    }
+
+
+def shipped_summary() -> dict[str, Any]:
+    """The summary of the shipped H100 lines, built the way the report builds it."""
+    merged = merge_files(sorted(SHIPPED_RESULTS.glob("*.jsonl")))
+    solutions = {}
+    for path in (REPO / "solutions").glob("*/solution.json"):
+        d = json.loads(path.read_text())
+        solutions[d["name"]] = SolutionInfo(
+            d["name"], d["definition"], d["author"], d["env"], d.get("baseline", False)
+        )
+    definitions = {}
+    for path in (REPO / "workloads" / "definitions").rglob("*.json"):
+        d = json.loads(path.read_text())
+        definitions[d["name"]] = d
+    return build_summary(merged, solutions, definitions)
+
+
+def expected_speedup_stems(summary: dict[str, Any]) -> set[str]:
+    stems = set()
+    for definition, block in summary["definitions"].items():
+        for device, dblock in block["devices"].items():
+            if any(
+                not e["baseline"] and any(r["speedup_primary"] for r in e["per_workload"])
+                for e in dblock["solutions"]
+            ):
+                name = summary["devices"][device]["name"]
+                stems.add(f"{definition}.{short_gpu(name, device)}")
+    return stems
+
+
+def test_short_gpu_is_model_and_uuid_prefix() -> None:
+    assert short_gpu("NVIDIA H100 80GB HBM3", GPU) == "h100-0e3656e0"
+    assert short_gpu("NVIDIA GeForce RTX 4090", "GPU-12ab34cd-0000") == "rtx-12ab34cd"
+    assert short_gpu("cpu", "cpu") == "cpu-c"  # 'c' is the only hex digit in "cpu"
+
+
+def test_hand_made_files_formats_and_baseline_only(tmp_path: Path) -> None:
+    written = write_plots(hand_made_summary(), tmp_path)
+    names = sorted(p.name for p in written)
+    assert names == [
+        "roofline.h100-0e3656e0.png",
+        "roofline.h100-0e3656e0.svg",
+        "toy_op.h100-0e3656e0.png",
+        "toy_op.h100-0e3656e0.svg",
+    ]
+    assert not any(name.startswith("solo_op.") for name in names)  # baseline only: no speedup
+    for path in written:
+        assert path.parent == tmp_path / "plots"
+        data = path.read_bytes()
+        assert len(data) > 10_000
+        if path.suffix == ".png":
+            assert data.startswith(PNG_MAGIC)
+        else:
+            assert ET.fromstring(data).tag.endswith("svg")
+
+
+def test_failed_workload_is_a_marked_gap(tmp_path: Path) -> None:
+    write_plots(hand_made_summary(), tmp_path)
+    svg = (tmp_path / "plots" / "toy_op.h100-0e3656e0.svg").read_text()
+    # solution 0 (toy_op-triton), workload 1 in (label, uuid) order: "large"
+    assert 'id="failed-0-1"' in svg
+    assert svg.count('id="failed-') == 1
+    assert "RUNTIME_ERROR" in svg
+    assert "failed or not compared" in svg
+
+
+def test_roofline_lists_every_solution_with_a_fraction(tmp_path: Path) -> None:
+    write_plots(hand_made_summary(), tmp_path)
+    svg = (tmp_path / "plots" / "roofline.h100-0e3656e0.svg").read_text()
+    for name in ("toy_op-torch", "toy_op-triton", "solo_op-torch"):
+        assert name in svg
+    for value in ("0.250", "0.700", "0.500"):  # upper median of each solution's fractions
+        assert value in svg
+
+
+def test_rerun_is_byte_identical_and_leaves_rcparams_alone(tmp_path: Path) -> None:
+    before = dict(matplotlib.rcParams)
+    first = write_plots(hand_made_summary(), tmp_path / "a")
+    second = write_plots(hand_made_summary(), tmp_path / "b")
+    assert [p.name for p in first] == [p.name for p in second]
+    for a, b in zip(first, second, strict=True):
+        assert a.read_bytes() == b.read_bytes(), a.name
+    assert dict(matplotlib.rcParams) == before
+    svg = first[1].read_text() if first[1].suffix == ".svg" else first[0].read_text()
+    assert "<dc:date>" not in svg
+
+
+@pytest.mark.skipif(not SHIPPED_RESULTS.is_dir(), reason="shipped H100 results not present")
+def test_shipped_results_give_one_figure_per_definition_and_gpu(tmp_path: Path) -> None:
+    summary = shipped_summary()
+    written = write_plots(summary, tmp_path)
+    stems = {p.name.rsplit(".", 1)[0] for p in written}
+    speedup_stems = {s for s in stems if not s.startswith("roofline.")}
+    assert speedup_stems == expected_speedup_stems(summary)
+    assert speedup_stems  # the shipped lines do carry non-baseline speedups
+    assert "dense_attention_h16_d72.h100-0e3656e0" not in stems  # baseline only
+    assert {s for s in stems if s.startswith("roofline.")} == {
+        f"roofline.{short_gpu(d['name'], uuid)}" for uuid, d in summary["devices"].items()
+    }
+    assert len(written) == 2 * len(stems)
+    for path in written:
+        if path.suffix == ".png":
+            assert path.read_bytes().startswith(PNG_MAGIC)
