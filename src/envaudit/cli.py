@@ -223,12 +223,18 @@ def verify_env(
     """Compare an installed environment with a lock; exit 1 on drift."""
     from envaudit.lock.config import FetchConfig
     from envaudit.lock.files import LockError, env_dir, load_lock
-    from envaudit.lock.verify import compare, installed_distributions, render
+    from envaudit.lock.verify import compare, installed_distributions, python_version, render
 
     try:
         locked = load_lock(env_dir(env, locks_dir))
-        installed = installed_distributions(python or sys.executable)
-        drift = compare(locked, installed, store or FetchConfig.from_environment().store)
+        interpreter = python or sys.executable
+        installed = installed_distributions(interpreter)
+        drift = compare(
+            locked,
+            installed,
+            store or FetchConfig.from_environment().store,
+            python_version(interpreter),
+        )
     except LockError as exc:
         _lock_error(exc)
     typer.echo(render(drift, exact=exact))

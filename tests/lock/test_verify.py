@@ -161,3 +161,14 @@ def test_built_source_wheels_count_as_locked(locks_dir: Path) -> None:
 )
 def test_version_drift(locked: str, installed: str, expected: str | None) -> None:
     assert version_drift(locked, installed) == expected
+
+
+def test_other_python_version_is_drift(locks_dir: Path) -> None:
+    """A lock for another Python than the interpreter's is drift, whatever the packages."""
+    from envaudit.lock.files import load_lock
+    from envaudit.lock.verify import compare, render
+
+    lock = load_lock(locks_dir / "tiny")
+    drift = compare(lock, [], None, python_version="2.7")
+    assert drift.python == (lock.python, "2.7") and drift.failed()
+    assert f"different python: locked {lock.python}, interpreter 2.7" in render(drift)

@@ -115,9 +115,16 @@ class Drift:
     extra: list[InstalledDist] = field(default_factory=list)
     hashes_checked: list[str] = field(default_factory=list)
     hashes_not_checked: dict[str, str] = field(default_factory=dict)
+    python: tuple[str, str] | None = None  # (locked, installed) when they differ
 
     def failed(self, exact: bool = False) -> bool:
-        return bool(self.missing or self.different or self.changed_files or (exact and self.extra))
+        return bool(
+            self.python
+            or self.missing
+            or self.different
+            or self.changed_files
+            or (exact and self.extra)
+        )
 
 
 # --- what is installed ------------------------------------------------------------------------
@@ -143,6 +150,23 @@ def installed_distributions(python: str) -> list[InstalledDist]:
     if done.returncode != 0:
         raise _python_error(python, f"it exited {done.returncode}: {done.stderr.strip()[-2000:]}")
     return _parse_listing(python, done.stdout)
+
+
+def python_version(python: str) -> str:
+    """major.minor of the interpreter (run, never imported)."""
+    try:
+        done = subprocess.run(
+            [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise _python_error(python, f"cannot run it: {exc}") from exc
+    if done.returncode != 0:
+        raise _python_error(python, f"it exited {done.returncode}: {done.stderr.strip()[-500:]}")
+    return done.stdout.strip().splitlines()[-1]
 
 
 def _python_error(python: str, detail: str) -> LockError:
@@ -197,11 +221,19 @@ def locked_distributions(lock: Lock) -> list[LockedDist]:
 # --- the comparison ---------------------------------------------------------------------------
 
 
-def compare(lock: Lock, installed: Iterable[InstalledDist], store: Path | None) -> Drift:
-    """Compare the installed distributions with the lock; file hashes where the store allows."""
+def compare(
+    lock: Lock,
+    installed: Iterable[InstalledDist],
+    store: Path | None,
+    python_version: str | None = None,
+) -> Drift:
+    """Compare the installed distributions with the lock; file hashes where the store allows;
+    the interpreter's major.minor when given."""
     locked = locked_distributions(lock)
     by_name = {d.name: d for d in installed}
     drift = Drift(env=lock.env, locked=len(locked))
+    if python_version is not None and python_version != lock.python:
+        drift.python = (lock.python, python_version)
     for want in locked:
         have = by_name.get(want.name)
         if have is None:
@@ -305,7 +337,10 @@ def _on_disk(path: Path) -> str | None:
 
 def render(drift: Drift, exact: bool = False) -> str:
     """One line per finding, grouped by kind, then a summary line."""
-    lines = [f"missing: {d.name}=={d.version}" for d in drift.missing]
+    lines = []
+    if drift.python:
+        lines.append(f"different python: locked {drift.python[0]}, interpreter {drift.python[1]}")
+    lines += [f"missing: {d.name}=={d.version}" for d in drift.missing]
     lines += [
         f"{d.kind}: {d.name} locked {d.locked}, installed {d.installed}" for d in drift.different
     ]
