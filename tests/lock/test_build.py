@@ -54,6 +54,9 @@ SETUP_PY = """import os
 from setuptools import Extension, setup
 
 flag = [("FLAG_OFFSET", "100")] if os.environ.get("TINYEXT_FLAG") == "1" else []
+if os.environ.get("TINYEXT_OFFSET_FILE"):  # a build input that is a file of the env folder
+    with open(os.environ["TINYEXT_OFFSET_FILE"]) as handle:
+        flag = [("FLAG_OFFSET", handle.read().strip())]
 setup(
     packages=["tinyext"],
     package_dir={"": "src"},
@@ -241,3 +244,38 @@ def test_compiler_error_fails_the_lock(places: Path, tinyext: tuple[Path, str, s
     result = envaudit(places, "lock", "broken")
     assert result.exit_code == 1
     assert "source tinyext: the build failed" in result.output and "error:" in result.output
+
+
+def test_declared_build_files_are_hashed_and_reach_the_build(
+    places: Path, tinyext: tuple[Path, str, str]
+) -> None:
+    """`files` of the env folder are build inputs: hashed into the lock, named to the build
+    through {env_dir}, and a change makes the lock stale and the next lock rebuild."""
+    repo, rev, vendor_rev = tinyext
+    source = git_source(repo, rev, {"vendor": vendor_rev}).replace(
+        'build_env = { TINYEXT_FLAG = "1" }',
+        'build_env = { TINYEXT_OFFSET_FILE = "{env_dir}/offset.txt" }\nfiles = ["offset.txt"]',
+    )
+    folder = places / "locks" / "tinyfile"
+    folder.mkdir(parents=True)
+    (folder / "offset.txt").write_text("7\n")
+    (folder / "env.toml").write_text(env_toml(source))
+
+    def add_two_and_three() -> str:
+        assert envaudit(places, "fetch", "tinyfile").exit_code == 0
+        local = ensure_environment(load_lock(folder), FetchConfig.from_environment())
+        code = "import tinyext._add as m; print(m.add(2, 3))"
+        done = subprocess.run([local.python, "-c", code], capture_output=True, text=True)
+        return done.stdout.strip()
+
+    first = envaudit(places, "lock", "tinyfile")
+    assert first.exit_code == 0, first.output
+    (locked,) = load_lock(folder).sources
+    assert locked.files == {"offset.txt": sha256(folder / "offset.txt")}
+    assert add_two_and_three() == "12"
+    (folder / "offset.txt").write_text("9\n")
+    stale = envaudit(places, "lock", "tinyfile", "--check")
+    assert stale.exit_code == 1 and "declared build file changed" in stale.output
+    again = envaudit(places, "lock", "tinyfile")
+    assert again.exit_code == 0 and "built tinyext" in again.output, again.output
+    assert add_two_and_three() == "14"

@@ -43,6 +43,7 @@ def build_sources(
     work: Path | None = None,
     only: set[str] | None = None,
     rebuild: bool = False,
+    env_dir: Path | None = None,
 ) -> tuple[Lock, list[str]]:
     """Build every source that has no wheel yet; with rebuild, also those named in `only` (all
     of them when `only` is None). Without rebuild, `only` narrows which unbuilt sources are
@@ -53,7 +54,8 @@ def build_sources(
     messages: list[str] = []
     for source in lock.sources:
         if _selected(source, only, rebuild):
-            source, message = _try_build(lock, source, declared.get(source.name), config, work)
+            spec_of = declared.get(source.name)
+            source, message = _try_build(lock, source, spec_of, config, work, env_dir)
         else:
             message = _skipped(source)
         sources.append(source)
@@ -76,7 +78,9 @@ def lock_and_build(
     if not build:
         return sealed, []
     only = set(rebuild) if rebuild else None
-    return build_sources(sealed, load_spec(folder), config, only=only, rebuild=bool(rebuild))
+    return build_sources(
+        sealed, load_spec(folder), config, only=only, rebuild=bool(rebuild), env_dir=folder
+    )
 
 
 def _check_names(lock: Lock, only: set[str] | None) -> None:
@@ -103,6 +107,7 @@ def _try_build(
     spec: SourceSpec | None,
     config: FetchConfig,
     work: Path | None,
+    env_dir: Path | None = None,
 ) -> tuple[LockedSource, str]:
     """Build one source; when an input cannot be had here, keep it as it was, with the reason."""
     reason = _not_buildable(source, spec)
@@ -111,7 +116,7 @@ def _try_build(
     store = Store(config.store)
     try:
         with tempfile.TemporaryDirectory(prefix=f"envaudit-build-{source.name}-", dir=work) as tmp:
-            built = _build(lock, source, spec, config, store, Path(tmp))
+            built = _build(lock, source, spec, config, store, Path(tmp), env_dir)
     except SourceUnavailable as exc:
         kept = " (the earlier wheel is kept)" if source.wheel is not None else ""
         return source, f"source {source.name}: not built: {exc}{kept}"
@@ -144,10 +149,12 @@ def _build(
     config: FetchConfig,
     store: Store,
     tmp: Path,
+    env_dir: Path | None = None,
 ) -> LockedSource:
     tree = _obtain(source, spec, config, store, tmp / "src")
     python = _builder(lock, source, config, store, tmp / "builder")
-    wheel_file = _run_build(source, tree, python, tmp / "dist", tmp / "build.log")
+    env = build_environment(source, python, env_dir)
+    wheel_file = _run_build(source, tree, env, tmp / "dist", tmp / "build.log")
     wheel = Artifact(
         filename=wheel_file.name, size=wheel_file.stat().st_size, sha256=sha256_path(wheel_file)
     )
@@ -205,7 +212,9 @@ def _into_store(store: Store, package: LockedPackage, config: FetchConfig, sourc
         )
 
 
-def build_environment(source: LockedSource, python: Path) -> dict[str, str]:
+def build_environment(
+    source: LockedSource, python: Path, env_dir: Path | None = None
+) -> dict[str, str]:
     """What the build backend sees: the caller's variables, the builder first on PATH, the
     toolchain's CUDA_HOME and arch list, the source's build_env, and uv kept offline."""
     root = python.parent.parent
@@ -219,19 +228,33 @@ def build_environment(source: LockedSource, python: Path) -> dict[str, str]:
         env["CUDA_HOME"] = str(home)
     if source.cuda_arch_list:
         env["TORCH_CUDA_ARCH_LIST"] = ";".join(source.cuda_arch_list)
-    env.update(source.build_env)
+    env.update(expand_env_dir(source, env_dir))
     return env
 
 
-def _run_build(source: LockedSource, tree: Path, python: Path, out: Path, log: Path) -> Path:
+def expand_env_dir(source: LockedSource, env_dir: Path | None) -> dict[str, str]:
+    """build_env with `{env_dir}` replaced by the env's folder, where the source's declared
+    `files` (hashed into the lock) live, e.g. a CMake toolchain file."""
+    expanded = {}
+    for key, value in source.build_env.items():
+        if "{env_dir}" in value:
+            if env_dir is None:
+                raise LockError(f"source {source.name}: build_env {key} names {{env_dir}}", 2)
+            value = value.replace("{env_dir}", str(env_dir.resolve()))
+        expanded[key] = value
+    return expanded
+
+
+def _run_build(source: LockedSource, tree: Path, env: dict[str, str], out: Path, log: Path) -> Path:
     """`uv build --wheel` against the builder; the one wheel it produced."""
     argv = [uv_binary(), "build", "--wheel", "--no-build-isolation", "--offline"]
+    python = Path(env["VIRTUAL_ENV"]) / "bin" / "python"
     argv += ["--python", str(python), "--out-dir", str(out), "--no-create-gitignore", str(tree)]
     with log.open("w") as handle:
         done = subprocess.run(
             argv,
             cwd=tree,
-            env=build_environment(source, python),
+            env=env,
             stdout=handle,
             stderr=subprocess.STDOUT,
             check=False,

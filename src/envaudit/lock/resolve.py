@@ -30,6 +30,7 @@ from envaudit.schema.locks import (
     seal,
     split_pin,
 )
+from envaudit.schema.paths import sha256_file
 
 BASES_DIR = Path("containers/bases")
 
@@ -48,7 +49,9 @@ def lock_env(folder: Path, config: FetchConfig, bases_dir: Path = BASES_DIR) -> 
     packages, sdists = _packages(
         pylock, spec, role_of=lambda n: "cuda" if n in cuda_names else "runtime"
     )
-    sources = [_locked_source(source, spec, config, sdists, previous) for source in spec.sources]
+    sources = [
+        _locked_source(source, spec, config, sdists, previous, folder) for source in spec.sources
+    ]
     declared = {s.name for s in sources}
     for name, (version, artifact) in sorted(sdists.items()):
         if name not in declared:  # sdist-only dependency: built like a declared sdist source
@@ -95,6 +98,13 @@ def stale_reasons(folder: Path, bases_dir: Path = BASES_DIR) -> list[str]:
     if base != lock.base:
         reasons.append(f"base changed: env.toml gives {base}, lock.json has {lock.base}")
     for source in lock.sources:
+        try:
+            current = source_file_hashes(folder, source.name, source.files)
+        except LockError as exc:
+            reasons.append(str(exc))
+            continue
+        if current != source.files:
+            reasons.append(f"source {source.name}: a declared build file changed")
         if source.status == "built" and source.wheel is None:
             reasons.append(f"source {source.name} is marked built but records no wheel")
     return reasons
@@ -223,6 +233,7 @@ def _locked_source(
     config: FetchConfig,
     sdists: Mapping[str, tuple[str, Artifact]],
     previous: Lock | None,
+    folder: Path,
 ) -> LockedSource:
     build_requires: list[LockedPackage] = []
     if source.build_requires:
@@ -236,6 +247,7 @@ def _locked_source(
         "build_requires": build_requires,
         "build_env": dict(source.build_env),
         "cuda_arch_list": list(source.cuda_arch_list),
+        "files": source_file_hashes(folder, source.name, source.files),
         "note": source.note,
     }
     if source.kind == "git":
@@ -250,6 +262,21 @@ def _locked_source(
             )
         fields.update(version=sdists[name][0], sdist=sdists[name][1])
     return _carry_wheel(LockedSource(**fields), previous)
+
+
+def source_file_hashes(folder: Path, source: str, names: Iterable[str]) -> dict[str, str]:
+    """sha256 of each declared build file: its content is a build input like the commit."""
+    hashes = {}
+    for name in names:
+        path = folder / name
+        if not path.is_file():
+            raise LockError(
+                f"{folder / 'env.toml'}: source {source} names file {name}, which is not in"
+                f" {folder}",
+                exit_code=1,
+            )
+        hashes[name] = sha256_file(path)
+    return hashes
 
 
 def _carry_wheel(source: LockedSource, previous: Lock | None) -> LockedSource:
@@ -280,8 +307,6 @@ def _locked_base(spec: EnvSpec, bases_dir: Path) -> LockedBase:
             exit_code=1,
             hint=f"known recipes: {', '.join(known) or 'none'}",
         )
-    from envaudit.schema.paths import sha256_file
-
     return LockedBase(recipe=spec.base.recipe, recipe_sha256=sha256_file(recipe))
 
 

@@ -51,10 +51,22 @@ def git_environment(url: str) -> dict[str, str]:
     return env
 
 
+GIT_TIMEOUT_S = 900  # a clone of a large repository with submodules, not a silent hang
+
+
 def _git(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> tuple[int, str]:
-    done = subprocess.run(
-        ["git", *argv], cwd=cwd, env=env, capture_output=True, text=True, check=False
-    )
+    try:
+        done = subprocess.run(
+            ["git", *argv],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=GIT_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        return 124, f"git {argv[0]} gave no result within {GIT_TIMEOUT_S} s"
     return done.returncode, (done.stdout if done.returncode == 0 else done.stderr).strip()
 
 

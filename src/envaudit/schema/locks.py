@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -92,10 +93,20 @@ class SourceSpec(_Strict):
     build_requires: list[str] = Field(default_factory=list)
     build_env: dict[str, str] = Field(default_factory=dict)
     cuda_arch_list: list[str] = Field(default_factory=list)
+    files: list[str] = Field(
+        default_factory=list,
+        description="Files of the env folder the build reads (hashed into the lock); build_env"
+        " values may name that folder as {env_dir}.",
+    )
     note: str | None = None
 
     @model_validator(mode="after")
     def _kind(self) -> SourceSpec:
+        for name in self.files:
+            if name.startswith("/") or ".." in Path(name).parts or not name:
+                raise ValueError(
+                    f"source {self.name!r}: file {name!r} must be inside the env folder"
+                )
         if (self.git is None) == (self.sdist is None):
             raise ValueError(f"source {self.name!r}: set exactly one of git (with rev) or sdist")
         if self.git is not None:
@@ -215,6 +226,7 @@ class LockedSource(_Strict):
     build_requires: list[LockedPackage] = Field(default_factory=list)
     build_env: dict[str, str] = Field(default_factory=dict)
     cuda_arch_list: list[str] = Field(default_factory=list)
+    files: dict[str, str] = Field(default_factory=dict, description="name -> sha256")
     wheel: Artifact | None = Field(None, description="The built wheel, once built.")
     status: Literal["declared", "built"] = "declared"
     note: str | None = None
