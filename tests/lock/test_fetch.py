@@ -162,3 +162,37 @@ def test_partial_download_resumes(env: Path, tmp_path: Path) -> None:
     assert info.value.exit_code == 1 and idna.artifact.sha256 in str(info.value)
     assert not bad.exists()
     assert fetch_lock(lock, FetchConfig(store=garbage)).complete
+
+
+def test_mirrors_folder_and_http(
+    env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mirror is a folder or an http base holding <filename> or sha256/<hash>; the index is
+    never asked when a mirror has the file (it points at a closed port here)."""
+    import functools
+    import http.server
+    import threading
+
+    lock = load_lock(env)
+    reference = FetchConfig(store=tmp_path / "reference-store")
+    assert fetch_lock(lock, reference).complete
+    source = Store(reference.store)
+    six, idna = sorted(lock.packages, key=lambda p: p.name != "six")
+    folder = tmp_path / "mirror-folder"
+    (folder / "sha256").mkdir(parents=True)
+    shutil.copyfile(source.path_of(six.artifact), folder / "sha256" / six.artifact.sha256)
+    served = tmp_path / "mirror-http"
+    served.mkdir()
+    shutil.copyfile(source.path_of(idna.artifact), served / idna.artifact.filename)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("ENVAUDIT_MIRRORS", f"{folder} http://127.0.0.1:{server.server_port}")
+        monkeypatch.setenv("ENVAUDIT_INDEX_URL", "http://127.0.0.1:9/simple")
+        code, out = invoke("fetch", "tiny", "--locks-dir", str(env.parent))
+    finally:
+        server.shutdown()
+    assert code == 0, out
+    assert f"fetched {six.artifact.filename} (mirror)" in out
+    assert f"fetched {idna.artifact.filename} (mirror)" in out

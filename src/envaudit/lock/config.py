@@ -2,8 +2,8 @@
 environment (or command-line flags), the way uv and pip are configured.
 
 - ENVAUDIT_STORE: the content-addressed store (default ~/.cache/envaudit/store).
-- ENVAUDIT_FIND_LINKS, then UV_FIND_LINKS / PIP_FIND_LINKS: folders of artifacts (os.pathsep
-  or spaces between them).
+- ENVAUDIT_FIND_LINKS, then UV_FIND_LINKS / PIP_FIND_LINKS: folders of artifacts (spaces or
+  commas between them).
 - ENVAUDIT_MIRRORS: folders or http(s) bases holding artifacts as <base>/<filename> or
   <base>/sha256/<hash>.
 - ENVAUDIT_INDEX_URL, then UV_DEFAULT_INDEX / UV_INDEX_URL / PIP_INDEX_URL: a PEP 691 simple
@@ -22,7 +22,9 @@ DEFAULT_INDEX = "https://pypi.org/simple"  # the packaging default, as in pip an
 
 
 def _split(value: str | None) -> list[str]:
-    return [part for part in re.split(rf"[{re.escape(os.pathsep)}\s]+", value or "") if part]
+    """Entries separated by spaces or commas (as pip and uv read theirs): not by ':', which
+    http mirrors contain."""
+    return [part for part in re.split(r"[\s,]+", value or "") if part]
 
 
 def _first_env(*names: str) -> str | None:
