@@ -343,7 +343,11 @@ def audit(
     ] = None,
     gpu: Annotated[list[str] | None, typer.Option("--gpu", help="GPU UUID (repeatable).")] = None,
     device: Annotated[str | None, typer.Option("--device", help="`cpu`.")] = None,
-    runtime: Annotated[str, typer.Option("--runtime")] = "host",
+    runtime: Annotated[str, typer.Option("--runtime", help="host or local.")] = "host",
+    env: Annotated[
+        str | None,
+        typer.Option("--env", help="local: every solution in this lock, not its declared one."),
+    ] = None,
     executor: Annotated[str, typer.Option("--executor")] = "local",
     suite: Annotated[
         str | None, typer.Option("--suite", help="Default: dev on a GPU, smoke on the CPU.")
@@ -356,8 +360,10 @@ def audit(
     """Run every solution on the chosen GPUs (or the CPU); all lines go to OUT/results.jsonl."""
     from envaudit.runtime.audit import AuditPlan, all_solutions, run_audit
 
-    if runtime != "host" or executor != "local":
-        _error("only --runtime host with --executor local is built yet")
+    if runtime not in ("host", "local") or executor != "local":
+        _error("only --runtime host or local with --executor local are built yet")
+    if env is not None and runtime != "local":
+        _error("--env applies to --runtime local only")
     if gpu and device:
         _error("give either --gpu or --device, not both")
     devices: list[tuple[str | None, str | None]] = [(g, None) for g in gpu or []]
@@ -371,6 +377,8 @@ def audit(
         solutions_root=solutions_root,
         suite=suite,
         resume=resume,
+        runtime=runtime,
+        env=env,
     )
     result = run_audit(plan, lambda name, where: typer.echo(f"audit: {name} on {where}"))
     for error in result.errors:

@@ -58,3 +58,28 @@ def test_baseline_passes_smoke_in_local_env(
         assert line["environment"]["distributions_count"] == len(LOCK.packages)
         assert line["environment"]["torch"] == "2.13.0+cpu"
     assert result.exit_code == 0
+
+
+def test_audit_in_local_environments(local_env: dict[str, str], tmp_path: Path) -> None:
+    """`audit --runtime local`: with --env every solution runs in that lock; without it each
+    runs in the lock it declares, and one whose artifacts are not in the store is reported as
+    an error (exit 1) while the others still run."""
+    names = baselines()[:2]
+    common = ["audit", "--runtime", "local", "--device", "cpu", "--data-root", str(SHIPPED_ROOT)]
+    common += ["--solutions-root", str(SOLUTIONS)]
+    for name in names:
+        common += ["--solution", name]
+    result = CliRunner().invoke(
+        app, [*common, "--env", "torch-cpu", "--out", str(tmp_path / "a")], env=local_env
+    )
+    assert result.exit_code == 0, result.output
+    lines = [line for _, line in read_lines(tmp_path / "a" / "results.jsonl") if line]
+    assert {line["solution"] for line in lines} == set(names)
+    assert {line["context"]["closure_hash"] for line in lines} == {LOCK.closure_hash}
+
+    declared = CliRunner().invoke(app, [*common, "--out", str(tmp_path / "b")], env=local_env)
+    assert declared.exit_code == 1
+    assert (
+        "not in the store" in declared.output
+        and "envaudit fetch torch-2.11-cu130" in declared.output
+    )

@@ -1,8 +1,10 @@
-"""`envaudit audit` on the host runtime: every selected solution on every selected device.
+"""`envaudit audit`: every selected solution on every selected device, one job at a time.
 
-This is the host-runtime form of the audit (one process tree, sequential jobs); container
-runtimes, executors and the merged report come with the later issues. Lines from every job go
-to one results file, so `--resume` continues an interrupted audit where it stopped.
+Runtimes: `host` (this interpreter) and `local` (each solution in a uv venv built from its
+declared lock and the store, or from one lock named with `env`). Container runtimes and other
+executors come with later issues. Lines from every job go to one results file, so `--resume`
+continues an interrupted audit where it stopped; a solution whose environment cannot be made
+is reported and the audit goes on.
 """
 
 from __future__ import annotations
@@ -12,8 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from envaudit.lock.config import FetchConfig
+from envaudit.lock.files import LockError
 from envaudit.runtime.host import run_on_host
 from envaudit.runtime.jobs import RunRequest, RunRequestError
+from envaudit.runtime.local import run_in_local_environment
 from envaudit.schema.results import read_lines
 
 # Statuses that do not fail an audit: the solution was not meant for this device.
@@ -31,6 +36,9 @@ class AuditPlan:
     suite: str | None = None
     graph_timing: bool = True
     resume: bool = False
+    runtime: str = "host"
+    env: str | None = None
+    """local runtime: run every solution in this lock instead of the one it declares."""
 
 
 @dataclass
@@ -66,11 +74,19 @@ def run_audit(plan: AuditPlan, on_job: Callable[[str, str], None] | None = None)
                 graph_timing=plan.graph_timing and gpu is not None,
                 reference_cache=plan.out / "reference-cache",
                 report=report,
+                runtime=plan.runtime,
             )
             try:
-                run_on_host(request, resume=plan.resume)
+                if plan.runtime == "local":
+                    config = FetchConfig.from_environment()
+                    run_in_local_environment(request, plan.env, config, resume=plan.resume)
+                else:
+                    run_on_host(request, resume=plan.resume)
             except RunRequestError as exc:
                 result.errors.append(f"{name}: {exc}")
+            except LockError as exc:
+                hint = f"; {exc.hint}" if exc.hint else ""
+                result.errors.append(f"{name}: {exc}{hint}")
     for _, line in read_lines(report):
         if line:
             result.statuses[line["status"]] += 1
