@@ -198,6 +198,20 @@ def test_passing_lines_carry_timing_and_record(fault_run: dict) -> None:
     assert line["seed"] == 7
 
 
+def test_host_lines_record_the_check_against_the_declared_lock(fault_run: dict) -> None:
+    """Every host line, crash lines included, says whether this interpreter is the declared
+    environment; the verdict is the one `verify-env` gives for the same lock."""
+    from tests.conftest import REPO
+
+    lock = json.loads((REPO / "locks" / "torch-cpu" / "lock.json").read_text())
+    verdict = CliRunner().invoke(app, ["verify-env", "torch-cpu"]).exit_code == 0
+    for name in ("correct", "segfault", "hang"):
+        check = fault_run[name][UUID_BLOB]["context"]["env_check"]
+        assert check["lock_closure_hash"] == lock["closure_hash"]
+        assert check["matches"] is verdict
+        assert check["counts"]["locked"] == len(lock["packages"])
+
+
 def test_crash_line_carries_log_tail(fault_run: dict) -> None:
     line = fault_run["segfault"][UUID_BLOB]
     assert "during this workload" in line["message"]

@@ -178,3 +178,23 @@ def test_empty_input_and_bad_lines_are_reported_with_line_numbers(tmp_path: Path
         if s["solution"] == "d-fast"
     )
     assert fast["workloads"]["failed"] == {"EXPLODED": 1}
+
+
+def test_lines_measured_outside_the_declared_env_are_marked(tmp_path: Path) -> None:
+    from envaudit.report.markdown import render_markdown
+
+    outside = line("d-fast", "w1", 1.0)
+    outside["context"]["env_check"] = {
+        "matches": False,
+        "python": None,
+        "missing": ["tilelang==0.1.15"],
+        "different": ["tilelang 0.1.15 -> 0.1.12"],
+    }
+    inside = line("d-torch", "w1", 2.0)
+    inside["context"]["env_check"] = {"matches": True, "missing": [], "different": []}
+    _, summary = summarize([write(tmp_path / "r.jsonl", [outside, inside])])
+    entries = {s["solution"]: s for s in summary["definitions"]["d"]["devices"][GPU_A]["solutions"]}
+    assert entries["d-fast"]["declared_env_check"]["matches"] is False
+    assert entries["d-torch"]["declared_env_check"]["matches"] is True
+    text = render_markdown(summary, preferred_solutions(summary), [], "envaudit merge", "now")
+    assert "not the declared env: missing tilelang==0.1.15; tilelang 0.1.15 -> 0.1.12" in text

@@ -372,3 +372,21 @@ def summary(drift: Drift, exact: bool = False) -> str:
         reasons[reason] = reasons.get(reason, 0) + 1
     parts += [f"hash not checked for {n} ({reason})" for reason, n in sorted(reasons.items())]
     return f"verify-env {drift.env}: " + ", ".join(parts)
+
+
+def drift_record(drift: Drift, closure_hash: str, limit: int = 8) -> dict[str, Any]:
+    """What a result line carries about its interpreter against the declared lock (extras are
+    not counted: a shared interpreter may hold more). `matches` False means the line was not
+    measured in the environment the solution declares."""
+    return {
+        "lock_closure_hash": closure_hash,
+        "matches": not drift.failed(),
+        "python": list(drift.python) if drift.python else None,
+        "missing": [f"{d.name}=={d.version}" for d in drift.missing[:limit]],
+        "different": [f"{d.name} {d.locked} -> {d.installed}" for d in drift.different[:limit]],
+        "counts": {
+            "locked": drift.locked,
+            "missing": len(drift.missing),
+            "different": len(drift.different),
+        },
+    }

@@ -143,12 +143,24 @@ def _definition(name: str, block: Mapping[str, Any], summary: Mapping[str, Any])
                 cells.append(f"{label}: {timing}{speed}")
             geo = entry["geomean_speedup"]["primary"]
             rows.append(
-                f"| `{entry['solution']}` | {entry['env']} | {passed} | {'<br>'.join(cells)}"
+                f"| `{entry['solution']}` | {entry['env']}{_env_warning(entry)} | {passed}"
+                f" | {'<br>'.join(cells)}"
                 f" | {_num(geo, 2) + 'x' if geo else '–'}"
                 f" | {_num(entry['roofline_fraction_median'], 2)} |"
             )
         rows.append("")
     return "\n".join(rows)
+
+
+def _env_warning(entry: Mapping[str, Any]) -> str:
+    """A visible mark on figures measured outside the declared environment."""
+    check = entry.get("declared_env_check")
+    if not check or check["matches"]:
+        return ""
+    parts = [f"python {check['python'][1]}"] if check.get("python") else []
+    parts += [f"missing {m}" for m in check["missing"][:3]]
+    parts += [f"{d}" for d in check["different"][:3]]
+    return " **(not the declared env: " + "; ".join(parts) + ")**"
 
 
 def _interfaces(interfaces: Sequence[Mapping[str, Any]]) -> str:

@@ -158,6 +158,7 @@ def _solution_block(
         "runtime": context.get("runtime"),
         "image_id": context.get("image_id"),
         "solution_hashes": sorted({str(ln.get("solution_hash")) for ln in lines}),
+        "declared_env_check": _env_check(lines),
         "workloads": {
             "total": len(lines),
             "passed": sum(ln["status"] == "PASSED" for ln in lines),
@@ -170,6 +171,23 @@ def _solution_block(
             else None
         ),
         "per_workload": per_workload,
+    }
+
+
+def _env_check(lines: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Whether these lines ran in the environment the solution declares (host runs record a
+    verify-env check; lines from before that check carry none)."""
+    checks = [(ln.get("context") or {}).get("env_check") for ln in lines]
+    known = [c for c in checks if c and c.get("matches") is not None]
+    if not known:
+        return None
+    bad = [c for c in known if not c["matches"]]
+    worst = bad[0] if bad else known[0]
+    return {
+        "matches": not bad,
+        "missing": worst.get("missing", []),
+        "different": worst.get("different", []),
+        "python": worst.get("python"),
     }
 
 

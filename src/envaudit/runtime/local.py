@@ -133,6 +133,11 @@ def run_in_local_environment(
     lock = load_lock(env_dir(env_name or declared, locks_dir))
     local = ensure_environment(lock, config)
     context.update(env=lock.env, closure_hash=lock.closure_hash)
+    context["env_check"] = {
+        "lock_closure_hash": lock.closure_hash,
+        "matches": True,
+        "built_from_lock": True,
+    }
     if lock.env != declared:
         context["declared_env"] = declared
     job["context"] = context
