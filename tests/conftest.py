@@ -114,3 +114,13 @@ def tree_digest(root: Path) -> dict[str, str]:
 @pytest.fixture
 def toy_root(tmp_path: Path) -> Path:
     return write_toy_root(tmp_path / "root")
+
+
+def base_recipe_for(python: str) -> str:
+    """The shipped base recipe whose Python is `python` (locks refuse a mismatch)."""
+    import tomllib
+
+    for path in sorted((REPO / "containers" / "bases").glob("*.toml")):
+        if str(tomllib.loads(path.read_text()).get("python")) == python:
+            return path.stem
+    pytest.skip(f"no shipped base recipe provides Python {python}", allow_module_level=True)

@@ -18,6 +18,7 @@ from envaudit.cli import app
 from envaudit.lock.config import FetchConfig
 from envaudit.lock.files import load_lock
 from envaudit.runtime.local import ensure_environment
+from tests.conftest import base_recipe_for
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -113,7 +114,7 @@ def tinyext(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
 def env_toml(source: str) -> str:
     return (
         f'python = "{PYTHON}"\nplatform = "x86_64-manylinux_2_28"\n'
-        'base = { recipe = "bookworm-minbase" }\nrequirements = ["six==1.17.0"]\n\n'
+        f'base = {{ recipe = "{base_recipe_for(PYTHON)}" }}\nrequirements = ["six==1.17.0"]\n\n'
         f"[[sources]]\n{source}"
     )
 

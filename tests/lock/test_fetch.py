@@ -196,3 +196,9 @@ def test_mirrors_folder_and_http(
     assert code == 0, out
     assert f"fetched {six.artifact.filename} (mirror)" in out
     assert f"fetched {idna.artifact.filename} (mirror)" in out
+
+
+def test_base_recipe_with_another_python_is_refused(env: Path) -> None:
+    (env / "env.toml").write_text(ENV_TOML.replace('python = "3.11"', 'python = "3.12"'))
+    code, out = invoke("lock", "tiny", "--locks-dir", str(env.parent))
+    assert code == 1 and "provides Python 3.11, but env.toml asks for 3.12" in out

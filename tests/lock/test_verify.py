@@ -18,13 +18,14 @@ from envaudit.lock.files import load_lock, write_lock
 from envaudit.lock.resolve import lock_env
 from envaudit.lock.verify import compare, version_drift
 from envaudit.schema.locks import Artifact, LockedSource
+from tests.conftest import base_recipe_for
 
 BASES = Path(__file__).resolve().parents[2] / "containers/bases"
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 ENV_TOML = f"""
 python = "{PYTHON}"
 platform = "x86_64-manylinux_2_28"
-base = {{ recipe = "bookworm-minbase" }}
+base = {{ recipe = "{base_recipe_for(PYTHON)}" }}
 requirements = ["six==1.17.0", "idna==3.10"]
 """
 

@@ -307,6 +307,18 @@ def _locked_base(spec: EnvSpec, bases_dir: Path) -> LockedBase:
             exit_code=1,
             hint=f"known recipes: {', '.join(known) or 'none'}",
         )
+    try:
+        declared = tomllib.loads(recipe.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise LockError(f"{recipe}: not valid TOML: {exc}", exit_code=1) from exc
+    provides = declared.get("python")
+    if provides is not None and str(provides) != spec.python:
+        raise LockError(
+            f"base recipe {spec.base.recipe!r} provides Python {provides}, but env.toml asks"
+            f" for {spec.python}",
+            exit_code=1,
+            hint="choose a base whose Python is the env's (containers/bases/*.toml)",
+        )
     return LockedBase(recipe=spec.base.recipe, recipe_sha256=sha256_file(recipe))
 
 
