@@ -175,21 +175,13 @@ def fetch(
     """Put every artifact of a lock into the content-addressed store, sha256-verified."""
     from envaudit.lock.config import FetchConfig
     from envaudit.lock.fetch import fetch_lock
-    from envaudit.lock.files import LockError, env_dir, load_lock
-    from envaudit.lock.resolve import stale_reasons
+    from envaudit.lock.files import LockError, env_dir
+    from envaudit.lock.resolve import current_lock
     from envaudit.report.console import byte_progress
 
     config = FetchConfig.from_environment(store, find_links, offline=offline)
     try:
-        folder = env_dir(env, locks_dir)
-        locked = load_lock(folder)
-        reasons = stale_reasons(folder)
-        if reasons:
-            raise LockError(
-                f"{folder / 'lock.json'} is stale: " + "; ".join(reasons),
-                exit_code=1,
-                hint=f"run `envaudit lock {env}`",
-            )
+        locked = current_lock(env_dir(env, locks_dir))
         with byte_progress() as progress:
             report = fetch_lock(locked, config, progress)
     except LockError as exc:

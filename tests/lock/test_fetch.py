@@ -14,7 +14,8 @@ from envaudit.lock.config import FetchConfig
 from envaudit.lock.fetch import fetch_lock
 from envaudit.lock.files import LockError, load_lock, write_lock
 from envaudit.lock.resolve import lock_env
-from envaudit.lock.store import Store, sha256_path
+from envaudit.lock.store import Store
+from envaudit.schema.paths import sha256_file as sha256_path
 
 REPO = Path(__file__).resolve().parents[2]
 BASES = REPO / "containers" / "bases"

@@ -17,6 +17,7 @@ Order and rules (DESIGN.md, "Harness rules"):
 
 from __future__ import annotations
 
+import math
 import time
 import traceback
 from collections.abc import Mapping
@@ -135,16 +136,24 @@ def _poison(dtype: torch.dtype, variant: int) -> float | int | bool:
     return info.min if variant == 0 else info.max
 
 
+def _output_layouts(
+    ctx: EvalContext, workload: Mapping[str, Any]
+) -> list[tuple[tuple[int, ...], torch.dtype]]:
+    """(shape, dtype) of each output of this workload."""
+    axes = axis_values(ctx.definition, workload)
+    return [
+        (tuple(concrete_shape(spec, axes) or ()), torch_dtype(spec["dtype"]))
+        for spec in ctx.definition["outputs"].values()
+    ]
+
+
 def _allocate_outputs(
     ctx: EvalContext, workload: Mapping[str, Any], variant: int
 ) -> list[torch.Tensor]:
-    axes = axis_values(ctx.definition, workload)
-    outputs = []
-    for spec in ctx.definition["outputs"].values():
-        dtype = torch_dtype(spec["dtype"])
-        shape = concrete_shape(spec, axes) or ()
-        outputs.append(torch.full(shape, _poison(dtype, variant), dtype=dtype, device=ctx.device))
-    return outputs
+    return [
+        torch.full(shape, _poison(dtype, variant), dtype=dtype, device=ctx.device)
+        for shape, dtype in _output_layouts(ctx, workload)
+    ]
 
 
 POISON_BYTES = (0xFF, 0x5A)  # 0xFF is NaN in every float format; ints see -1, then 0x5A5A...
@@ -160,7 +169,10 @@ def _poison_allocator(ctx: EvalContext, workload: Mapping[str, Any], variant: in
         return
     torch.cuda.synchronize(ctx.device)
     torch.cuda.empty_cache()
-    sizes = [t.numel() * t.element_size() for t in _allocate_outputs(ctx, workload, 0)]
+    sizes = [
+        math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+        for shape, dtype in _output_layouts(ctx, workload)
+    ]
     large = sum(2 * size for size in sizes if size > SMALL_POOL_BYTES // 2)
     free_bytes, _ = torch.cuda.mem_get_info(ctx.device)
     requests = [SMALL_POOL_BYTES // 2] * 4

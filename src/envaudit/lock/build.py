@@ -17,11 +17,10 @@ from packaging.utils import parse_wheel_filename
 
 from envaudit.lock import offline
 from envaudit.lock.config import FetchConfig, uv_binary
-from envaudit.lock.fetch import fetch_artifact
 from envaudit.lock.files import LockError, load_spec
 from envaudit.lock.resolve import BASES_DIR, lock_env
-from envaudit.lock.sources import SourceUnavailable, git_checkout, sdist_tree
-from envaudit.lock.store import Store, sha256_path
+from envaudit.lock.sources import SourceUnavailable, ensure_in_store, git_checkout, sdist_tree
+from envaudit.lock.store import Store
 from envaudit.schema.locks import (
     Artifact,
     EnvSpec,
@@ -32,6 +31,7 @@ from envaudit.schema.locks import (
     seal,
     split_pin,
 )
+from envaudit.schema.paths import sha256_file
 
 LOG_TAIL_LINES = 40
 
@@ -156,7 +156,7 @@ def _build(
     env = build_environment(source, python, env_dir)
     wheel_file = _run_build(source, tree, env, tmp / "dist", tmp / "build.log")
     wheel = Artifact(
-        filename=wheel_file.name, size=wheel_file.stat().st_size, sha256=sha256_path(wheel_file)
+        filename=wheel_file.name, size=wheel_file.stat().st_size, sha256=sha256_file(wheel_file)
     )
     store.copy_in(wheel_file, wheel, f"{source.name} built wheel", "build")
     update: dict[str, object] = {"wheel": wheel, "status": "built"}
@@ -196,20 +196,8 @@ def _builder(
 
 
 def _into_store(store: Store, package: LockedPackage, config: FetchConfig, source: str) -> None:
-    if store.has(package.artifact):
-        return
     what = f"{package.name}=={package.version} (to build {source})"
-    try:
-        origin = fetch_artifact(store, package.artifact, what, package.name, config)
-    except LockError as exc:
-        if exc.exit_code == 1:
-            raise
-        raise SourceUnavailable(str(exc)) from exc
-    if origin is None:
-        raise SourceUnavailable(
-            f"{what}: {package.artifact.filename} (sha256 {package.artifact.sha256}) is not in"
-            " the store, find-links, mirrors or index"
-        )
+    ensure_in_store(store, package.artifact, what, package.name, config)
 
 
 def build_environment(

@@ -18,10 +18,11 @@ from pathlib import Path
 
 from envaudit.lock.config import FetchConfig
 from envaudit.lock.files import LockError
-from envaudit.lock.store import CHUNK, Store
+from envaudit.lock.store import Store
 from envaudit.schema.locks import Artifact, Lock, normalize_name
 
 TIMEOUT_S = 60
+CHUNK = 1 << 20
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 
 Progress = Callable[[str, int, int], None]  # (filename, bytes done, bytes total)

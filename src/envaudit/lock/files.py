@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import tomllib
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from envaudit.schema.locks import EnvSpec, Lock
+from envaudit.schema.paths import write_text_atomically
 
 LOCKS_DIR = Path("locks")
 
@@ -76,18 +75,8 @@ def load_lock(folder: Path) -> Lock:
 
 def write_lock(folder: Path, lock: Lock) -> Path:
     """Atomically replace lock.json (temp file in the same folder, then rename)."""
-    path = folder / "lock.json"
     text = json.dumps(lock.model_dump(mode="json"), indent=1, sort_keys=True) + "\n"
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".lock.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a lock is meant to be read
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+    return write_text_atomically(folder / "lock.json", text)
 
 
 def _describe(exc: ValidationError) -> str:

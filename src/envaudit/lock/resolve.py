@@ -84,10 +84,24 @@ def lock_env(folder: Path, config: FetchConfig, bases_dir: Path = BASES_DIR) -> 
     return seal(body)
 
 
-def stale_reasons(folder: Path, bases_dir: Path = BASES_DIR) -> list[str]:
+def current_lock(folder: Path, bases_dir: Path = BASES_DIR) -> Lock:
+    """lock.json, refused (exit 1) when edited by hand or stale against env.toml: what fetch
+    and environment builders start from."""
+    lock = load_lock(folder)
+    reasons = stale_reasons(folder, bases_dir, lock)
+    if reasons:
+        raise LockError(
+            f"{folder / 'lock.json'} is stale: " + "; ".join(reasons),
+            exit_code=1,
+            hint=f"run `envaudit lock {folder.name}`",
+        )
+    return lock
+
+
+def stale_reasons(folder: Path, bases_dir: Path = BASES_DIR, lock: Lock | None = None) -> list[str]:
     """Why lock.json no longer describes env.toml (offline); empty when it is current."""
     spec = load_spec(folder)
-    lock = load_lock(folder)
+    lock = lock or load_lock(folder)
     reasons = []
     if lock.spec_sha256 != spec.canonical_sha256():
         reasons.append(

@@ -140,22 +140,31 @@ def _recorded_commit(repo: Path, path: str, env: dict[str, str]) -> str | None:
     return fields[2] if len(fields) >= 3 and fields[1] == "commit" else None
 
 
+def ensure_in_store(
+    store: Store, artifact: Artifact, what: str, package: str, config: FetchConfig
+) -> None:
+    """Fetch a build input into the store. A wrong file (hash mismatch) is the lock's fault and
+    raises; an input that cannot be had from here is SourceUnavailable."""
+    if store.has(artifact):
+        return
+    try:
+        origin = fetch_artifact(store, artifact, what, package, config)
+    except LockError as exc:
+        if exc.exit_code == 1:
+            raise
+        raise SourceUnavailable(str(exc)) from exc
+    if origin is None:
+        raise SourceUnavailable(
+            f"{what}: {artifact.filename} (sha256 {artifact.sha256}) is not in the store,"
+            " find-links, mirrors or index"
+        )
+
+
 def sdist_tree(
     store: Store, artifact: Artifact, package: str, config: FetchConfig, dest: Path
 ) -> Path:
     """The unpacked sdist (fetched into the store first when absent); its project folder."""
-    if not store.has(artifact):
-        try:
-            origin = fetch_artifact(store, artifact, f"{package} sdist", package, config)
-        except LockError as exc:
-            if exc.exit_code == 1:
-                raise
-            raise SourceUnavailable(str(exc)) from exc
-        if origin is None:
-            raise SourceUnavailable(
-                f"its sdist {artifact.filename} (sha256 {artifact.sha256}) is not in the store,"
-                " find-links, mirrors or index"
-            )
+    ensure_in_store(store, artifact, f"{package} sdist", package, config)
     _unpack(store.path_of(artifact), artifact.filename, dest)
     folders = [p for p in dest.iterdir() if p.is_dir()]
     if len(folders) != 1:

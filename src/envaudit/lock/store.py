@@ -6,7 +6,6 @@ resumes) and are renamed into place after verification; nothing else ever writes
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
@@ -14,8 +13,7 @@ from pathlib import Path
 
 from envaudit.lock.files import LockError
 from envaudit.schema.locks import Artifact
-
-CHUNK = 1 << 20
+from envaudit.schema.paths import sha256_file
 
 
 class HashMismatch(LockError):
@@ -25,14 +23,6 @@ class HashMismatch(LockError):
             f" {artifact.sha256}; refused",
             exit_code=1,
         )
-
-
-def sha256_path(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while block := handle.read(CHUNK):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 class Store:
@@ -51,7 +41,7 @@ class Store:
 
     def admit(self, candidate: Path, artifact: Artifact, what: str, origin: str) -> Path:
         """Move a verified file into the store (`candidate` is consumed only when it is ours)."""
-        actual = sha256_path(candidate)
+        actual = sha256_file(candidate)
         if actual != artifact.sha256:
             raise HashMismatch(what, artifact, actual, origin)
         target = self.path_of(artifact)

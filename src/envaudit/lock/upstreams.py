@@ -12,7 +12,6 @@ import json
 import os
 import re
 import subprocess
-import tempfile
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -34,6 +33,7 @@ from packaging.version import InvalidVersion, Version
 from envaudit.lock.config import DEFAULT_INDEX, FetchConfig
 from envaudit.lock.files import LockError, load_lock, load_spec
 from envaudit.schema.locks import EnvSpec, normalize_name, split_pin
+from envaudit.schema.paths import write_text_atomically
 
 INDEX_TIMEOUT_S = 10.0
 GIT_TIMEOUT_S = 15.0
@@ -377,19 +377,10 @@ def _join(*parts: str | None) -> str | None:
 def write_upstreams(report: dict[str, Any], path: Path) -> Path:
     """Atomically replace the report file (temp file in the same folder, then rename)."""
     text = json.dumps(report, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
-    tmp: str | None = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
+        return write_text_atomically(path, text)
     except OSError as exc:
         raise LockError(f"cannot write {path}: {exc}") from exc
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
 
 
 def render(report: dict[str, Any]) -> str:

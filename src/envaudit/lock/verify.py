@@ -49,11 +49,12 @@ _LIST_SCRIPT = f"""
 import csv, io, json, sys
 from importlib import metadata
 found = []
+with_records = sys.argv[1:] == ["records"]
 for dist in metadata.distributions():
     name = dist.metadata["Name"]
     if not name:
         continue
-    text = dist.read_text("RECORD")
+    text = dist.read_text("RECORD") if with_records else None
     record = None
     if text is not None:
         record = [(row + ["", ""])[:2] for row in csv.reader(io.StringIO(text)) if row]
@@ -130,15 +131,16 @@ class Drift:
 # --- what is installed ------------------------------------------------------------------------
 
 
-def installed_distributions(python: str) -> list[InstalledDist]:
-    """The distributions importable by `python`, first on sys.path winning (as in imports).
+def installed_distributions(python: str, records: bool = True) -> list[InstalledDist]:
+    """The distributions importable by `python`, first on sys.path winning (as in imports);
+    without `records`, names and versions only (no RECORD files read: no file-hash check).
 
     The script runs from an empty folder so that our working directory (first on sys.path
     with `-c`) cannot add distributions the environment does not hold."""
     with tempfile.TemporaryDirectory(prefix="envaudit-verify-") as cwd:
         try:
             done = subprocess.run(
-                [python, "-c", _LIST_SCRIPT],
+                [python, "-c", _LIST_SCRIPT, *(["records"] if records else [])],
                 capture_output=True,
                 text=True,
                 cwd=cwd,

@@ -16,10 +16,11 @@ from typing import Any
 from envaudit.dataset.interfaces import load_interfaces
 from envaudit.dataset.traceset import DatasetRootError, load_traceset
 from envaudit.report.markdown import render_markdown
-from envaudit.report.merge import MergeResult, merge_files, write_results, write_text_atomically
+from envaudit.report.merge import MergeResult, merge_files, write_results
 from envaudit.report.plots import write_plots
 from envaudit.report.summary import SolutionInfo, build_summary, preferred_solutions
 from envaudit.report.traces import export_traces, trace_to_line
+from envaudit.schema.paths import write_text_atomically
 from envaudit.schema.results import now_iso
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from envaudit.schema.models import EvaluationStatus
+from envaudit.schema.paths import write_text_atomically
 from envaudit.schema.results import RESULT_SCHEMA_VERSION
 
 KNOWN_STATUSES = {s.value for s in EvaluationStatus}
@@ -226,19 +227,3 @@ def write_results(lines: Iterable[Mapping[str, Any]], path: Path) -> None:
         for line in lines
     )
     write_text_atomically(path, text)
-
-
-def write_text_atomically(path: Path, text: str) -> None:
-    import os
-    import tempfile
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)

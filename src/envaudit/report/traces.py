@@ -28,9 +28,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from envaudit.report.merge import write_text_atomically
 from envaudit.report.summary import SolutionInfo, device_of, env_of
 from envaudit.schema.models import Trace
+from envaudit.schema.paths import write_text_atomically
 from envaudit.schema.results import RESULT_SCHEMA_VERSION
 
 LOG_LIMIT = 2000

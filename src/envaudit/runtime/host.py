@@ -35,7 +35,10 @@ def env_check(env_name: str, locks_dir: Path = Path("locks")) -> dict[str, Any]:
     try:
         lock = load_lock(env_dir(env_name, locks_dir))
         drift = compare(
-            lock, installed_distributions(sys.executable), None, python_version(sys.executable)
+            lock,
+            installed_distributions(sys.executable, records=False),
+            None,
+            python_version(sys.executable),
         )
     except LockError as exc:
         return {"matches": None, "reason": str(exc).splitlines()[0][:300]}

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import envaudit
 from envaudit.lock.config import FetchConfig
-from envaudit.lock.files import LockError, env_dir, load_lock
+from envaudit.lock.files import LockError, env_dir
 from envaudit.lock.offline import (
     create_venv,
     cuda_home,
@@ -27,6 +27,7 @@ from envaudit.lock.offline import (
     install_from_store,
     uv_environment,
 )
+from envaudit.lock.resolve import current_lock
 from envaudit.lock.store import Store
 from envaudit.runtime.jobs import RunRequest, plan_job
 from envaudit.runtime.supervisor import BatchResult, run_batch
@@ -130,7 +131,7 @@ def run_in_local_environment(
     job, overrides = plan_job(req)
     context = dict(job["context"])
     declared = context["env"]
-    lock = load_lock(env_dir(env_name or declared, locks_dir))
+    lock = current_lock(env_dir(env_name or declared, locks_dir))
     local = ensure_environment(lock, config)
     context.update(env=lock.env, closure_hash=lock.closure_hash)
     context["env_check"] = {

@@ -7,6 +7,8 @@ confined to the TraceSet root by one piece of code.
 from __future__ import annotations
 
 import hashlib
+import os
+import tempfile
 from pathlib import Path
 
 
@@ -20,6 +22,22 @@ def sha256_file(path: Path) -> str:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def write_text_atomically(path: Path, text: str) -> Path:
+    """Replace `path` with `text` through a temporary file in the same folder and a rename, so
+    readers see the old file or the new one, never half of one. The result is world-readable."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
 
 
 def path_inside(root: Path, relative: str) -> Path:
