@@ -280,3 +280,25 @@ def test_declared_build_files_are_hashed_and_reach_the_build(
     again = envaudit(places, "lock", "tinyfile")
     assert again.exit_code == 0 and "built tinyext" in again.output, again.output
     assert add_two_and_three() == "14"
+
+
+def test_repository_name_is_cloned_from_the_configured_git_bases(
+    places: Path, tinyext: tuple[Path, str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """env.toml names `owner/name`, never a host: ENVAUDIT_GIT_BASES says where to clone from
+    (here a mirror folder, after a base that lacks it); with no base the source stays declared."""
+    repo, rev, vendor_rev = tinyext
+    mirror = places / "git-mirror" / "tests"
+    mirror.mkdir(parents=True)
+    (mirror / "tinyext").symlink_to(repo)
+    folder = new_env(places, "named", git_source("tests/tinyext", rev, {"vendor": vendor_rev}))
+    monkeypatch.delenv("ENVAUDIT_GIT_BASES", raising=False)
+    unset = envaudit(places, "lock", "named")
+    assert unset.exit_code == 0 and "no git base configured" in unset.output
+    assert load_lock(folder).sources[0].status == "declared"
+    bases = f"{places / 'empty-base'} {places / 'git-mirror'}"
+    monkeypatch.setenv("ENVAUDIT_GIT_BASES", bases)
+    built = envaudit(places, "lock", "named")
+    assert built.exit_code == 0 and "built tinyext" in built.output, built.output
+    assert load_lock(folder).sources[0].status == "built"
+    assert str(places) not in (folder / "lock.json").read_text()

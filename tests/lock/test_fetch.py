@@ -203,3 +203,13 @@ def test_base_recipe_with_another_python_is_refused(env: Path) -> None:
     (env / "env.toml").write_text(ENV_TOML.replace('python = "3.11"', 'python = "3.12"'))
     code, out = invoke("lock", "tiny", "--locks-dir", str(env.parent))
     assert code == 1 and "provides Python 3.11, but env.toml asks for 3.12" in out
+
+
+def test_git_remotes_come_from_configuration_not_the_lock(tmp_path: Path) -> None:
+    config = FetchConfig(store=tmp_path, git_bases=["https://git.example/", str(tmp_path)])
+    assert config.git_remotes("owner/repo") == [
+        "https://git.example/owner/repo",
+        f"{tmp_path}/owner/repo",
+    ]
+    assert config.git_remotes("/srv/repo") == ["/srv/repo"]
+    assert FetchConfig(store=tmp_path).git_remotes("owner/repo") == []

@@ -121,3 +121,15 @@ def test_layers_import_only_what_they_may(module: str, forbidden: list[str]) -> 
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(REPO)
     )
     assert out.stdout.strip() == "", f"{module} imported {out.stdout.strip()}"
+
+
+@pytest.mark.parametrize(
+    "git",
+    ["https://github.com/deepseek-ai/FlashMLA.git", "git@github.com:deepseek-ai/FlashMLA.git"],
+)
+def test_git_source_names_a_repository_not_a_url(git: str) -> None:
+    from envaudit.schema.locks import SourceSpec
+
+    with pytest.raises(ValueError, match="is not a repository name"):
+        SourceSpec(name="flash-mla", git=git, rev="a" * 40)
+    assert SourceSpec(name="flash-mla", git="deepseek-ai/FlashMLA", rev="a" * 40).git

@@ -9,6 +9,7 @@ what went into a wheel is what lock.json records, and no index is reachable duri
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -170,11 +171,30 @@ def _obtain(
 ) -> Path:
     if source.kind == "git":
         assert spec is not None and spec.git is not None and source.rev is not None
-        return git_checkout(source.name, spec.git, source.rev, source.submodules, dest)
+        return _checkout_from_remotes(source, spec.git, config, dest)
     if source.sdist is None:
         raise LockError(f"source {source.name}: lock.json records no sdist for it", 1)
     package = split_pin(spec.sdist)[0] if spec is not None and spec.sdist else source.name
     return sdist_tree(store, source.sdist, package, config, dest)
+
+
+def _checkout_from_remotes(source: LockedSource, git: str, config: FetchConfig, dest: Path) -> Path:
+    """The first configured remote that has the repository; the reason when none does."""
+    remotes = config.git_remotes(git)
+    if not remotes:
+        raise SourceUnavailable(
+            f"repository {git}: no git base configured (set ENVAUDIT_GIT_BASES to a git host"
+            " or mirror folder that holds it)"
+        )
+    failures = []
+    for remote in remotes:
+        try:
+            assert source.rev is not None
+            return git_checkout(source.name, remote, source.rev, source.submodules, dest)
+        except SourceUnavailable as exc:
+            failures.append(str(exc))
+            shutil.rmtree(dest, ignore_errors=True)
+    raise SourceUnavailable("; ".join(failures))
 
 
 def _builder(

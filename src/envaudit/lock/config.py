@@ -6,6 +6,8 @@ environment (or command-line flags), the way uv and pip are configured.
   commas between them).
 - ENVAUDIT_MIRRORS: folders or http(s) bases holding artifacts as <base>/<filename> or
   <base>/sha256/<hash>.
+- ENVAUDIT_GIT_BASES: git hosts or mirror folders; a source's `owner/name` is cloned from
+  `<base>/owner/name`, trying each base in order.
 - ENVAUDIT_INDEX_URL, then UV_DEFAULT_INDEX / UV_INDEX_URL / PIP_INDEX_URL: a PEP 691 simple
   index; without any, uv's and pip's own default index.
 """
@@ -39,6 +41,7 @@ class FetchConfig:
     store: Path
     find_links: list[Path] = field(default_factory=list)
     mirrors: list[str] = field(default_factory=list)
+    git_bases: list[str] = field(default_factory=list)
     index_url: str = DEFAULT_INDEX
     offline: bool = False
 
@@ -55,6 +58,7 @@ class FetchConfig:
             store=store or Path(os.environ.get("ENVAUDIT_STORE") or default_store),
             find_links=[*(find_links or []), *(Path(p) for p in links)],
             mirrors=_split(os.environ.get("ENVAUDIT_MIRRORS")),
+            git_bases=_split(os.environ.get("ENVAUDIT_GIT_BASES")),
             index_url=(
                 _first_env(
                     "ENVAUDIT_INDEX_URL", "UV_DEFAULT_INDEX", "UV_INDEX_URL", "PIP_INDEX_URL"
@@ -63,6 +67,13 @@ class FetchConfig:
             ).rstrip("/"),
             offline=offline,
         )
+
+    def git_remotes(self, git: str) -> list[str]:
+        """Where to clone a source's `git` from: a local path as it is, a repository name
+        under each configured base (none configured: nowhere)."""
+        if git.startswith(("/", "./", "../")):
+            return [git]
+        return [f"{base.rstrip('/')}/{git}" for base in self.git_bases]
 
     def uv_source_args(self) -> list[str]:
         """Flags that give uv the same find-links (uv reads its index settings itself)."""

@@ -271,7 +271,7 @@ def check_upstreams(
     locks_dir: Path, config: FetchConfig, offline: bool, progress: Progress | None = None
 ) -> dict[str, Any]:
     """The report: one record per pin per environment, and counts by status."""
-    pins = collect_pins(locks_dir)
+    pins = [_with_remote(pin, config) for pin in collect_pins(locks_dir)]
     answers = _Answers() if offline else _ask(pins, config.index_url, progress)
     records = [_record(pin, answers, offline) for pin in pins]
     return {
@@ -281,6 +281,17 @@ def check_upstreams(
         "pins": records,
         "summary": dict(sorted(Counter(r["status"] for r in records).items())),
     }
+
+
+def _with_remote(pin: Pin, config: FetchConfig) -> Pin:
+    """A git pin's target becomes the first configured remote of its repository name."""
+    if pin.kind != "git" or pin.target is None:
+        return pin
+    remotes = config.git_remotes(pin.target)
+    if not remotes:
+        note = "no git base configured (ENVAUDIT_GIT_BASES)"
+        return Pin(pin.env, pin.kind, pin.name, pin.pinned, None, note)
+    return Pin(pin.env, pin.kind, pin.name, pin.pinned, remotes[0], pin.note)
 
 
 def _ask(pins: list[Pin], index_url: str, progress: Progress | None) -> _Answers:

@@ -22,6 +22,7 @@ FULL_COMMIT = re.compile(r"^[0-9a-f]{40}$")
 COMMIT = re.compile(r"^[0-9a-f]{7,40}$")
 PINNED = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9_,.-]+\])?==[A-Za-z0-9.+!_-]+$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+REPOSITORY = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")  # owner/name, found via git bases
 
 
 class _Strict(BaseModel):
@@ -83,7 +84,11 @@ class SourceSpec(_Strict):
     """A package built from source: a git repository at a full commit, or a registry sdist."""
 
     name: str
-    git: str | None = Field(None, description="Repository to clone (remote or local path).")
+    git: str | None = Field(
+        None,
+        description="Repository as owner/name (cloned from the configured git bases,"
+        " ENVAUDIT_GIT_BASES), or a local path; never a URL.",
+    )
     rev: str | None = Field(None, description="Full 40-hex commit.")
     rev_unresolved: bool = Field(
         False, description="rev is a prefix that could not be resolved here; builds refuse it."
@@ -110,6 +115,13 @@ class SourceSpec(_Strict):
         if (self.git is None) == (self.sdist is None):
             raise ValueError(f"source {self.name!r}: set exactly one of git (with rev) or sdist")
         if self.git is not None:
+            local = self.git.startswith(("/", "./", "../"))
+            if not local and not REPOSITORY.match(self.git):
+                raise ValueError(
+                    f"source {self.name!r}: git {self.git!r} is not a repository name: write"
+                    " owner/name (committed files name no hosts; ENVAUDIT_GIT_BASES says where"
+                    " to clone from) or a local path"
+                )
             if self.rev is None or not COMMIT.match(self.rev):
                 raise ValueError(f"source {self.name!r}: rev must be a git commit (hex)")
             if not FULL_COMMIT.match(self.rev) and not self.rev_unresolved:
