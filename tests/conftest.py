@@ -66,6 +66,7 @@ def write_toy_root(root: Path) -> Path:
     blob = root / BLOB_REL
     blob.parent.mkdir(parents=True)
     save_file({"lengths": np.array([2, 0, 3], dtype=np.int32)}, str(blob))
+    blob.chmod(0o644)  # safetensors writes 0600; a container's non-root worker must read it
     digest = hashlib.sha256(blob.read_bytes()).hexdigest()
     blob_input = {
         "type": "safetensors",

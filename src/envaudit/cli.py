@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Annotated, NoReturn
 import typer
 
 from envaudit import __version__
+from envaudit.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, EnvauditError
 
 app = typer.Typer(
     name="envaudit",
@@ -22,22 +24,30 @@ app = typer.Typer(
 base_app = typer.Typer(help="Offline base images built from containers/.", no_args_is_help=True)
 app.add_typer(base_app, name="base")
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-
 DataRoot = Annotated[
     Path, typer.Option("--data-root", help="TraceSet root (definitions/, workloads/, blob/).")
 ]
 
 
+def _render(exc: EnvauditError) -> NoReturn:
+    """The one place errors are printed: `error:` naming what failed, `hint:` what to do."""
+    typer.echo(f"error: {exc}", err=True)
+    if exc.hint:
+        typer.echo(f"hint: {exc.hint}", err=True)
+    raise typer.Exit(exc.exit_code)
+
+
+@contextmanager
+def _reported() -> Iterator[None]:
+    """Run a command's work; an EnvauditError from any layer ends it through _render."""
+    try:
+        yield
+    except EnvauditError as exc:
+        _render(exc)
+
+
 def _error(message: str, hint: str | None = None) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    if hint:
-        typer.echo(f"hint: {hint}", err=True)
-    raise typer.Exit(EXIT_USAGE)
-
-
-def _not_built(command: str, issue: str) -> NoReturn:
-    _error(f"`envaudit {command}` is not built yet ({issue}).")
+    _render(EnvauditError(message, EXIT_USAGE, hint))
 
 
 def _version(value: bool) -> None:
@@ -82,9 +92,23 @@ def check_inputs(
 
 
 @app.command()
-def doctor() -> None:
-    """What is available here: engine, GPUs, runtimes, uv, disk; which runtime `audit` picks."""
-    _not_built("doctor", "planned with the container runtime issue")
+def doctor(
+    locks_dir: Annotated[Path, typer.Option("--locks-dir", help="Folder of lock dirs.")] = Path(
+        "locks"
+    ),
+) -> None:
+    """What is available here: engine, GPUs, runtimes, uv, store, images; which runtime
+    `audit` picks."""
+    from envaudit.runtime.doctor import diagnose
+
+    with _reported():
+        checks = diagnose(locks_dir)
+    width = max(len(c.name) for c in checks)
+    for check in checks:
+        typer.echo(f"{check.severity:7} {check.name:{width}}  {check.message}")
+        if check.hint:
+            typer.echo(f"{'':7} {'':{width}}  hint: {check.hint}")
+    raise typer.Exit(EXIT_FAILED if any(c.severity == "error" for c in checks) else EXIT_OK)
 
 
 LocksDir = Annotated[Path, typer.Option("--locks-dir", help="Folder of <env>/env.toml.")]
@@ -92,13 +116,8 @@ LocksDir = Annotated[Path, typer.Option("--locks-dir", help="Folder of <env>/env
 
 def _lock_error(exc: Exception) -> NoReturn:
     """Print a LockError the way every command does and exit with its code."""
-    from envaudit.lock.files import LockError
-
-    assert isinstance(exc, LockError)
-    typer.echo(f"error: {exc}", err=True)
-    if exc.hint:
-        typer.echo(f"hint: {exc.hint}", err=True)
-    raise typer.Exit(exc.exit_code)
+    assert isinstance(exc, EnvauditError)
+    _render(exc)
 
 
 @app.command()
@@ -164,6 +183,10 @@ def lock(
 def fetch(
     env: Annotated[str, typer.Argument(help="Lock directory name under locks/.")],
     offline: Annotated[bool, typer.Option("--offline", help="Use only the store.")] = False,
+    verify: Annotated[
+        bool,
+        typer.Option("--verify", help="Rehash every store entry (sizes are always checked)."),
+    ] = False,
     store: Annotated[
         Path | None, typer.Option("--store", help="Store folder (default: ENVAUDIT_STORE).")
     ] = None,
@@ -172,7 +195,8 @@ def fetch(
     ] = None,
     locks_dir: LocksDir = Path("locks"),
 ) -> None:
-    """Put every artifact of a lock into the content-addressed store, sha256-verified."""
+    """Put every artifact of a lock into the content-addressed store, sha256-verified; a bad
+    store entry is quarantined and fetched again."""
     from envaudit.lock.config import FetchConfig
     from envaudit.lock.fetch import fetch_lock
     from envaudit.lock.files import LockError, env_dir
@@ -183,16 +207,19 @@ def fetch(
     try:
         locked = current_lock(env_dir(env, locks_dir))
         with byte_progress() as progress:
-            report = fetch_lock(locked, config, progress)
+            report = fetch_lock(locked, config, progress, verify=verify)
     except LockError as exc:
         _lock_error(exc)
+    for message in report.quarantined:
+        typer.echo(f"quarantined: {message}", err=True)
     for filename, origin in report.fetched:
         typer.echo(f"fetched {filename} ({origin})")
     for message in report.missing:
         typer.echo(f"missing: {message}", err=True)
     typer.echo(
         f"{env}: {len(report.present)} already in the store, {len(report.fetched)} fetched,"
-        f" {len(report.missing)} missing; store {config.store}"
+        f" {len(report.quarantined)} quarantined, {len(report.missing)} missing;"
+        f" store {config.store}"
     )
     raise typer.Exit(EXIT_OK if report.complete else EXIT_FAILED)
 
@@ -234,20 +261,147 @@ def verify_env(
 
 
 @base_app.command("build")
-def base_build(name: Annotated[str, typer.Argument(help="Base recipe under containers/.")]) -> None:
+def base_build(
+    name: Annotated[str, typer.Argument(help="Base recipe under containers/bases.")],
+    rebuild: Annotated[bool, typer.Option("--rebuild", help="Build it even if it exists.")] = False,
+) -> None:
     """Build an offline base image (debootstrap rootfs + docker import)."""
-    _not_built("base build", "planned with the image issue")
+    from envaudit.image.base import build_base, load_recipe
+    from envaudit.image.engine import Engine
+
+    started = time.monotonic()
+    with _reported(), _status(f"debootstrap of {name}") as status:
+        recipe = load_recipe(name)
+        image, built = build_base(Engine.connect(), recipe, status, rebuild=rebuild)
+    verb = "built" if built else "already built"
+    manifest = image.labels.get("dev.envaudit.base-manifest-sha256", "?")
+    typer.echo(
+        f"{recipe.tag}: {verb} in {time.monotonic() - started:.1f} s; image {image.id[:19]},"
+        f" {image.size / 1e6:.0f} MB, package manifest sha256 {manifest}"
+    )
 
 
 @app.command()
 def build(
-    solution: Annotated[str | None, typer.Option("--solution")] = None,
-    env: Annotated[str | None, typer.Option("--env")] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run")] = False,
-    no_cache: Annotated[bool, typer.Option("--no-cache")] = False,
+    solution: Annotated[
+        str | None,
+        typer.Option("--solution", help="A solution, or an env name (its solutions' image)."),
+    ] = None,
+    env: Annotated[str | None, typer.Option("--env", help="An env under locks/.")] = None,
+    all_envs: Annotated[
+        bool, typer.Option("--all", help="Every env a shipped solution declares.")
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the Dockerfile and staged files only.")
+    ] = False,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Rebuild every step.")] = False,
+    locks_dir: LocksDir = Path("locks"),
+    solutions_root: Annotated[Path, typer.Option("--solutions-root")] = Path("solutions"),
 ) -> None:
-    """Build one image per lock, tagged by closure hash."""
-    _not_built("build", "planned with the image issue")
+    """Build one image per lock, tagged by closure hash; a no-op when it exists."""
+    from envaudit.image.build import build_image, plan_build
+    from envaudit.runtime.selection import envs_to_build
+
+    with _reported():
+        envs = envs_to_build(solution, env, all_envs, locks_dir, solutions_root)
+        plans = [plan_build(name, locks_dir) for name in envs]
+    if dry_run:
+        for plan in plans:
+            typer.echo(f"# ---- {plan.image.env}: {plan.image.tag}")
+            typer.echo(plan.dockerfile)
+            typer.echo(f"# ---- staged build context of {plan.image.env}:")
+            for item in plan.files():
+                size = f"{item.size:>12,}" if item.size is not None else f"{'':>12}"
+                typer.echo(f"#  {size}  {item.path}  ({item.what})")
+        raise typer.Exit(EXIT_OK)
+    from envaudit.image.engine import Engine
+    from envaudit.lock.config import FetchConfig
+
+    failed = 0
+    with _reported():
+        engine = Engine.connect()
+    for plan in plans:
+        try:
+            with _steps(plan.image.env) as (on_step, on_line):
+                done = build_image(
+                    plan, engine, FetchConfig.from_environment(), no_cache, on_step, on_line
+                )
+        except EnvauditError as exc:
+            if len(plans) == 1:
+                _render(exc)
+            failed += 1
+            typer.echo(f"error: {plan.image.env}: {exc}", err=True)
+            if exc.hint:
+                typer.echo(f"hint: {exc.hint}", err=True)
+            continue
+        verb = "built" if done.built else "up to date"
+        cached = f", {done.cached_steps}/{done.steps} steps cached" if done.built else ""
+        typer.echo(
+            f"{done.tag}: {verb} in {done.seconds:.1f} s; image {done.image.id[:19]},"
+            f" {done.image.size / 1e6:.0f} MB{cached}"
+        )
+    raise typer.Exit(EXIT_FAILED if failed else EXIT_OK)
+
+
+RuntimeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--runtime",
+        help="docker, podman (the env's image), local (uv venv from the lock) or host (this"
+        " interpreter). Default: docker when an engine answers, else local, else host.",
+    ),
+]
+EnvOption = Annotated[
+    str | None,
+    typer.Option("--env", help="Run in this lock instead of the declared one (not host)."),
+]
+TimeoutOption = Annotated[
+    float, typer.Option("--timeout", help="Seconds per workload (> 0).", min=0.001)
+]
+
+
+def _runtime_choice(runtime: str | None, default: str) -> str:
+    if runtime is not None:
+        return runtime
+    if default != "pick":
+        return default
+    from envaudit.runtime.registry import pick_runtime
+
+    chosen, why = pick_runtime()
+    typer.echo(f"runtime: {chosen} ({why})", err=True)
+    return chosen
+
+
+def _image_builder(runtime: str, options: object) -> Callable[[str], str | None] | None:
+    """For container runtimes: a hook that builds an env's image when missing (with progress),
+    returning why it cannot be had, or None."""
+    if runtime not in ("docker", "podman"):
+        return None
+    from envaudit.image.build import build_env_image
+    from envaudit.image.engine import Engine
+    from envaudit.runtime.registry import RunOptions
+
+    assert isinstance(options, RunOptions)
+    engine = Engine.connect(runtime)
+
+    def build_missing(env: str) -> str | None:
+        try:
+            with _steps(env) as (on_step, on_line):
+                done = build_env_image(
+                    env,
+                    engine,
+                    options.config,
+                    options.locks_dir,
+                    on_step=on_step,
+                    on_base_line=on_line,
+                )
+        except EnvauditError as exc:
+            return f"{exc}" + (f" (hint: {exc.hint})" if exc.hint else "")
+        if done.built:
+            typer.echo(f"built {done.tag} in {done.seconds:.1f} s", err=True)
+        return None
+
+    return build_missing
 
 
 @app.command()
@@ -259,16 +413,8 @@ def run(
     suite: Annotated[str | None, typer.Option("--suite", help="smoke, dev, all, ...")] = None,
     gpu: Annotated[str | None, typer.Option("--gpu", help="GPU UUID (GPU-...).")] = None,
     device: Annotated[str | None, typer.Option("--device", help="`cpu`.")] = None,
-    runtime: Annotated[
-        str,
-        typer.Option("--runtime", help="host (this interpreter) or local (uv env from the lock)."),
-    ] = "host",
-    env: Annotated[
-        str | None,
-        typer.Option(
-            "--env", help="local: run in this lock instead of the solution's declared env."
-        ),
-    ] = None,
+    runtime: RuntimeOption = None,
+    env: EnvOption = None,
     validation_only: Annotated[bool, typer.Option("--validation-only")] = False,
     graph_timing: Annotated[bool, typer.Option("--graph-timing")] = False,
     reference_cache: Annotated[Path | None, typer.Option("--reference-cache")] = None,
@@ -276,18 +422,16 @@ def run(
     resume: Annotated[
         bool, typer.Option("--resume", help="Skip lines already in --report.")
     ] = False,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds per workload.")] = 300.0,
+    timeout: TimeoutOption = 300.0,
     data_root: DataRoot = Path("workloads"),
     solutions_root: Annotated[Path, typer.Option("--solutions-root")] = Path("solutions"),
 ) -> None:
-    """Validate and time one solution on its definition's workloads."""
-    from envaudit.runtime.host import run_on_host
-    from envaudit.runtime.jobs import RunRequest, RunRequestError
+    """Validate and time one solution on its definition's workloads (default runtime: host)."""
+    from envaudit.report.console import print_run_summary
+    from envaudit.runtime.jobs import RunRequest
+    from envaudit.runtime.registry import RunOptions, run_job
 
-    if runtime not in ("host", "local"):
-        _error(f"runtime {runtime} is not built yet; use --runtime host or local")
-    if env is not None and runtime != "local":
-        _error("--env applies to --runtime local only")
+    chosen = _runtime_choice(runtime, "host")
     request = RunRequest(
         solution=solution,
         data_root=data_root,
@@ -300,32 +444,28 @@ def run(
         graph_timing=graph_timing,
         reference_cache=reference_cache,
         report=report,
-        runtime=runtime,
     )
-    try:
-        if runtime == "local":
-            from envaudit.lock.config import FetchConfig
-            from envaudit.lock.files import LockError
-            from envaudit.runtime.local import run_in_local_environment
+    options = RunOptions(env=env, workload_timeout_s=_finite(timeout, "--timeout"), resume=resume)
+    with _reported():
+        build_missing = _image_builder(chosen, options)
+        if build_missing is not None:
+            from envaudit.runtime.jobs import find_solution
 
-            try:
-                job, result = run_in_local_environment(
-                    request,
-                    env,
-                    FetchConfig.from_environment(),
-                    resume=resume,
-                    workload_timeout_s=timeout,
-                )
-            except LockError as exc:
-                _lock_error(exc)
-        else:
-            job, result = run_on_host(request, resume=resume, workload_timeout_s=timeout)
-    except RunRequestError as exc:
-        _error(str(exc))
-    from envaudit.report.console import print_run_summary
-
-    failed = print_run_summary(Path(str(job["report"])), str(job["solution"]), result)
+            declared = env or find_solution(solution, solutions_root)[1].env
+            problem = build_missing(declared) if declared else None
+            if problem:
+                raise EnvauditError(problem)
+        job, result = run_job(request, chosen, options)
+    failed = print_run_summary(job.report, job.solution, result)
     raise typer.Exit(EXIT_FAILED if failed else EXIT_OK)
+
+
+def _finite(value: float, option: str) -> float:
+    import math
+
+    if not math.isfinite(value) or value <= 0:
+        _error(f"{option} must be a positive number of seconds, got {value}")
+    return value
 
 
 @app.command()
@@ -335,44 +475,49 @@ def audit(
     ] = None,
     gpu: Annotated[list[str] | None, typer.Option("--gpu", help="GPU UUID (repeatable).")] = None,
     device: Annotated[str | None, typer.Option("--device", help="`cpu`.")] = None,
-    runtime: Annotated[str, typer.Option("--runtime", help="host or local.")] = "host",
-    env: Annotated[
-        str | None,
-        typer.Option("--env", help="local: every solution in this lock, not its declared one."),
-    ] = None,
-    executor: Annotated[str, typer.Option("--executor")] = "local",
+    runtime: RuntimeOption = None,
+    env: EnvOption = None,
+    executor: Annotated[str, typer.Option("--executor", help="local.")] = "local",
     suite: Annotated[
         str | None, typer.Option("--suite", help="Default: dev on a GPU, smoke on the CPU.")
     ] = None,
     out: Annotated[Path, typer.Option("--out")] = Path("results/audit"),
     resume: Annotated[bool, typer.Option("--resume")] = False,
+    timeout: TimeoutOption = 300.0,
     data_root: DataRoot = Path("workloads"),
     solutions_root: Annotated[Path, typer.Option("--solutions-root")] = Path("solutions"),
 ) -> None:
-    """Run every solution on the chosen GPUs (or the CPU); all lines go to OUT/results.jsonl."""
+    """Run every solution on the chosen GPUs (or the CPU); all lines go to OUT/results.jsonl.
+    Container runtimes build the images that are missing first."""
     from envaudit.runtime.audit import AuditPlan, all_solutions, run_audit
+    from envaudit.runtime.registry import RunOptions
 
-    if runtime not in ("host", "local") or executor != "local":
-        _error("only --runtime host or local with --executor local are built yet")
-    if env is not None and runtime != "local":
-        _error("--env applies to --runtime local only")
+    if executor != "local":
+        _error(f"executor {executor} is not built yet", "use --executor local")
     if gpu and device:
         _error("give either --gpu or --device, not both")
+    if out.exists() and not out.is_dir():
+        _error(f"--out {out} is a file, not a folder")
     devices: list[tuple[str | None, str | None]] = [(g, None) for g in gpu or []]
     if not devices:
         devices = [(None, device or "cpu")]
+    chosen = _runtime_choice(runtime, "pick")
+    options = RunOptions(env=env, workload_timeout_s=_finite(timeout, "--timeout"), resume=resume)
     plan = AuditPlan(
         solutions=solution or all_solutions(solutions_root),
         devices=devices,
         out=out,
+        runtime=chosen,
+        options=options,
         data_root=data_root,
         solutions_root=solutions_root,
         suite=suite,
-        resume=resume,
-        runtime=runtime,
-        env=env,
     )
-    result = run_audit(plan, lambda name, where: typer.echo(f"audit: {name} on {where}"))
+    with _reported():
+        build_missing = _image_builder(chosen, options)
+        result = run_audit(
+            plan, lambda name, where: typer.echo(f"audit: {name} on {where}"), build_missing
+        )
     for error in result.errors:
         typer.echo(f"error: {error}", err=True)
     counts = ", ".join(f"{n} {status}" for status, n in sorted(result.statuses.items()))
@@ -395,7 +540,12 @@ def merge(
     try:
         outcome = build_report(files, out, data_root, solutions_root, command)
     except ReportError as exc:
-        _error(str(exc))
+        for warning in exc.findings:
+            typer.echo(f"warning: {warning}", err=True)
+        typer.echo(f"error: {exc}", err=True)
+        if exc.hint:
+            typer.echo(f"hint: {exc.hint}", err=True)
+        raise typer.Exit(exc.exit_code) from None
     merged = outcome.merged
     for finding in merged.findings:
         typer.echo(f"warning: {finding.render()}", err=True)
@@ -406,8 +556,6 @@ def merge(
         f" {len(merged.conflicts)} conflicts, {len(merged.findings)} findings);"
         f" {len(outcome.written)} files under {out}"
     )
-    if not merged.lines:
-        raise typer.Exit(EXIT_FAILED)
 
 
 @app.command()
@@ -453,3 +601,33 @@ def _progress(what: str, quiet: bool) -> Iterator[Callable[[int, int], None] | N
     with Progress(console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task(what, total=None)
         yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
+@contextmanager
+def _status(what: str) -> Iterator[Callable[[str], None]]:
+    """A transient status line on stderr showing the latest line of a long step."""
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    with console.status(what) as status:
+        yield lambda line: status.update(f"{what}: {line[:100]}")
+
+
+@contextmanager
+def _steps(
+    env: str,
+) -> Iterator[tuple[Callable[[int, int, str], None], Callable[[str], None]]]:
+    """Progress of an image build: a bar over the Dockerfile's steps, and the base's lines."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(f"building {env}", total=None)
+
+        def on_step(done: int, total: int, text: str) -> None:
+            bar.update(task, completed=done - 1, total=total, description=f"{env}: {text[:60]}")
+
+        def on_line(line: str) -> None:
+            bar.update(task, description=f"{env} base: {line[:60]}")
+
+        yield on_step, on_line

@@ -14,7 +14,8 @@ from tests.harness.test_faults import write_solution
 
 
 def audit(root: Path, solutions: Path, out: Path, *names: str, resume: bool = False) -> tuple:
-    argv = ["audit", "--device", "cpu", "--data-root", str(root), "--out", str(out)]
+    argv = ["audit", "--runtime", "host", "--device", "cpu", "--data-root", str(root)]
+    argv += ["--out", str(out)]
     argv += ["--solutions-root", str(solutions)]
     for name in names:
         argv += ["--solution", name]

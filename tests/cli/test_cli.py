@@ -28,14 +28,17 @@ def test_help_lists_every_command_of_the_design() -> None:
 
 
 @pytest.mark.parametrize(
-    "argv",
+    ("argv", "words"),
     [
-        ["doctor"],
-        ["base", "build", "x"],
-        ["build", "--env", "x"],
+        (["base", "build", "x"], "no base recipe 'x'"),
+        (["build", "--env", "x"], "no environment 'x'"),
+        (["build", "--solution", "nosuch"], "no solution or environment of that name"),
+        (["build"], "exactly one of"),
+        (["run", "--solution", "x", "--device", "cpu", "--runtime", "nosuch"], "no runtime"),
     ],
 )
-def test_commands_not_built_yet_say_so_and_exit_2(argv: list[str]) -> None:
+def test_image_commands_refuse_bad_names_with_exit_2(argv: list[str], words: str) -> None:
     result = CliRunner().invoke(app, argv)
-    assert result.exit_code == 2
-    assert "not built yet" in result.output
+    assert result.exit_code == 2, result.output
+    assert words in result.output
+    assert "Traceback" not in result.output

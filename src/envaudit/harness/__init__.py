@@ -2,7 +2,8 @@
 
 Runs inside every solution environment, so it imports only the standard library, torch and
 safetensors (NVML when present) and reads the dataset's JSON itself rather than through the
-pydantic models of `envaudit.schema.models`.
+pydantic models of `envaudit.schema.models`. Its files are declared once, in
+`envaudit.schema.harness.HARNESS_FILES`.
 """
 
-HARNESS_VERSION = "0.1.0"
+HARNESS_VERSION = "0.2.0"

@@ -18,22 +18,7 @@ from typing import Any
 import torch
 
 from envaudit.harness import HARNESS_VERSION
-
-# Files whose bytes define the harness's behaviour; their hash is on every line.
-HARNESS_SOURCES = [
-    *sorted(Path(__file__).parent.glob("*.py")),
-    Path(__file__).parents[1] / "schema" / "expressions.py",
-    Path(__file__).parents[1] / "schema" / "dtypes.py",
-    Path(__file__).parents[1] / "schema" / "results.py",
-    Path(__file__).parents[1] / "schema" / "paths.py",
-]
-
-
-def harness_hash() -> str:
-    digest = hashlib.sha256()
-    for path in HARNESS_SOURCES:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
+from envaudit.schema.harness import harness_hash
 
 
 def distributions() -> dict[str, str]:

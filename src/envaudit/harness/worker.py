@@ -1,17 +1,18 @@
 """The child process that evaluates one solution on a batch of workloads.
 
-`python -m envaudit.harness.worker JOB.json PROGRESS_FD`. It reports on the progress pipe
-(`env <json>`, `ready`, `begin <uuid>`, `end <uuid>`) so the supervisor knows which workload
-was in flight if this process dies or hangs. Result lines are appended by this process as each
-workload finishes. After an error that poisons the CUDA context (an illegal address, a device-side
-assert), it exits with CONTEXT_LOST so the supervisor continues in a fresh process.
+`python -m envaudit.harness.worker JOB_DIR`. It reads `JOB_DIR/job.json` and reports through
+`JOB_DIR/progress.jsonl` (envaudit.schema.progress): its environment, `begin` before each
+workload, so the supervisor knows which workload was in flight if this process dies or hangs,
+and each finished result line, which the supervisor appends to the report. After an error that
+poisons the CUDA context (an illegal address, a device-side assert), it exits with CONTEXT_LOST
+so the supervisor continues in a fresh process. It exits (ORPHANED) as soon as the supervisor's
+heartbeat goes stale.
 """
 
 from __future__ import annotations
 
 import faulthandler
 import json
-import os
 import sys
 import time
 from collections.abc import Mapping
@@ -24,22 +25,8 @@ from envaudit.harness.environment import environment_record
 from envaudit.harness.evaluate import EvalContext, EvalOptions, evaluate_workload
 from envaudit.harness.reference import ReferenceCache
 from envaudit.harness.solution import SolutionLoadError, hash_sources, load_solution, source_files
-from envaudit.schema.results import (
-    append_line,
-    record_distributions,
-    result_line,
-    workloads_by_uuid,
-)
-
-CONTEXT_LOST = 3
-
-
-class Progress:
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-
-    def send(self, kind: str, payload: str = "") -> None:
-        os.write(self.fd, f"{kind} {payload}\n".encode())
+from envaudit.schema.progress import CONTEXT_LOST, JOB_FILE, ProgressWriter
+from envaudit.schema.results import result_line, workloads_by_uuid
 
 
 def device_supported(spec: Mapping[str, Any], device: torch.device) -> bool:
@@ -66,21 +53,20 @@ def context_alive(device: torch.device) -> bool:
         return False
 
 
-def main(job_file: str, progress_fd: int) -> int:
+def main(job_dir: Path) -> int:
     faulthandler.enable()  # a segfault prints the Python stack into the log the line quotes
-    job = json.loads(Path(job_file).read_text())
-    progress = Progress(progress_fd)
+    progress = ProgressWriter(job_dir)
+    progress.watch_supervisor()
+    job = json.loads((job_dir / JOB_FILE).read_text())
     device = torch.device(job["device"])
     if device.type == "cuda":
         torch.cuda.set_device(device)
     env, dists = environment_record(device)
-    record_distributions(Path(job["report"]), env["distributions_fingerprint"], dists)
-    progress.send("env", json.dumps(env))
+    progress.send("env", environment=env, distributions=dists)
     definition = json.loads(Path(job["definition_file"]).read_text())
     by_uuid = workloads_by_uuid(Path(job["workload_file"]))
     workloads = [by_uuid[u] for u in job["workloads"]]
     solution_json = json.loads(Path(job["solution_file"]).read_text())
-    report = Path(job["report"])
     solution_dir = Path(job["solution_file"]).parent
 
     def finish(
@@ -90,8 +76,7 @@ def main(job_file: str, progress_fd: int) -> int:
         started: float,
     ) -> None:
         line = result_line(job, workload, outcome, env, source_hash, time.perf_counter() - started)
-        append_line(report, line)
-        progress.send("end", workload["uuid"])
+        progress.send("result", uuid=workload["uuid"], line=line)
 
     files: dict[str, bytes] | None = None
     unreadable: SolutionLoadError | None = None
@@ -127,7 +112,7 @@ def main(job_file: str, progress_fd: int) -> int:
     )
     progress.send("ready")
     for workload in workloads:
-        progress.send("begin", workload["uuid"])
+        progress.send("begin", uuid=workload["uuid"])
         start = time.perf_counter()
         outcome = evaluate_workload(ctx, workload)
         finish(workload, outcome, solution.source_hash, start)
@@ -139,4 +124,4 @@ def main(job_file: str, progress_fd: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], int(sys.argv[2])))
+    sys.exit(main(Path(sys.argv[1])))

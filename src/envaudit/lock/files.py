@@ -8,21 +8,17 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from envaudit.errors import EnvauditError
 from envaudit.schema.locks import EnvSpec, Lock
 from envaudit.schema.paths import write_text_atomically
 
 LOCKS_DIR = Path("locks")
 
 
-class LockError(Exception):
+class LockError(EnvauditError):
     """A lock or env.toml is missing, malformed, stale or refused. `exit_code` follows the
     command contract: 1 when the audited thing (the lock, the environment) is wrong, 2 for
     usage or environment errors."""
-
-    def __init__(self, message: str, exit_code: int = 2, hint: str | None = None) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
-        self.hint = hint
 
 
 def env_dir(env: str, locks_dir: Path = LOCKS_DIR) -> Path:

@@ -1,10 +1,9 @@
 """`envaudit audit`: every selected solution on every selected device, one job at a time.
 
-Runtimes: `host` (this interpreter) and `local` (each solution in a uv venv built from its
-declared lock and the store, or from one lock named with `env`). Container runtimes and other
-executors come with later issues. Lines from every job go to one results file, so `--resume`
-continues an interrupted audit where it stopped; a solution whose environment cannot be made
-is reported and the audit goes on.
+Runtimes come from the registry (runtime/registry.py): with a container runtime the images of
+the environments needed are built first, when missing. Lines from every job go to one results
+file, so `--resume` continues an interrupted audit where it stopped; a solution whose
+environment cannot be made is reported with its hint, and the audit goes on.
 """
 
 from __future__ import annotations
@@ -14,15 +13,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from envaudit.lock.config import FetchConfig
-from envaudit.lock.files import LockError
-from envaudit.runtime.host import run_on_host
-from envaudit.runtime.jobs import RunRequest, RunRequestError
-from envaudit.runtime.local import run_in_local_environment
+from envaudit.errors import EnvauditError
+from envaudit.runtime.devices import require_gpu
+from envaudit.runtime.jobs import RunRequest, find_solution
+from envaudit.runtime.registry import RunOptions, get_runtime, run_job
 from envaudit.schema.results import read_lines
 
 # Statuses that do not fail an audit: the solution was not meant for this device.
 NOT_FAILURES = {"PASSED", "UNSUPPORTED_DEVICE"}
+
+BuildHook = Callable[[str], str | None]
+"""Called with an env name before its first job; returns why its image cannot be had, or None."""
 
 
 @dataclass
@@ -31,14 +32,12 @@ class AuditPlan:
     devices: list[tuple[str | None, str | None]]
     """(gpu uuid, device) pairs: exactly one of the two is set."""
     out: Path
+    runtime: str
+    options: RunOptions = field(default_factory=RunOptions)
     data_root: Path = Path("workloads")
     solutions_root: Path = Path("solutions")
     suite: str | None = None
     graph_timing: bool = True
-    resume: bool = False
-    runtime: str = "host"
-    env: str | None = None
-    """local runtime: run every solution in this lock instead of the one it declares."""
 
 
 @dataclass
@@ -56,12 +55,50 @@ def all_solutions(solutions_root: Path) -> list[str]:
     return sorted(p.parent.name for p in solutions_root.glob("*/solution.json"))
 
 
-def run_audit(plan: AuditPlan, on_job: Callable[[str, str], None] | None = None) -> AuditResult:
+def envs_of(plan: AuditPlan) -> dict[str, str | None]:
+    """solution -> the env it will run in (the override, else its declared env)."""
+    found = {}
+    for name in plan.solutions:
+        _, solution = find_solution(name, plan.solutions_root)
+        found[name] = plan.options.env or solution.env
+    return found
+
+
+def check_audit(plan: AuditPlan) -> None:
+    """Everything that would fail every job, refused before the first one (exit 2)."""
+    get_runtime(plan.runtime, plan.options.env)
+    for gpu, _ in plan.devices:
+        if gpu is not None:
+            require_gpu(gpu)
+    if plan.suite is not None:
+        suites = plan.data_root / "suites"
+        if not (suites / f"{plan.suite}.json").is_file():
+            known = sorted(p.stem for p in suites.glob("*.json"))
+            raise EnvauditError(
+                f"no suite {plan.suite} in {suites}", hint=f"known suites: {', '.join(known)}"
+            )
+    envs_of(plan)  # every named solution exists
+
+
+def run_audit(
+    plan: AuditPlan,
+    on_job: Callable[[str, str], None] | None = None,
+    prepare_env: BuildHook | None = None,
+) -> AuditResult:
+    check_audit(plan)
     report = plan.out / "results.jsonl"
     result = AuditResult(report)
+    envs = envs_of(plan)
+    unavailable: dict[str | None, str | None] = {}
     for gpu, device in plan.devices:
         suite = plan.suite or ("dev" if gpu else "smoke")
         for name in plan.solutions:
+            env = envs[name]
+            if env not in unavailable:
+                unavailable[env] = prepare_env(env) if prepare_env and env else None
+            if unavailable[env]:
+                result.errors.append(f"{name}: {unavailable[env]}")
+                continue
             if on_job:
                 on_job(name, gpu or device or "")
             request = RunRequest(
@@ -74,18 +111,11 @@ def run_audit(plan: AuditPlan, on_job: Callable[[str, str], None] | None = None)
                 graph_timing=plan.graph_timing and gpu is not None,
                 reference_cache=plan.out / "reference-cache",
                 report=report,
-                runtime=plan.runtime,
             )
             try:
-                if plan.runtime == "local":
-                    config = FetchConfig.from_environment()
-                    run_in_local_environment(request, plan.env, config, resume=plan.resume)
-                else:
-                    run_on_host(request, resume=plan.resume)
-            except RunRequestError as exc:
-                result.errors.append(f"{name}: {exc}")
-            except LockError as exc:
-                hint = f"; {exc.hint}" if exc.hint else ""
+                run_job(request, plan.runtime, plan.options)
+            except EnvauditError as exc:
+                hint = f" (hint: {exc.hint})" if exc.hint else ""
                 result.errors.append(f"{name}: {exc}{hint}")
     for _, line in read_lines(report):
         if line:

@@ -14,24 +14,27 @@ from typing import Any
 
 from envaudit.lock.files import LockError, env_dir, load_lock
 from envaudit.lock.verify import compare, drift_record, installed_distributions, python_version
-from envaudit.runtime.jobs import RunRequest, plan_job
-from envaudit.runtime.supervisor import BatchResult, run_batch
+from envaudit.runtime.jobs import Job
+from envaudit.runtime.launchers import Launcher, ProcessLauncher
+from envaudit.runtime.registry import RunOptions, Runtime
 
 
-def run_on_host(
-    req: RunRequest, resume: bool = False, workload_timeout_s: float = 300.0
-) -> tuple[dict[str, object], BatchResult]:
-    job, overrides = plan_job(req)
-    job["context"] = {**job["context"], "env_check": env_check(str(job["context"]["env"]))}
-    env = {**os.environ, **overrides}
-    result = run_batch(
-        job, sys.executable, env, workload_timeout_s=workload_timeout_s, resume=resume
-    )
-    return job, result
+class HostRuntime(Runtime):
+    name = "host"
+    summary = "this interpreter, checked against the declared lock"
+    takes_env = False
+
+    def prepare(self, job: Job, options: RunOptions) -> tuple[Job, Launcher]:
+        check = env_check(job.context.env, options.locks_dir)
+        job = job.with_context(env_check=check, closure_hash=check.get("lock_closure_hash"))
+        env = {**os.environ, **job.device_env}
+        return job, ProcessLauncher(sys.executable, env)
 
 
-def env_check(env_name: str, locks_dir: Path = Path("locks")) -> dict[str, Any]:
+def env_check(env_name: str | None, locks_dir: Path = Path("locks")) -> dict[str, Any]:
     """This interpreter against the declared lock, for the result lines."""
+    if env_name is None:
+        return {"matches": None, "reason": "the solution declares no environment"}
     try:
         lock = load_lock(env_dir(env_name, locks_dir))
         drift = compare(

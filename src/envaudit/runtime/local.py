@@ -4,7 +4,8 @@ the store (offline, `--require-hashes`), cached by closure hash.
 The environment is built in place under `<cache>/envs/<closure_hash>/` behind a file lock, and
 counts as built only once its marker file is written last; a half-built one is removed and built
 again. The harness is not installed into it: its source folder goes on PYTHONPATH (read-only
-use), as it is mounted into containers, so every runtime runs the same harness code.
+use), as it is mounted into containers, so every runtime runs the same harness code: the staged
+copy of its declared files (runtime/staging.py).
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import envaudit
-from envaudit.lock.config import FetchConfig
+from envaudit.lock.config import FetchConfig, uv_binary
 from envaudit.lock.files import LockError, env_dir
 from envaudit.lock.offline import (
     create_venv,
@@ -29,12 +29,14 @@ from envaudit.lock.offline import (
 )
 from envaudit.lock.resolve import current_lock
 from envaudit.lock.store import Store
-from envaudit.runtime.jobs import RunRequest, plan_job
-from envaudit.runtime.supervisor import BatchResult, run_batch
+from envaudit.runtime.jobs import Job
+from envaudit.runtime.launchers import Launcher, ProcessLauncher
+from envaudit.runtime.registry import RunOptions, Runtime
+from envaudit.runtime.staging import staged_harness
 from envaudit.schema.locks import Artifact, Lock
+from envaudit.settings import cache_root
 
 MARKER = ".envaudit-complete"
-HARNESS_ROOT = Path(envaudit.__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
@@ -45,15 +47,12 @@ class LocalEnvironment:
 
     def variables(self, lock: Lock) -> dict[str, str]:
         """What a worker in this environment gets on top of the caller's variables."""
-        variables = {**lock.env_vars, "PYTHONPATH": str(HARNESS_ROOT), "PYTHONNOUSERSITE": "1"}
+        harness = str(staged_harness())
+        variables = {**lock.env_vars, "PYTHONPATH": harness, "PYTHONNOUSERSITE": "1"}
         variables["VIRTUAL_ENV"] = str(self.root)
         if self.cuda_home is not None:
             variables["CUDA_HOME"] = str(self.cuda_home)
         return variables
-
-
-def default_cache() -> Path:
-    return Path(os.environ.get("ENVAUDIT_CACHE") or os.path.expanduser("~/.cache/envaudit"))
 
 
 def installable(lock: Lock) -> list[tuple[str, str, Artifact]]:
@@ -76,7 +75,7 @@ def ensure_environment(
     lock: Lock, config: FetchConfig, cache: Path | None = None
 ) -> LocalEnvironment:
     """The environment of this lock, built from the store if it is not there yet."""
-    root = (cache or default_cache()) / "envs" / lock.closure_hash
+    root = (cache or cache_root()) / "envs" / lock.closure_hash
     root.parent.mkdir(parents=True, exist_ok=True)
     with _exclusive(root.parent / f"{lock.closure_hash}.lock"):
         if not (root / MARKER).is_file():
@@ -118,33 +117,31 @@ def _exclusive(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def run_in_local_environment(
-    req: RunRequest,
-    env_name: str | None,
-    config: FetchConfig,
-    locks_dir: Path = Path("locks"),
-    resume: bool = False,
-    workload_timeout_s: float = 300.0,
-) -> tuple[dict[str, object], BatchResult]:
-    """Plan the job, build (or reuse) the lock's environment, run the harness inside it. Without
-    env_name the solution's declared env is used; with it, the line records both."""
-    job, overrides = plan_job(req)
-    context = dict(job["context"])
-    declared = context["env"]
-    lock = current_lock(env_dir(env_name or declared, locks_dir))
-    local = ensure_environment(lock, config)
-    context.update(env=lock.env, closure_hash=lock.closure_hash)
-    context["env_check"] = {
-        "lock_closure_hash": lock.closure_hash,
-        "matches": True,
-        "built_from_lock": True,
-    }
-    if lock.env != declared:
-        context["declared_env"] = declared
-    job["context"] = context
-    inherited = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env = {**inherited, **overrides, **local.variables(lock)}
-    result = run_batch(
-        job, str(local.python), env, workload_timeout_s=workload_timeout_s, resume=resume
-    )
-    return job, result
+class LocalRuntime(Runtime):
+    name = "local"
+    summary = "a uv venv built offline from the lock and the store"
+
+    def unavailable(self) -> str | None:
+        try:
+            uv_binary()
+        except LockError as exc:
+            return str(exc)
+        return None
+
+    def prepare(self, job: Job, options: RunOptions) -> tuple[Job, Launcher]:
+        """Build (or reuse) the lock's environment; without options.env the solution's declared
+        env is used, with it the line records both."""
+        lock = current_lock(env_dir(job.env_to_run(options.env), options.locks_dir))
+        local = ensure_environment(lock, options.config)
+        job = job.with_context(
+            env=lock.env,
+            closure_hash=lock.closure_hash,
+            env_check={
+                "lock_closure_hash": lock.closure_hash,
+                "matches": True,
+                "built_from_lock": True,
+            },
+        )
+        inherited = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        env = {**inherited, **job.device_env, **local.variables(lock)}
+        return job, ProcessLauncher(str(local.python), env)

@@ -1,35 +1,57 @@
-"""Run one solution's workload batch in harness worker processes, turning crashes and hangs
-into result lines.
+"""Run one solution's workload batch in harness workers, turning crashes and hangs into result
+lines.
 
-Each batch runs in a fresh worker process (`envaudit.harness.worker`) with its own GPU context.
-The worker announces every workload before starting it; when it dies (segfault, abort, lost
-CUDA context) or overruns the per-workload timeout, the supervisor writes that workload's line
-itself (RUNTIME_ERROR or TIMEOUT, with the log tail) and starts a new worker for the workloads
-left. The supervisor never imports torch, the harness or the solution: it starts the worker
-as a command, so the same supervision works around a container.
+Each batch runs in a fresh worker (`envaudit.harness.worker`) with its own GPU context, started
+by a launcher (an interpreter here, or a container). The worker announces every workload before
+starting it and sends each finished line through the job folder (envaudit.schema.progress); the
+supervisor appends the lines to the report, so only it ever writes there. When the worker dies
+(segfault, abort, lost CUDA context) or overruns the per-workload timeout, the supervisor writes
+that workload's line itself (RUNTIME_ERROR or TIMEOUT, with the log tail) and starts a new
+worker for the workloads left. The supervisor never imports torch, the harness or the solution.
+
+Job folders live under one root; each is held by an exclusive file lock for the supervisor's
+lifetime, so the folders a killed supervisor left behind are recognised (their lock is free) and
+removed by the next run.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
-import select
+import shutil
 import signal
-import subprocess
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from envaudit.schema.results import append_line, done_keys, result_line, workloads_by_uuid
+from envaudit.runtime.jobs import Job
+from envaudit.runtime.launchers import Launcher, WorkerHandle
+from envaudit.schema.progress import (
+    CONTEXT_LOST,
+    JOB_FILE,
+    ProgressReader,
+    touch_heartbeat,
+)
+from envaudit.schema.results import (
+    append_line,
+    done_keys,
+    record_distributions,
+    result_line,
+    workloads_by_uuid,
+)
+from envaudit.settings import cache_root
 
 DEFAULT_WORKLOAD_TIMEOUT_S = 300.0
 DEFAULT_LOAD_TIMEOUT_S = 900.0
 LOG_TAIL_CHARS = 3000
-CONTEXT_LOST = 3
+OWNER_LOCK = "owner.lock"
+POLL_S = 0.05
 
 
 @dataclass
@@ -43,17 +65,22 @@ class BatchResult:
 
 
 @dataclass
-class _Worker:
-    process: subprocess.Popen[bytes]
-    progress: int
-    log: Path
-    buffer: bytes = b""
+class _Watch:
+    """What the supervisor learnt from one worker's progress events."""
+
     env: dict[str, Any] | None = None
     current: str | None = None
-    deadline: float = 0.0
+    loading: bool = True
+    finished: set[str] = field(default_factory=set)
 
 
-def _signal_text(returncode: int) -> str:
+def default_jobs_root() -> Path:
+    return cache_root() / "jobs"
+
+
+def _signal_text(returncode: int | None) -> str:
+    if returncode is None:
+        return "ended"
     if returncode < 0:
         try:
             return f"killed by {signal.Signals(-returncode).name}"
@@ -64,158 +91,185 @@ def _signal_text(returncode: int) -> str:
 
 def _tail(path: Path) -> str:
     try:
-        data = path.read_bytes()
+        with path.open("rb") as handle:
+            handle.seek(max(0, path.stat().st_size - LOG_TAIL_CHARS))
+            data = handle.read()
     except OSError:
         return ""
-    return data[-LOG_TAIL_CHARS:].decode(errors="replace")
+    return data.decode(errors="replace")
+
+
+def remove_stale_job_folders(root: Path) -> int:
+    """Remove job folders whose supervisor is gone (their owner lock is free)."""
+    removed = 0
+    for folder in sorted(root.glob("job-*")) if root.is_dir() else []:
+        try:
+            handle = (folder / OWNER_LOCK).open("a")
+        except OSError:
+            continue
+        with handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # a live supervisor holds it
+            shutil.rmtree(folder, ignore_errors=True)
+            removed += 1
+    return removed
+
+
+@contextlib.contextmanager
+def job_folder(root: Path) -> Iterator[Path]:
+    """A fresh job folder, held for as long as the block runs and removed after it."""
+    root.mkdir(parents=True, exist_ok=True)
+    remove_stale_job_folders(root)
+    folder = Path(tempfile.mkdtemp(prefix="job-", dir=root))
+    folder.chmod(0o777)  # a container's non-root worker writes its progress here
+    handle = (folder / OWNER_LOCK).open("a")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        handle.close()
+
+
+def unique_log(folder: Path, index: int) -> Path:
+    """A worker log name no other run can take: time, this process, worker number."""
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    return folder / f"worker-{stamp}-{os.getpid()}-{index}.log"
 
 
 def run_batch(
-    job: Mapping[str, Any],
-    python: str,
-    env: Mapping[str, str] | None = None,
+    job: Job,
+    launcher: Launcher,
     workload_timeout_s: float = DEFAULT_WORKLOAD_TIMEOUT_S,
     load_timeout_s: float = DEFAULT_LOAD_TIMEOUT_S,
     resume: bool = False,
+    jobs_root: Path | None = None,
 ) -> BatchResult:
-    """Evaluate job["workloads"]; every workload ends with exactly one line in job["report"]."""
-    report = Path(job["report"])
+    """Evaluate job.workloads; every workload ends with exactly one line in job.report."""
     result = BatchResult()
-    remaining = list(job["workloads"])
+    remaining = list(job.workloads)
     if resume:
-        done = done_keys(report)
-        context = job.get("context", {})
-        key = (job["solution"], context.get("closure_hash"), context.get("device_id"))
+        done = done_keys(job.report)
+        context = job.context
+        key = (job.solution, context.closure_hash, context.device_id)
         result.skipped = [u for u in remaining if (key[0], u, key[1], key[2]) in done]
         remaining = [u for u in remaining if u not in result.skipped]
-    workloads = workloads_by_uuid(Path(job["workload_file"]))
-    logs = report.with_name(report.stem + ".logs") / job["solution"]
-    logs.mkdir(parents=True, exist_ok=True)
+    workloads = workloads_by_uuid(job.workload_file)
+    logs = job.report.with_name(job.report.stem + ".logs") / job.solution
     while remaining:
         result.workers += 1
-        log = logs / f"worker-{int(time.time())}-{result.workers}.log"
-        finished = _run_worker(
-            {**job, "workloads": remaining},
-            python,
-            env,
-            log,
-            workload_timeout_s,
-            load_timeout_s,
-            workloads,
-            result,
-        )
+        with job_folder(jobs_root or default_jobs_root()) as folder:
+            finished = _run_worker(
+                job,
+                remaining,
+                launcher,
+                folder,
+                unique_log(logs, result.workers),
+                (workload_timeout_s, load_timeout_s),
+                workloads,
+            )
+        result.written |= finished
         remaining = [u for u in remaining if u not in finished]
     return result
 
 
 def _run_worker(
-    job: Mapping[str, Any],
-    python: str,
-    env: Mapping[str, str] | None,
+    job: Job,
+    uuids: list[str],
+    launcher: Launcher,
+    folder: Path,
     log: Path,
-    workload_timeout_s: float,
-    load_timeout_s: float,
+    timeouts: tuple[float, float],
     workloads: Mapping[str, dict[str, Any]],
-    result: BatchResult,
 ) -> set[str]:
     """Run one worker until it exits or is killed; return the UUIDs that have a line now."""
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
-        json.dump(job, handle)
-        job_file = handle.name
-    read_fd, write_fd = os.pipe()
-    with log.open("wb") as log_handle:
-        process = subprocess.Popen(
-            [python, "-m", "envaudit.harness.worker", job_file, str(write_fd)],
-            stdout=log_handle,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            pass_fds=(write_fd,),
-            env=dict(env) if env is not None else None,
-            start_new_session=True,
-        )
-    os.close(write_fd)
-    worker = _Worker(process, read_fd, log, deadline=time.monotonic() + load_timeout_s)
-    finished: set[str] = set()
+    workload_timeout_s, load_timeout_s = timeouts
+    view = job.worker_view(launcher.seen_as, uuids)
+    (folder / JOB_FILE).write_text(json.dumps(view))
+    touch_heartbeat(folder)
+    handle = launcher.start(folder, log)
+    watch = _Watch()
     try:
-        outcome = _watch(worker, workload_timeout_s, finished, result)
+        outcome, returncode = _follow(job, handle, folder, watch, timeouts)
     finally:
-        os.close(read_fd)
-        os.unlink(job_file)
+        with contextlib.suppress(Exception):
+            handle.kill()
+        handle.finish(log)
 
-    def fail(uuids: list[str], status: str, message: str) -> None:
-        for uuid in uuids:
-            _write_failure(job, workloads[uuid], worker, status, message)
-            result.written.add(uuid)
-            finished.add(uuid)
+    def fail(failed: list[str], status: str, message: str) -> None:
+        for uuid in failed:
+            outcome_fields = {"status": status, "message": message, "log": _tail(log)}
+            line = result_line(view, workloads[uuid], outcome_fields, watch.env, None, 0.0)
+            append_line(job.report, line)
+            watch.finished.add(uuid)
 
-    returncode = worker.process.returncode
-    progressed = bool(finished)
-    if worker.current is not None:
+    if watch.current is not None:
         if outcome == "timeout":
-            fail(
-                [worker.current], "TIMEOUT", f"no result within {workload_timeout_s:.0f} s; killed"
-            )
+            message = f"no result within {workload_timeout_s:.0f} s; killed"
+            fail([watch.current], "TIMEOUT", message)
         else:
             message = f"worker {_signal_text(returncode)} during this workload"
-            fail([worker.current], "RUNTIME_ERROR", message)
-    unfinished = [u for u in job["workloads"] if u not in finished]
+            fail([watch.current], "RUNTIME_ERROR", message)
+    unfinished = [u for u in uuids if u not in watch.finished]
     if outcome == "load-timeout":
         fail(unfinished, "TIMEOUT", f"solution did not load within {load_timeout_s:.0f} s; killed")
-    elif outcome == "exited" and returncode != CONTEXT_LOST and worker.current is None:
+    elif outcome == "exited" and returncode != CONTEXT_LOST and watch.current is None:
         # Died before or between workloads (e.g. while importing the solution), or exited
         # without a line for some workload: never start another worker for those.
         fail(unfinished, "RUNTIME_ERROR", f"worker {_signal_text(returncode)} outside any workload")
-    elif outcome == "timeout" and worker.current is None and not progressed:
+    elif outcome == "timeout" and watch.current is None and not watch.finished:
         fail(unfinished, "TIMEOUT", f"worker hung between workloads for {workload_timeout_s:.0f} s")
-    return finished
+    return watch.finished
 
 
-def _watch(worker: _Worker, timeout_s: float, finished: set[str], result: BatchResult) -> str:
-    """Follow the progress pipe; return 'exited', 'timeout' or 'load-timeout'."""
-    loading = True
+def _follow(
+    job: Job,
+    handle: WorkerHandle,
+    folder: Path,
+    watch: _Watch,
+    timeouts: tuple[float, float],
+) -> tuple[str, int | None]:
+    """Relay the worker's events until it ends; ('exited' | 'timeout' | 'load-timeout', status)."""
+    workload_timeout_s, load_timeout_s = timeouts
+    reader = ProgressReader(folder)
+    deadline = time.monotonic() + load_timeout_s
     while True:
-        wait = max(0.0, worker.deadline - time.monotonic())
-        ready, _, _ = select.select([worker.progress], [], [], min(wait, 1.0))
-        if ready:
-            chunk = os.read(worker.progress, 65536)
-            if not chunk:
-                worker.process.wait()
-                return "exited"
-            worker.buffer += chunk
-            while b"\n" in worker.buffer:
-                raw, worker.buffer = worker.buffer.split(b"\n", 1)
-                kind, _, payload = raw.decode().partition(" ")
-                if kind == "env":
-                    worker.env = json.loads(payload)
-                elif kind == "ready":
-                    loading = False
-                elif kind == "begin":
-                    loading = False
-                    worker.current = payload
-                    worker.deadline = time.monotonic() + timeout_s
-                elif kind == "end":
-                    worker.current = None
-                    worker.deadline = time.monotonic() + timeout_s
-                    finished.add(payload)
-                    result.written.add(payload)
-        elif time.monotonic() >= worker.deadline:
-            _kill(worker.process)
-            return "load-timeout" if loading and worker.current is None else "timeout"
+        touch_heartbeat(folder)
+        returncode = handle.poll()
+        for event in reader.events():  # after poll: an ended worker's last events are read
+            if _apply(job, event, watch):
+                deadline = time.monotonic() + workload_timeout_s
+        if returncode is not None:
+            return "exited", returncode
+        if time.monotonic() >= deadline:
+            handle.kill()
+            loading = watch.loading and watch.current is None
+            return ("load-timeout" if loading else "timeout"), handle.poll()
+        time.sleep(POLL_S)
 
 
-def _kill(process: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
-
-
-def _write_failure(
-    job: Mapping[str, Any],
-    workload: Mapping[str, Any],
-    worker: _Worker,
-    status: str,
-    message: str,
-) -> None:
-    outcome = {"status": status, "message": message, "log": _tail(worker.log)}
-    line = result_line(job, workload, outcome, worker.env, None, 0.0)
-    append_line(Path(job["report"]), line)
+def _apply(job: Job, event: Mapping[str, Any], watch: _Watch) -> bool:
+    """Act on one event; True when it restarts the workload clock."""
+    kind = event.get("event")
+    if kind == "env":
+        watch.env = dict(event.get("environment") or {})
+        dists = event.get("distributions") or {}
+        record_distributions(job.report, str(watch.env.get("distributions_fingerprint")), dists)
+        return False
+    if kind == "ready":
+        watch.loading = False
+        return False
+    if kind == "begin":
+        watch.loading = False
+        watch.current = str(event.get("uuid"))
+        return True
+    if kind == "result":
+        uuid = str(event.get("uuid"))
+        append_line(job.report, event.get("line") or {})
+        watch.finished.add(uuid)
+        watch.current = None
+        return True
+    return False

@@ -1,0 +1,183 @@
+"""Offline base images from the recipes in containers/bases: a distribution root made by
+debootstrap from the distribution's own packages, imported into the engine (`docker import`).
+
+The image is tagged by the recipe's hash (the one every lock on it records) and carries the
+hash of its package manifest (every installed package and version, also kept in the image at
+MANIFEST_PATH), so two bases built from one recipe on different days can be told apart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from envaudit.errors import EXIT_USAGE, EnvauditError
+from envaudit.image.engine import Engine, ImageInfo
+from envaudit.image.plan import LABEL_PREFIX, base_tag
+from envaudit.schema.paths import sha256_file
+
+BASES_DIR = Path("containers/bases")
+MANIFEST_PATH = "etc/envaudit-base-manifest"
+DEBOOTSTRAP_TIMEOUT_S = 1800
+# Where debootstrap fetches each distribution's packages from when no mirror is configured:
+# Debian's default archive is what debootstrap itself uses; Ubuntu's must be named.
+MIRROR_VARIABLES = {"debian": "ENVAUDIT_DEBIAN_MIRROR", "ubuntu": "ENVAUDIT_UBUNTU_MIRROR"}
+
+
+@dataclass(frozen=True)
+class BaseRecipe:
+    name: str
+    path: Path
+    distro: str
+    suite: str
+    variant: str
+    packages: tuple[str, ...]
+    python: str
+
+    @property
+    def sha256(self) -> str:
+        return sha256_file(self.path)
+
+    @property
+    def tag(self) -> str:
+        return base_tag(self.name, self.sha256)
+
+
+def load_recipe(name: str, bases_dir: Path = BASES_DIR) -> BaseRecipe:
+    path = bases_dir / f"{name}.toml"
+    if not path.is_file():
+        known = sorted(p.stem for p in bases_dir.glob("*.toml"))
+        raise EnvauditError(
+            f"no base recipe {name!r}: {path} does not exist",
+            hint=f"known recipes: {', '.join(known) or 'none'}",
+        )
+    try:
+        raw = tomllib.loads(path.read_text())
+        return BaseRecipe(
+            name=name,
+            path=path,
+            distro=str(raw["distro"]),
+            suite=str(raw["suite"]),
+            variant=str(raw.get("variant", "minbase")),
+            packages=tuple(str(p) for p in raw.get("packages", [])),
+            python=str(raw["python"]),
+        )
+    except (tomllib.TOMLDecodeError, KeyError) as exc:
+        raise EnvauditError(f"{path}: not a base recipe: {exc}", 1) from None
+
+
+def base_labels(recipe: BaseRecipe, manifest_sha256: str) -> dict[str, str]:
+    return {
+        f"{LABEL_PREFIX}.base-recipe": recipe.name,
+        f"{LABEL_PREFIX}.base-recipe-sha256": recipe.sha256,
+        f"{LABEL_PREFIX}.base-manifest-sha256": manifest_sha256,
+        f"{LABEL_PREFIX}.python": recipe.python,
+    }
+
+
+def why_not_buildable(recipe: BaseRecipe) -> str | None:
+    """One line saying why this machine cannot make the base, or None."""
+    if shutil.which("debootstrap") is None:
+        return "debootstrap is not installed (apt-get install debootstrap)"
+    if os.geteuid() != 0:
+        return "debootstrap needs root"
+    script = Path("/usr/share/debootstrap/scripts") / recipe.suite
+    if not script.exists():
+        return f"this debootstrap does not know {recipe.distro} {recipe.suite}"
+    variable = MIRROR_VARIABLES.get(recipe.distro)
+    if variable is None:
+        return f"no debootstrap support for the distribution {recipe.distro!r}"
+    if recipe.distro != "debian" and not os.environ.get(variable):
+        return (
+            f"{recipe.name} needs the {recipe.distro} archive, which is not configured here"
+            f" (set {variable} to a reachable mirror)"
+        )
+    return None
+
+
+def build_base(
+    engine: Engine,
+    recipe: BaseRecipe,
+    on_line: Callable[[str], None] | None = None,
+    rebuild: bool = False,
+) -> tuple[ImageInfo, bool]:
+    """(the base image, whether it was built now). An existing base is kept unless `rebuild`."""
+    existing = engine.image(recipe.tag)
+    if existing is not None and not rebuild:
+        return existing, False
+    reason = why_not_buildable(recipe)
+    if reason is not None:
+        raise EnvauditError(f"base {recipe.name} cannot be made here: {reason}", EXIT_USAGE)
+    with tempfile.TemporaryDirectory(prefix="envaudit-base-") as tmp:
+        root = Path(tmp) / "root"
+        _debootstrap(recipe, root, on_line)
+        manifest = package_manifest(root)
+        (root / MANIFEST_PATH).write_text(manifest)
+        _strip_caches(root)
+        digest = hashlib.sha256(manifest.encode()).hexdigest()
+        if on_line is not None:
+            on_line("importing the root file system into the engine")
+        tar = subprocess.Popen(
+            ["tar", "--numeric-owner", "-C", str(root), "-c", "."],
+            stdout=subprocess.PIPE,
+        )
+        assert tar.stdout is not None
+        try:
+            imported = engine.import_rootfs(tar.stdout, f"envaudit-base/{recipe.name}", "rootfs")
+        finally:
+            tar.stdout.close()
+            tar.wait()
+    info = engine.label(imported, recipe.tag, base_labels(recipe, digest))
+    return info, True
+
+
+def _debootstrap(recipe: BaseRecipe, root: Path, on_line: Callable[[str], None] | None) -> None:
+    argv = ["debootstrap", f"--variant={recipe.variant}"]
+    if recipe.packages:
+        argv.append("--include=" + ",".join(recipe.packages))
+    argv += [recipe.suite, str(root)]
+    mirror = os.environ.get(MIRROR_VARIABLES[recipe.distro])
+    if mirror:
+        argv.append(mirror)
+    tail: list[str] = []
+    with subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as process:
+        assert process.stdout is not None
+        for line in process.stdout:
+            tail = [*tail[-19:], line.rstrip()]
+            if on_line is not None:
+                on_line(line.rstrip())
+        code = process.wait(timeout=DEBOOTSTRAP_TIMEOUT_S)
+    if code != 0:
+        raise EnvauditError(
+            f"debootstrap of {recipe.distro} {recipe.suite} failed (exit {code}):\n"
+            + "\n".join(tail),
+            hint="check that the distribution's archive is reachable from here",
+        )
+
+
+def package_manifest(root: Path) -> str:
+    """Every installed package as name=version, sorted: what the base is made of."""
+    done = subprocess.run(
+        ["dpkg-query", f"--admindir={root}/var/lib/dpkg", "-W", "-f=${Package}=${Version}\\n"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return "".join(sorted(line + "\n" for line in done.stdout.splitlines() if line))
+
+
+def _strip_caches(root: Path) -> None:
+    """Downloaded .deb files and package lists are not part of the base."""
+    for pattern in ("var/cache/apt/archives/*.deb", "var/lib/apt/lists/*"):
+        for path in root.glob(pattern):
+            if path.is_file():
+                path.unlink()

@@ -1,0 +1,150 @@
+"""Plan, then build: one image per lock, tagged by its closure hash, a no-op when it exists.
+
+`plan_build` resolves everything a build needs (the current lock, its image plan, the git
+repositories of its sources) without touching the engine; `build_image` executes a plan: the
+base first when it is missing and can be made here, then a staged context and the build.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from envaudit.errors import EXIT_USAGE, EnvauditError
+from envaudit.image.base import BaseRecipe, build_base, load_recipe
+from envaudit.image.context import StagedFile, planned_files, stage_context
+from envaudit.image.dockerfile import render_dockerfile
+from envaudit.image.engine import Engine, ImageInfo
+from envaudit.image.plan import LABEL_PREFIX, ImagePlan, plan_image
+from envaudit.lock.config import FetchConfig
+from envaudit.lock.files import env_dir, load_spec
+from envaudit.lock.resolve import current_lock
+from envaudit.lock.store import Store
+from envaudit.settings import cache_root
+
+CLOSURE_LABEL = f"{LABEL_PREFIX}.closure-hash"
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    image: ImagePlan
+    env_dir: Path
+    git_sources: dict[str, str]
+    recipe: BaseRecipe | None
+
+    @property
+    def dockerfile(self) -> str:
+        return render_dockerfile(self.image)
+
+    def files(self) -> list[StagedFile]:
+        return planned_files(self.image)
+
+
+@dataclass
+class BuildResult:
+    env: str
+    tag: str
+    image: ImageInfo
+    built: bool
+    seconds: float
+    steps: int = 0
+    cached_steps: int = 0
+    base_built: bool = False
+    staged: list[StagedFile] = field(default_factory=list)
+
+
+def plan_build(env: str, locks_dir: Path = Path("locks")) -> BuildPlan:
+    """The build of this env's current lock (a stale or edited lock is refused)."""
+    folder = env_dir(env, locks_dir)
+    lock = current_lock(folder)
+    spec = load_spec(folder)
+    git_sources = {s.name: s.git for s in spec.sources if s.git is not None}
+    recipe = load_recipe(lock.base.recipe) if lock.base.recipe is not None else None
+    return BuildPlan(plan_image(lock), folder, git_sources, recipe)
+
+
+def image_matches(image: ImageInfo, plan: ImagePlan) -> bool:
+    return image.labels.get(CLOSURE_LABEL) == plan.closure_hash
+
+
+def existing_image(engine: Engine, plan: ImagePlan) -> ImageInfo | None:
+    """The image of this plan when it exists; an image under its tag built from anything else
+    is refused rather than trusted."""
+    image = engine.image(plan.tag)
+    if image is not None and not image_matches(image, plan):
+        found = image.labels.get(CLOSURE_LABEL) or "none"
+        raise EnvauditError(
+            f"image {plan.tag} ({image.id[:19]}) does not match the lock of {plan.env}: its"
+            f" closure label is {found}, the lock's closure hash is {plan.closure_hash}",
+            EXIT_USAGE,
+            hint=f"remove it (`docker rmi {plan.tag}`) and run `envaudit build --env {plan.env}`",
+        )
+    return image
+
+
+def build_image(
+    build: BuildPlan,
+    engine: Engine,
+    config: FetchConfig,
+    no_cache: bool = False,
+    on_step: Callable[[int, int, str], None] | None = None,
+    on_base_line: Callable[[str], None] | None = None,
+) -> BuildResult:
+    plan = build.image
+    started = time.monotonic()
+    existing = existing_image(engine, plan)
+    if existing is not None and not no_cache:
+        return BuildResult(plan.env, plan.tag, existing, False, time.monotonic() - started)
+    base_built = False
+    labels = dict(plan.labels)
+    if build.recipe is not None:
+        base, base_built = build_base(engine, build.recipe, on_base_line)
+        labels.update({k: v for k, v in base.labels.items() if k.startswith(LABEL_PREFIX)})
+    elif engine.image(plan.base) is None:
+        raise EnvauditError(
+            f"the base image {plan.base} of {plan.env} is not in the engine (builds never pull)",
+            hint=f"load it first (docker load / docker pull {plan.base} where a registry is"
+            " reachable)",
+        )
+    root = _contexts_root()
+    with tempfile.TemporaryDirectory(prefix=f"{plan.env}-", dir=root) as tmp:
+        staged = stage_context(
+            plan, Store(config.store), config, Path(tmp), build.env_dir, build.git_sources
+        )
+        outcome = engine.build(Path(tmp), plan.tag, labels, no_cache=no_cache, on_step=on_step)
+    return BuildResult(
+        plan.env,
+        plan.tag,
+        outcome.image,
+        True,
+        time.monotonic() - started,
+        outcome.steps,
+        outcome.cached_steps,
+        base_built,
+        staged,
+    )
+
+
+def _contexts_root() -> Path:
+    """Build contexts are staged under the cache, beside the default store, so wheels can be
+    hard-linked rather than copied."""
+    root = cache_root() / "contexts"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def build_env_image(
+    env: str,
+    engine: Engine,
+    config: FetchConfig,
+    locks_dir: Path = Path("locks"),
+    no_cache: bool = False,
+    on_step: Callable[[int, int, str], None] | None = None,
+    on_base_line: Callable[[str], None] | None = None,
+) -> BuildResult:
+    """Plan and build the image of one env (a no-op when it exists)."""
+    build = plan_build(env, locks_dir)
+    return build_image(build, engine, config, no_cache, on_step, on_base_line)

@@ -1,0 +1,138 @@
+"""Stage a hermetic build context: the Dockerfile, every wheel by hash out of the store, each
+layer's requirements with hashes, source trees at their locked commits, and declared env files.
+
+A build context does not follow symlinks, so files are hard-linked out of the store where the
+file system allows and copied where it does not; nothing is downloaded here or in the build.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from envaudit.errors import EXIT_USAGE, EnvauditError
+from envaudit.image.dockerfile import render_dockerfile
+from envaudit.image.plan import ImagePlan, SourceStage
+from envaudit.lock.config import FetchConfig
+from envaudit.lock.sources import SourceUnavailable, git_checkout
+from envaudit.lock.store import Store
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    path: str
+    size: int | None
+    what: str
+
+
+def planned_files(plan: ImagePlan) -> list[StagedFile]:
+    """What `stage_context` puts into the context, without touching anything (--dry-run)."""
+    files = [StagedFile("Dockerfile", None, "rendered from lock.json")]
+    for layer in plan.all_layers():
+        files.append(StagedFile(f"{layer.folder}/requirements.txt", None, "pins with hashes"))
+        for name, version, artifact in layer.packages:
+            files.append(
+                StagedFile(
+                    f"{layer.folder}/{artifact.filename}", artifact.size, f"{name}=={version}"
+                )
+            )
+    for source in plan.sources:
+        if source.kind == "git":
+            pins = [f"{source.rev}", *(f"{p} {r}" for p, r in source.submodules)]
+            what = f"git checkout of {source.name} at " + ", ".join(pins)
+        else:
+            what = f"sdist of {source.name}"
+        files.append(StagedFile(source.archive, None, what))
+        for name in source.files:
+            files.append(StagedFile(f"{source.files_folder}/{name}", None, "declared env file"))
+    return files
+
+
+def stage_context(
+    plan: ImagePlan,
+    store: Store,
+    config: FetchConfig,
+    dest: Path,
+    env_dir: Path,
+    git_sources: dict[str, str],
+) -> list[StagedFile]:
+    """Fill `dest` (an empty folder) with the build context of this plan."""
+    absent = [a for _, a in plan.staged_artifacts() if not store.has(a)]
+    if absent:
+        names = ", ".join(a.filename for a in absent[:5]) + (" ..." if len(absent) > 5 else "")
+        raise EnvauditError(
+            f"{len(absent)} artifact(s) of {plan.env} are not in the store {store.root}: {names}",
+            EXIT_USAGE,
+            hint=f"run `envaudit fetch {plan.env}` first",
+        )
+    (dest / "Dockerfile").write_text(render_dockerfile(plan))
+    for layer in plan.all_layers():
+        folder = dest / layer.folder
+        folder.mkdir(parents=True)
+        (folder / "requirements.txt").write_text(layer.requirements())
+        for _, _, artifact in layer.packages:
+            _link_or_copy(store.path_of(artifact), folder / artifact.filename)
+    for source in plan.sources:
+        _stage_source(source, store, config, dest, git_sources.get(source.name))
+        for name in source.files:
+            target = dest / source.files_folder / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(env_dir / name, target)
+    return [
+        StagedFile(p.relative_to(dest).as_posix(), p.stat().st_size, "")
+        for p in sorted(dest.rglob("*"))
+        if p.is_file()
+    ]
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+
+
+def _stage_source(
+    source: SourceStage, store: Store, config: FetchConfig, dest: Path, git: str | None
+) -> None:
+    archive = dest / source.archive
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    if source.sdist is not None:
+        # ADD unpacks a local tar archive; an sdist is one (a .zip sdist is refused below).
+        if not source.sdist.filename.endswith(".tar.gz"):
+            raise EnvauditError(
+                f"source {source.name}: sdist {source.sdist.filename} is not a .tar.gz archive"
+            )
+        _link_or_copy(store.path_of(source.sdist), archive)
+        return
+    if git is None or source.rev is None:
+        raise EnvauditError(f"source {source.name}: no git repository or rev in the lock")
+    remotes = config.git_remotes(git)
+    if not remotes:
+        raise EnvauditError(
+            f"source {source.name}: cannot reach {git} at {source.rev}: no git base is"
+            " configured (ENVAUDIT_GIT_BASES is empty)",
+            hint="set ENVAUDIT_GIT_BASES to a git host or a folder of owner/name mirrors,"
+            f" or `envaudit lock {{env}} --rebuild {source.name}` on a machine that can build it",
+        )
+    errors = []
+    with tempfile.TemporaryDirectory(prefix="envaudit-source-") as tmp:
+        for remote in remotes:
+            tree = Path(tmp) / "tree"
+            shutil.rmtree(tree, ignore_errors=True)
+            try:
+                git_checkout(source.name, remote, source.rev, dict(source.submodules), tree)
+            except SourceUnavailable as exc:
+                errors.append(str(exc))
+                continue
+            with tarfile.open(archive, "w") as tar:
+                tar.add(tree, arcname=".")
+            return
+    raise EnvauditError(
+        f"source {source.name}: cannot reach {git} at {source.rev}: " + "; ".join(errors),
+        hint="check ENVAUDIT_GIT_BASES (a git host or a folder of owner/name mirrors)",
+    )

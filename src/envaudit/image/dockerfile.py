@@ -1,0 +1,177 @@
+"""Render an image plan as a Dockerfile: a pure function of small ordered steps.
+
+Stages: `installer` (the base with a pip of its own), one stage per wheel layer (each installs
+only its wheels into an empty venv, offline, every hash required), the CUDA toolchain stage, one
+build stage per unbuilt source; the final stage copies the layers' venvs in plan order, so a
+layer shared by two environments is one layer on disk, and carries no wheel file. Nothing in any
+step can download: installs are `--no-index --require-hashes` from the build context, and the
+build runs with no network.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from envaudit.image.plan import (
+    HARNESS_MOUNT,
+    INSTALLER,
+    TOOLCHAIN,
+    USER,
+    VENV,
+    ImagePlan,
+    SourceStage,
+    WheelLayer,
+)
+
+PIP_OFFLINE = (
+    "--no-index --no-deps --require-hashes --no-cache-dir --disable-pip-version-check"
+    " --no-warn-script-location"
+)
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+ENV_FILES = "/opt/envaudit/env-files"
+
+
+def render_dockerfile(plan: ImagePlan) -> str:
+    steps = [_header(plan), _installer(plan)]
+    steps += [_layer_stage(layer, plan) for layer in plan.layers]
+    if plan.toolchain is not None:
+        steps.append(_toolchain_stage(plan.toolchain))
+    for source in plan.sources:
+        steps.append(_build_stage(source, plan))
+        steps.append(_built_stage(source))
+    steps.append(_final(plan))
+    return "\n\n".join(step.strip("\n") for step in steps) + "\n"
+
+
+def _header(plan: ImagePlan) -> str:
+    return (
+        f"# envaudit image of {plan.env}, closure {plan.closure_hash}\n"
+        "# Generated from lock.json by `envaudit build`; every artifact is installed by hash\n"
+        "# from the build context, and the build runs with no network."
+    )
+
+
+def _installer(plan: ImagePlan) -> str:
+    major, minor = plan.python.split(".")
+    check = f"import sys; assert sys.version_info[:2] == ({major}, {minor}), sys.version"
+    return (
+        f"FROM {plan.base} AS installer\n"
+        f"RUN python3 -c {shlex.quote(check)} \\\n"
+        f" && python3 -m venv {INSTALLER}"
+    )
+
+
+def _venv_install(layer: WheelLayer) -> str:
+    return (
+        f"COPY {layer.folder}/ /tmp/wheels/\n"
+        f"RUN python3 -m venv --without-pip {VENV} \\\n"
+        f" && {INSTALLER}/bin/pip --python {VENV}/bin/python install {PIP_OFFLINE} \\\n"
+        f"    --find-links /tmp/wheels -r /tmp/wheels/requirements.txt"
+    )
+
+
+def _layer_stage(layer: WheelLayer, plan: ImagePlan) -> str:
+    names = ", ".join(f"{n}=={v}" for n, v, _ in layer.packages[:6])
+    more = f" and {len(layer.packages) - 6} more" if len(layer.packages) > 6 else ""
+    return (
+        f"# layer {layer.name}: {len(layer.packages)} wheels ({names}{more})\n"
+        f"FROM installer AS layer-{layer.name}\n" + _venv_install(layer)
+    )
+
+
+def _toolchain_stage(layer: WheelLayer) -> str:
+    names = ", ".join(f"{n}=={v}" for n, v, _ in layer.packages)
+    return (
+        f"# the CUDA toolchain ({names}), a prefix of its own, not on the run-time path\n"
+        "FROM installer AS cuda-toolchain\n"
+        f"COPY {layer.folder}/ /tmp/wheels/\n"
+        f"RUN {INSTALLER}/bin/pip install {PIP_OFFLINE} --target {TOOLCHAIN} \\\n"
+        "    --find-links /tmp/wheels -r /tmp/wheels/requirements.txt \\\n"
+        f" && home=$(ls -d {TOOLCHAIN}/nvidia/cu1*) \\\n"
+        ' && if [ -e "$home/lib/libcudart.so.13" ]; then'
+        ' ln -sf libcudart.so.13 "$home/lib/libcudart.so"; fi'
+    )
+
+
+def _build_env(source: SourceStage, plan: ImagePlan) -> list[tuple[str, str]]:
+    variables: list[tuple[str, str]] = [("SOURCE_DATE_EPOCH", "315532800")]
+    if plan.cuda_home is not None:
+        variables.append(("CUDA_HOME", plan.cuda_home))
+    if source.cuda_arch_list:
+        variables.append(("TORCH_CUDA_ARCH_LIST", ";".join(source.cuda_arch_list)))
+    folder = f"{ENV_FILES}/{source.name}"
+    variables += [(k, v.replace("{env_dir}", folder)) for k, v in source.build_env]
+    return variables
+
+
+def _build_stage(source: SourceStage, plan: ImagePlan) -> str:
+    pins = [f"rev {source.rev}"] if source.rev else [f"sdist {source.sdist}"]
+    pins += [f"{path} at {rev}" for path, rev in source.submodules]
+    lines = [
+        f"# source build of {source.name}: {', '.join(pins)}",
+        f"FROM installer AS build-{source.name}",
+        _venv_install(source.build_requires),
+    ]
+    if plan.toolchain is not None:
+        lines.append(f"COPY --from=cuda-toolchain {TOOLCHAIN}/ {TOOLCHAIN}/")
+        lines.append(_cuda_home_link(plan))
+    if source.files:
+        lines.append(f"COPY {source.files_folder}/ {ENV_FILES}/{source.name}/")
+    lines.append(f"ADD {source.archive} /src/{source.name}/")
+    variables = _build_env(source, plan)
+    lines.append("ENV " + " ".join(f"{k}={_env_value(v)}" for k, v in variables))
+    lines.append(
+        f"RUN cd /src/{source.name} && {INSTALLER}/bin/pip --python {VENV}/bin/python wheel"
+        " --no-deps --no-build-isolation --no-index --no-cache-dir --disable-pip-version-check"
+        " -w /out . > /build.log 2>&1 || { tail -n 60 /build.log; exit 1; }"
+    )
+    return "\n".join(lines)
+
+
+def _built_stage(source: SourceStage) -> str:
+    return (
+        f"FROM installer AS layer-built-{source.name}\n"
+        f"COPY --from=build-{source.name} /out/ /tmp/wheels/\n"
+        f"RUN python3 -m venv --without-pip {VENV} \\\n"
+        f" && {INSTALLER}/bin/pip --python {VENV}/bin/python install"
+        " --no-index --no-deps --no-cache-dir --disable-pip-version-check /tmp/wheels/*.whl"
+    )
+
+
+def _cuda_home_link(plan: ImagePlan) -> str:
+    assert plan.cuda_home is not None
+    home = shlex.quote(plan.cuda_home)
+    return f"RUN mkdir -p $(dirname {home}) && ln -s $(ls -d {TOOLCHAIN}/nvidia/cu1*) {home}"
+
+
+def _final(plan: ImagePlan) -> str:
+    lines = [f"# the environment {plan.env}", f"FROM {plan.base}"]
+    for layer in plan.layers:
+        lines.append(f"COPY --from=layer-{layer.name} {VENV}/ {VENV}/")
+    for source in plan.sources:
+        lines.append(f"COPY --from=layer-built-{source.name} {VENV}/ {VENV}/")
+    path = f"{VENV}/bin:{PATH}"
+    variables = [("PATH", path), ("VIRTUAL_ENV", VENV)]
+    if plan.toolchain is not None:
+        lines.append(f"COPY --from=cuda-toolchain {TOOLCHAIN}/ {TOOLCHAIN}/")
+        lines.append(_cuda_home_link(plan))
+    if plan.cuda_home is not None:
+        variables.append(("CUDA_HOME", plan.cuda_home))
+    variables += [
+        ("PYTHONPATH", HARNESS_MOUNT),
+        ("PYTHONNOUSERSITE", "1"),
+        ("PYTHONDONTWRITEBYTECODE", "1"),
+        ("HOME", "/tmp/home"),
+        *plan.env_vars,
+    ]
+    lines.append("ENV " + " \\\n    ".join(f"{k}={_env_value(v)}" for k, v in variables))
+    lines.append(f'RUN ["{VENV}/bin/python", "-c", "import sys; print(sys.version)"]')
+    lines.append(f"USER {USER}")
+    lines.append("WORKDIR /tmp")
+    return "\n".join(lines)
+
+
+def _env_value(value: str) -> str:
+    """A value for ENV: JSON quoting is what the Dockerfile parser accepts for any string."""
+    return json.dumps(value)

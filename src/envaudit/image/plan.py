@@ -1,0 +1,180 @@
+"""What an environment's image is made of, resolved from its lock before anything is rendered.
+
+The image holds one virtual environment (`VENV`) assembled from layers of wheels, each installed
+in a stage of its own and copied into the final stage in a fixed order, so that environments
+sharing a layer's exact wheels share that layer on disk (Docker reuses a step whose parent and
+inputs are the same). The order puts what is most often shared first:
+
+1. `torch-stack`: torch, triton and the NVIDIA CUDA libraries torch pins (by name, below);
+2. `packages`: every other runtime package of the lock;
+3. `built`: wheels of source builds (staged by hash when the lock has them, else built in a
+   stage of their own with the locked toolchain);
+
+and, beside the venv, the CUDA toolchain (`cuda` role: nvcc and its components) in a prefix of
+its own whose `nvidia/cu*` folder is the lock's `cuda.home`. Pure functions only: what the
+store holds or which images exist is looked up elsewhere.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+from envaudit.schema.locks import Artifact, Lock, LockedSource
+
+VENV = "/opt/envaudit/venv"
+INSTALLER = "/opt/envaudit/installer"
+TOOLCHAIN = "/opt/envaudit/toolchain"
+HARNESS_MOUNT = "/opt/envaudit/harness"
+USER = "10001:10001"
+LABEL_PREFIX = "dev.envaudit"
+
+# The NVIDIA libraries torch's wheels depend on: shared by every env on one torch build.
+TORCH_STACK = re.compile(
+    r"^(torch|triton|nvidia-(cublas|cuda-cupti|cuda-nvrtc|cuda-runtime|cudnn|cufft|cufile|curand"
+    r"|cusolver|cusparse|cusparselt|nccl|nvjitlink|nvshmem|nvtx)(-cu\d+)?)$"
+)
+
+Pinned = tuple[str, str, Artifact]
+
+
+@dataclass(frozen=True)
+class WheelLayer:
+    """Wheels installed together in one stage; `folder` is their place in the build context."""
+
+    name: str
+    packages: tuple[Pinned, ...]
+    target: Literal["venv", "toolchain"] = "venv"
+
+    @property
+    def folder(self) -> str:
+        return f"wheels/{self.name}"
+
+    def requirements(self) -> str:
+        return "".join(f"{n}=={v} --hash=sha256:{a.sha256}\n" for n, v, a in self.packages)
+
+
+@dataclass(frozen=True)
+class SourceStage:
+    """A source without a built wheel in the lock, built inside the image build."""
+
+    name: str
+    kind: Literal["git", "sdist"]
+    rev: str | None
+    submodules: tuple[tuple[str, str], ...]
+    build_env: tuple[tuple[str, str], ...]
+    cuda_arch_list: tuple[str, ...]
+    build_requires: WheelLayer
+    sdist: Artifact | None = None
+    files: tuple[str, ...] = ()
+    """Files of the env folder the build reads (build_env names their folder as {env_dir})."""
+
+    @property
+    def archive(self) -> str:
+        """The source tree in the build context (a tar the build unpacks)."""
+        return f"sources/{self.name}.tar"
+
+    @property
+    def files_folder(self) -> str:
+        return f"env-files/{self.name}"
+
+
+@dataclass(frozen=True)
+class ImagePlan:
+    env: str
+    closure_hash: str
+    spec_sha256: str
+    python: str
+    base: str
+    """FROM: the offline base's tag, or an image pinned by digest."""
+    base_recipe: str | None
+    layers: tuple[WheelLayer, ...]
+    toolchain: WheelLayer | None
+    sources: tuple[SourceStage, ...]
+    cuda_home: str | None
+    env_vars: tuple[tuple[str, str], ...]
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def tag(self) -> str:
+        return image_tag(self.env, self.closure_hash)
+
+    def staged_artifacts(self) -> list[tuple[str, Artifact]]:
+        """(context folder, artifact) of every file copied out of the store."""
+        found = [(layer.folder, a) for layer in self.all_layers() for _, _, a in layer.packages]
+        found += [("sources", s.sdist) for s in self.sources if s.sdist is not None]
+        return found
+
+    def all_layers(self) -> list[WheelLayer]:
+        layers = list(self.layers)
+        if self.toolchain is not None:
+            layers.append(self.toolchain)
+        layers += [s.build_requires for s in self.sources]
+        return layers
+
+
+def image_tag(env: str, closure_hash: str) -> str:
+    return f"envaudit/{env}:{closure_hash[:16]}"
+
+
+def base_tag(recipe: str, recipe_sha256: str) -> str:
+    return f"envaudit-base/{recipe}:{recipe_sha256[:16]}"
+
+
+def plan_image(lock: Lock) -> ImagePlan:
+    """The image of this lock: its layers, toolchain, source stages, variables and labels."""
+    runtime = [(p.name, p.version, p.artifact) for p in lock.packages if p.role == "runtime"]
+    stack = tuple(p for p in runtime if TORCH_STACK.match(p[0]))
+    rest = tuple(p for p in runtime if not TORCH_STACK.match(p[0]))
+    built = tuple((s.name, s.version or "", s.wheel) for s in lock.sources if s.wheel is not None)
+    layers = [
+        WheelLayer(name, packages)
+        for name, packages in (("torch-stack", stack), ("packages", rest), ("built", built))
+        if packages
+    ]
+    cuda = tuple((p.name, p.version, p.artifact) for p in lock.packages if p.role == "cuda")
+    toolchain = WheelLayer("cuda-toolchain", cuda, target="toolchain") if cuda else None
+    sources = tuple(_source_stage(s) for s in lock.sources if s.wheel is None)
+    return ImagePlan(
+        env=lock.env,
+        closure_hash=lock.closure_hash,
+        spec_sha256=lock.spec_sha256,
+        python=lock.python,
+        base=_from(lock),
+        base_recipe=lock.base.recipe,
+        layers=tuple(layers),
+        toolchain=toolchain,
+        sources=sources,
+        cuda_home=lock.cuda.home if lock.cuda is not None else None,
+        env_vars=tuple(sorted(lock.env_vars.items())),
+        labels={
+            f"{LABEL_PREFIX}.env": lock.env,
+            f"{LABEL_PREFIX}.closure-hash": lock.closure_hash,
+            f"{LABEL_PREFIX}.spec-sha256": lock.spec_sha256,
+            f"{LABEL_PREFIX}.base": _from(lock),
+            "org.opencontainers.image.title": f"envaudit environment {lock.env}",
+        },
+    )
+
+
+def _from(lock: Lock) -> str:
+    if lock.base.image is not None:
+        return lock.base.image
+    assert lock.base.recipe is not None and lock.base.recipe_sha256 is not None
+    return base_tag(lock.base.recipe, lock.base.recipe_sha256)
+
+
+def _source_stage(source: LockedSource) -> SourceStage:
+    requires = tuple((p.name, p.version, p.artifact) for p in source.build_requires)
+    return SourceStage(
+        name=source.name,
+        kind=source.kind,
+        rev=source.rev,
+        submodules=tuple(sorted(source.submodules.items())),
+        build_env=tuple(sorted(source.build_env.items())),
+        cuda_arch_list=tuple(source.cuda_arch_list),
+        build_requires=WheelLayer(f"build-{source.name}", requires),
+        sdist=source.sdist,
+        files=tuple(sorted(source.files)),
+    )

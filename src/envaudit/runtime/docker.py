@@ -1,0 +1,311 @@
+"""The `docker` and `podman` runtimes: each worker runs in a container of the env's image.
+
+The container gets the staged harness, the dataset and the solution read-only, one job folder
+and the reference cache read-write, no network, a non-root user, a read-only root file system
+with a tmpfs for scratch, no Docker socket, no variable of the host, and resource limits. A GPU
+is passed by UUID through the engine's NVIDIA runtime when it has one, else as device nodes plus
+the driver's library folder (ENVAUDIT_NVIDIA_DRIVER_DIR); the line records which.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker.errors
+import docker.types
+import requests.exceptions
+
+from envaudit.errors import EXIT_USAGE, EnvauditError
+from envaudit.image.build import existing_image, plan_build
+from envaudit.image.engine import Engine, EngineError
+from envaudit.image.plan import HARNESS_MOUNT, USER
+from envaudit.runtime.devices import Gpu, device_nodes, require_gpu
+from envaudit.runtime.jobs import Job
+from envaudit.runtime.launchers import Launcher, WorkerHandle
+from envaudit.runtime.registry import RunOptions, Runtime
+from envaudit.runtime.staging import staged_harness
+
+MOUNT = "/envaudit"
+LOG_CAP_BYTES = 1 << 20
+JOB_LABEL = "dev.envaudit.job"
+TMPFS_SIZE = os.environ.get("ENVAUDIT_CONTAINER_TMPFS", "8g")
+PIDS_LIMIT = 8192
+DRIVER_DIR_DEFAULT = "/usr/local/nvidia"
+
+
+class ContainerHandle:
+    def __init__(self, container: Any) -> None:
+        self.container = container
+        self.oom = False
+
+    def poll(self) -> int | None:
+        try:
+            self.container.reload()
+        except docker.errors.NotFound:
+            return -9  # removed from outside
+        except (docker.errors.DockerException, requests.exceptions.RequestException):
+            return None  # the engine is busy; ask again
+        state = self.container.attrs.get("State") or {}
+        if state.get("Status") not in ("exited", "dead"):
+            return None
+        self.oom = bool(state.get("OOMKilled"))
+        code = int(state.get("ExitCode") or 0)
+        return -(code - 128) if 128 < code < 160 else code
+
+    def kill(self) -> None:
+        with contextlib.suppress(docker.errors.DockerException):
+            self.container.kill()
+        with contextlib.suppress(
+            docker.errors.DockerException, requests.exceptions.RequestException
+        ):
+            self.container.wait(timeout=60)
+
+    def finish(self, log: Path) -> None:
+        """Keep the last MiB of the container's output in the log, then remove the container."""
+        try:
+            output = self.container.logs(stdout=True, stderr=True)
+        except docker.errors.DockerException as exc:
+            output = f"(container logs unavailable: {exc})\n".encode()
+        if self.oom:
+            output += b"\n(the container was killed for exceeding its memory limit)\n"
+        log.write_bytes(output[-LOG_CAP_BYTES:])
+        with contextlib.suppress(docker.errors.DockerException):
+            self.container.remove(force=True)
+
+
+class ContainerLauncher:
+    def __init__(
+        self,
+        engine: Engine,
+        image_id: str,
+        job: Job,
+        environment: dict[str, str],
+        gpu: GpuPassing,
+    ) -> None:
+        self.engine = engine
+        self.image_id = image_id
+        self.environment = environment
+        self.gpu = gpu
+        self.mounts: list[tuple[Path, str, bool]] = [
+            (staged_harness(), HARNESS_MOUNT, False),
+            (job.data_root, f"{MOUNT}/data", False),
+            (job.solution_file.parent, f"{MOUNT}/solution", False),
+            *gpu.mounts,
+        ]
+        if job.reference_cache is not None:
+            job.reference_cache.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(PermissionError):
+                job.reference_cache.chmod(0o777)  # the worker is not the host's user
+            self.mounts.append((job.reference_cache, f"{MOUNT}/reference-cache", True))
+        remove_orphaned_containers(engine)
+
+    def seen_as(self, path: Path) -> str:
+        for host, inside, _ in self.mounts[: -len(self.gpu.mounts) or None]:
+            if path == host or path.is_relative_to(host):
+                return str(Path(inside) / path.relative_to(host))
+        raise EnvauditError(f"{path} is outside every folder mounted into the container")
+
+    def check_readable(self) -> None:
+        """Every file the worker reads must be readable by its user, or the job fails with a
+        permission error that is the machine's fault, not the solution's: refuse it up front."""
+        user = container_user()
+        uid, gid = (int(part) for part in user.split(":"))
+        blocked: list[Path] = []
+        for host, _, writable in self.mounts:
+            if not writable:
+                blocked += unreadable_files(host, uid, gid, limit=5 - len(blocked))
+        if blocked:
+            raise EnvauditError(
+                f"the container's user ({user}) cannot read {', '.join(map(str, blocked))}",
+                EXIT_USAGE,
+                hint="make the dataset and solution files readable by others (chmod -R a+rX"
+                " FOLDER); the worker runs as a non-root user with read-only mounts",
+            )
+
+    def start(self, job_dir: Path, log: Path) -> WorkerHandle:
+        volumes = {str(h): {"bind": c, "mode": "rw" if rw else "ro"} for h, c, rw in self.mounts}
+        volumes[str(job_dir)] = {"bind": f"{MOUNT}/job", "mode": "rw"}
+        try:
+            container = self.engine.client.containers.run(
+                self.image_id,
+                ["python", "-m", "envaudit.harness.worker", f"{MOUNT}/job"],
+                detach=True,
+                network_mode="none",
+                read_only=True,
+                tmpfs={"/tmp": f"rw,exec,nosuid,nodev,size={TMPFS_SIZE}"},
+                user=container_user(),
+                environment=self.environment,
+                volumes=volumes,
+                cap_drop=["ALL"],
+                security_opt=["no-new-privileges"],
+                pids_limit=PIDS_LIMIT,
+                mem_limit=_memory_limit(),
+                shm_size="2g",
+                init=True,
+                labels={JOB_LABEL: str(job_dir)},
+                working_dir="/tmp",
+                **self.gpu.options,
+            )
+        except docker.errors.APIError as exc:
+            raise _start_error(exc, self.gpu) from None
+        log.touch()
+        return ContainerHandle(container)
+
+
+def container_user() -> str:
+    """Never root: the caller's own uid and gid, or a fixed unprivileged one for root callers."""
+    return USER if os.getuid() == 0 else f"{os.getuid()}:{os.getgid()}"
+
+
+def unreadable_files(root: Path, uid: int, gid: int, limit: int = 5) -> list[Path]:
+    """Files (and folders) under root that this uid/gid cannot read (or enter)."""
+    found: list[Path] = []
+    paths = [root, *root.rglob("*")] if root.is_dir() else [root]
+    for path in paths:
+        if len(found) >= limit:
+            break
+        try:
+            info = path.stat()
+        except OSError:
+            continue
+        need = 0o5 if path.is_dir() else 0o4
+        if info.st_uid == uid:
+            mode = info.st_mode >> 6
+        elif info.st_gid == gid:
+            mode = info.st_mode >> 3
+        else:
+            mode = info.st_mode
+        if mode & need != need:
+            found.append(path)
+    return found
+
+
+def _memory_limit() -> int:
+    """Most of this machine's memory: a runaway solution is killed before the machine swaps."""
+    limit = os.environ.get("ENVAUDIT_CONTAINER_MEMORY_BYTES")
+    if limit:
+        return int(limit)
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 0.9)
+
+
+def _start_error(exc: docker.errors.APIError, gpu: GpuPassing) -> EnvauditError:
+    text = str(exc.explanation or exc)
+    if "could not select device driver" in text:
+        return EnvauditError(
+            f"the engine cannot pass a GPU in: {text}",
+            EXIT_USAGE,
+            hint="this engine has no NVIDIA runtime: set ENVAUDIT_GPU_ACCESS=device-nodes (and"
+            " ENVAUDIT_NVIDIA_DRIVER_DIR to the driver's library folder) or install the NVIDIA"
+            " container toolkit",
+        )
+    return EnvauditError(f"the engine refused to start the worker's container: {text}", EXIT_USAGE)
+
+
+def remove_orphaned_containers(engine: Engine) -> None:
+    """Exited worker containers whose job folder is gone (their supervisor was killed)."""
+    with contextlib.suppress(docker.errors.DockerException, requests.exceptions.RequestException):
+        for container in engine.client.containers.list(
+            all=True, filters={"label": JOB_LABEL, "status": "exited"}
+        ):
+            if not Path(container.labels.get(JOB_LABEL, "")).exists():
+                container.remove(force=True)
+
+
+@dataclass
+class GpuPassing:
+    """How one GPU is passed into a container: run options, extra mounts and variables."""
+
+    mode: str
+    options: dict[str, Any] = field(default_factory=dict)
+    mounts: list[tuple[Path, str, bool]] = field(default_factory=list)
+    environment: dict[str, str] = field(default_factory=dict)
+
+
+def gpu_passing(engine: Engine, gpu: Gpu) -> GpuPassing:
+    """The NVIDIA runtime when the engine has one (or ENVAUDIT_GPU_ACCESS says so), else the
+    GPU's device nodes and the driver's library folder, read-only."""
+    mode = os.environ.get("ENVAUDIT_GPU_ACCESS")
+    if mode is None:
+        mode = (
+            "nvidia-runtime"
+            if "nvidia" in (engine.info().get("Runtimes") or {})
+            else "device-nodes"
+        )
+    if mode == "nvidia-runtime":
+        request = docker.types.DeviceRequest(device_ids=[gpu.uuid], capabilities=[["gpu"]])
+        return GpuPassing(mode, options={"device_requests": [request]})
+    if mode != "device-nodes":
+        raise EnvauditError(
+            f"ENVAUDIT_GPU_ACCESS={mode} is not a GPU access mode",
+            hint="use nvidia-runtime or device-nodes",
+        )
+    driver = Path(os.environ.get("ENVAUDIT_NVIDIA_DRIVER_DIR") or DRIVER_DIR_DEFAULT)
+    lib = next((driver / d for d in ("lib64", "lib") if (driver / d).is_dir()), None)
+    if lib is None:
+        raise EnvauditError(
+            f"no NVIDIA driver library folder at {driver} to mount into the container",
+            EXIT_USAGE,
+            hint="set ENVAUDIT_NVIDIA_DRIVER_DIR to the folder holding the driver's lib64/",
+        )
+    return GpuPassing(
+        mode,
+        options={"devices": [f"{n}:{n}:rwm" for n in device_nodes(gpu)]},
+        mounts=[(driver, str(driver), False)],
+        environment={"LD_LIBRARY_PATH": str(lib)},
+    )
+
+
+class ContainerRuntime(Runtime):
+    summary = "the env's image, built from the lock (docker SDK)"
+
+    def __init__(self, kind: str) -> None:
+        self.name = kind  # one class serves docker and podman
+        self.kind = kind
+
+    def unavailable(self) -> str | None:
+        try:
+            Engine.connect(self.kind)
+        except EngineError as exc:
+            return str(exc)
+        return None
+
+    def prepare(self, job: Job, options: RunOptions) -> tuple[Job, Launcher]:
+        engine = Engine.connect(self.kind)
+        build = plan_build(job.env_to_run(options.env), options.locks_dir)
+        image = existing_image(engine, build.image)
+        if image is None:
+            raise EnvauditError(
+                f"the image of {build.image.env} ({build.image.tag}) is not built",
+                EXIT_USAGE,
+                hint=f"run `envaudit build --env {build.image.env}`",
+            )
+        environment = {
+            **dict(build.image.env_vars),
+            **job.device_env,
+            "PYTHONPATH": HARNESS_MOUNT,
+            "HOME": "/tmp/home",
+        }
+        passing = GpuPassing("none")
+        if job.device.startswith("cuda"):
+            passing = gpu_passing(engine, require_gpu(job.context.device_id))
+        environment.update(passing.environment)
+        job = job.with_context(
+            env=build.image.env,
+            closure_hash=build.image.closure_hash,
+            image_id=image.id,
+            image_digest=image.digests[0] if image.digests else None,
+            gpu_access=passing.mode if passing.mode != "none" else None,
+            env_check={
+                "lock_closure_hash": build.image.closure_hash,
+                "matches": True,
+                "built_from_lock": True,
+                "image_labels_match": True,
+            },
+        )
+        launcher = ContainerLauncher(engine, image.id, job, environment, passing)
+        launcher.check_readable()
+        return job, launcher

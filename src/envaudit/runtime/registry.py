@@ -1,0 +1,94 @@
+"""The runtimes, registered once: `run` and `audit` both choose from here.
+
+A runtime turns a planned job into a launcher for the supervisor, filling in its part of the
+job's context (the closure hash and how it was checked, the image, how the GPU was passed).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from envaudit.lock.config import FetchConfig
+from envaudit.runtime.jobs import Job, RunRequest, RunRequestError, plan_job
+from envaudit.runtime.launchers import Launcher
+from envaudit.runtime.supervisor import DEFAULT_WORKLOAD_TIMEOUT_S, BatchResult, run_batch
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run, the same for every job of a run or an audit."""
+
+    env: str | None = None
+    """Run in this lock instead of the one each solution declares (both are recorded)."""
+    workload_timeout_s: float = DEFAULT_WORKLOAD_TIMEOUT_S
+    resume: bool = False
+    locks_dir: Path = Path("locks")
+    config: FetchConfig = field(default_factory=FetchConfig.from_environment)
+
+
+class Runtime(ABC):
+    name: str
+    summary: str
+    takes_env: bool = True
+
+    def unavailable(self) -> str | None:
+        """Why this runtime cannot run here (None: it can)."""
+        return None
+
+    @abstractmethod
+    def prepare(self, job: Job, options: RunOptions) -> tuple[Job, Launcher]:
+        """The job with this runtime's context, and the launcher of its workers. Raises an
+        EnvauditError (exit 2) when the environment cannot be made here."""
+
+
+def runtimes() -> dict[str, Runtime]:
+    """Every runtime, in the order `audit` prefers them."""
+    from envaudit.runtime.docker import ContainerRuntime
+    from envaudit.runtime.host import HostRuntime
+    from envaudit.runtime.local import LocalRuntime
+
+    found: list[Runtime] = [
+        ContainerRuntime("docker"),
+        ContainerRuntime("podman"),
+        LocalRuntime(),
+        HostRuntime(),
+    ]
+    return {r.name: r for r in found}
+
+
+def get_runtime(name: str, env: str | None = None) -> Runtime:
+    known = runtimes()
+    if name not in known:
+        raise RunRequestError(f"no runtime {name!r}", hint=f"choose one of: {', '.join(known)}")
+    runtime = known[name]
+    if env is not None and not runtime.takes_env:
+        raise RunRequestError(
+            f"--env does not apply to the {name} runtime (it runs this interpreter as it is)",
+            hint="use --runtime local or docker to run a solution in another lock",
+        )
+    return runtime
+
+
+def pick_runtime() -> tuple[str, str]:
+    """(runtime, why) for an audit given no --runtime: a container engine when one answers,
+    else local environments when uv can make them, else this interpreter."""
+    reasons: list[str] = []
+    for name in ("docker", "local"):
+        why_not = runtimes()[name].unavailable()
+        if why_not is None:
+            chosen = "an engine answers" if name == "docker" else "uv is available"
+            return name, "; ".join([*reasons, f"{name}: {chosen}"])
+        reasons.append(f"{name}: {why_not}")
+    return "host", "; ".join([*reasons, "host: this interpreter"])
+
+
+def run_job(request: RunRequest, runtime_name: str, options: RunOptions) -> tuple[Job, BatchResult]:
+    """Plan, prepare in the runtime, supervise: one solution on its workloads."""
+    runtime = get_runtime(runtime_name, options.env)
+    job, launcher = runtime.prepare(plan_job(request, runtime.name), options)
+    result = run_batch(
+        job, launcher, workload_timeout_s=options.workload_timeout_s, resume=options.resume
+    )
+    return job, result

@@ -1,0 +1,107 @@
+"""The channel between a harness worker and its supervisor: files in one job folder.
+
+Standard library only: the worker writes it inside solution environments and containers, the
+supervisor reads it on the host. A pipe's file descriptor cannot cross `docker run`, a folder
+mounted into the container can, so every runtime uses the same folder:
+
+- `job.json`: the job, written by the supervisor, with paths as the worker sees them;
+- `progress.jsonl`: events appended by the worker, one JSON object per line, flushed at once:
+  `env` (environment record and distributions), `ready`, `begin` (a workload starts) and
+  `result` (its finished result line). Only the supervisor writes the report, so a worker that
+  outlives its supervisor cannot add a line to it;
+- `heartbeat`: touched by the supervisor while it watches. A worker whose heartbeat goes stale
+  exits at once (`ORPHANED`) and sends nothing more.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+JOB_FILE = "job.json"
+PROGRESS_FILE = "progress.jsonl"
+HEARTBEAT_FILE = "heartbeat"
+HEARTBEAT_INTERVAL_S = 0.5
+HEARTBEAT_STALE_S = 15.0
+
+CONTEXT_LOST = 3
+"""Worker exit status: the CUDA context is unusable; go on in a fresh worker."""
+ORPHANED = 4
+"""Worker exit status: the supervisor stopped watching; the worker stopped without a word."""
+
+
+def touch_heartbeat(job_dir: Path) -> None:
+    path = job_dir / HEARTBEAT_FILE
+    try:
+        os.utime(path)
+    except FileNotFoundError:
+        path.touch()
+
+
+def supervisor_alive(job_dir: Path) -> bool:
+    try:
+        age = time.time() - (job_dir / HEARTBEAT_FILE).stat().st_mtime
+    except OSError:
+        return False
+    return age < HEARTBEAT_STALE_S
+
+
+class ProgressWriter:
+    """The worker's end: every event is one flushed line; nothing is sent once orphaned."""
+
+    def __init__(self, job_dir: Path) -> None:
+        self.job_dir = job_dir
+        self._handle = (job_dir / PROGRESS_FILE).open("a", encoding="utf-8")
+        self._lock = threading.Lock()
+
+    def send(self, event: str, **fields: Any) -> None:
+        if not supervisor_alive(self.job_dir):
+            os._exit(ORPHANED)
+        text = json.dumps({"event": event, **fields}, allow_nan=True) + "\n"
+        with self._lock:
+            self._handle.write(text)
+            self._handle.flush()
+
+    def watch_supervisor(self) -> None:
+        """Exit the whole process as soon as the heartbeat goes stale (daemon thread)."""
+
+        def watch() -> None:
+            while supervisor_alive(self.job_dir):
+                time.sleep(HEARTBEAT_INTERVAL_S)
+            os._exit(ORPHANED)
+
+        threading.Thread(target=watch, name="envaudit-heartbeat", daemon=True).start()
+
+
+class ProgressReader:
+    """The supervisor's end: complete event lines appended since the last call."""
+
+    def __init__(self, job_dir: Path) -> None:
+        self.path = job_dir / PROGRESS_FILE
+        self._offset = 0
+        self._partial = b""
+
+    def events(self) -> list[dict[str, Any]]:
+        try:
+            with self.path.open("rb") as handle:
+                handle.seek(self._offset)
+                chunk = handle.read()
+        except FileNotFoundError:
+            return []
+        self._offset += len(chunk)
+        data = self._partial + chunk
+        *complete, self._partial = data.split(b"\n")
+        found = []
+        for raw in complete:
+            try:
+                event = json.loads(raw)
+            except ValueError:
+                continue  # a line cut by a killed worker: its workload has no result
+            if isinstance(event, Mapping):
+                found.append(dict(event))
+        return found

@@ -1,0 +1,151 @@
+"""Rendering a Dockerfile is a pure function of the lock: golden files, and the properties
+that make a build hermetic and its layers shareable."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from envaudit.cli import app
+from envaudit.image.dockerfile import render_dockerfile
+from envaudit.image.plan import plan_image
+from envaudit.schema.locks import Lock, seal
+from tests.conftest import REPO
+
+GOLDEN = Path(__file__).parent / "golden"
+UPDATE = os.environ.get("ENVAUDIT_UPDATE_GOLDEN") == "1"
+
+
+def _package(name: str, version: str, role: str = "runtime", size: int = 1000) -> dict:
+    digest = hashlib.sha256(f"{name} {version} {role}".encode()).hexdigest()
+    filename = f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
+    return {
+        "name": name,
+        "version": version,
+        "index": "default",
+        "role": role,
+        "artifact": {"filename": filename, "size": size, "sha256": digest},
+    }
+
+
+def sample_lock(extra: list[dict] | None = None, sources: list[dict] | None = None) -> Lock:
+    """A lock with every part a renderer meets: the torch stack, other packages, a CUDA
+    toolchain, an unbuilt git source with a submodule and build_env."""
+    packages = [
+        _package("torch", "2.11.0"),
+        _package("triton", "3.6.0"),
+        _package("nvidia-cublas", "13.1.0.3"),
+        _package("numpy", "2.5.2"),
+        _package("safetensors", "0.8.0"),
+        _package("nvidia-cuda-nvcc", "13.3.73", "cuda"),
+        _package("nvidia-cuda-runtime", "13.3.29", "cuda"),
+        *(extra or []),
+    ]
+    source = {
+        "name": "flash-mla",
+        "kind": "git",
+        "rev": "9241ae3ef9bac614dd25e45e507e089f888280e0",
+        "submodules": {"csrc/cutlass": "147f5673d0c1c3dcf66f78d677fd647e4a020219"},
+        "build_requires": [_package("setuptools", "81.0.0", "build")],
+        "build_env": {"FLASH_MLA_SKIP_REG_SPILL_CHECK": "1", "FLASH_MLA_DISABLE_SM100": "1"},
+        "cuda_arch_list": ["9.0a"],
+    }
+    body = {
+        "env": "sample",
+        "spec_sha256": "a" * 64,
+        "python": "3.12",
+        "platform": "x86_64-manylinux_2_28",
+        "base": {"recipe": "noble-minbase", "recipe_sha256": "b" * 64},
+        "cuda": {"version": "13.3", "home": "/opt/cuda"},
+        "packages": packages,
+        "sources": sources if sources is not None else [source],
+        "env_vars": {"OMP_NUM_THREADS": "2"},
+        "resolver": "uv test",
+    }
+    return seal(body)
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if UPDATE:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert path.read_text() == text, f"{path} differs (ENVAUDIT_UPDATE_GOLDEN=1 rewrites it)"
+
+
+def test_sample_lock_renders_its_golden_dockerfile() -> None:
+    check_golden("sample.Dockerfile", render_dockerfile(plan_image(sample_lock())))
+
+
+def test_shipped_torch_cpu_lock_renders_its_golden_dockerfile() -> None:
+    from envaudit.lock.files import load_lock
+
+    lock = load_lock(REPO / "locks" / "torch-cpu")
+    check_golden("torch-cpu.Dockerfile", render_dockerfile(plan_image(lock)))
+
+
+def test_rendering_is_deterministic_and_installs_only_by_hash() -> None:
+    plan = plan_image(sample_lock())
+    text = render_dockerfile(plan)
+    assert text == render_dockerfile(plan_image(sample_lock()))
+    for line in text.splitlines():
+        if " install " in line:
+            assert "--no-index" in line
+    assert "--require-hashes" in text
+    for layer in plan.all_layers():
+        for name, version, artifact in layer.packages:
+            assert f"{name}=={version} --hash=sha256:{artifact.sha256}" in layer.requirements()
+    assert "http://" not in text and "https://" not in text
+
+
+def test_layers_put_the_torch_stack_first_and_the_toolchain_apart() -> None:
+    plan = plan_image(sample_lock())
+    names = [[p[0] for p in layer.packages] for layer in plan.layers]
+    assert names[0] == ["torch", "triton", "nvidia-cublas"]
+    assert names[1] == ["numpy", "safetensors"]
+    assert plan.toolchain is not None
+    assert [p[0] for p in plan.toolchain.packages] == ["nvidia-cuda-nvcc", "nvidia-cuda-runtime"]
+
+
+def test_envs_sharing_the_torch_stack_share_the_first_final_steps() -> None:
+    """Two locks that differ only outside the torch stack render the same FROM and first COPY
+    of their final stage, and the same stage that produces it: Docker reuses that layer."""
+    one = render_dockerfile(plan_image(sample_lock()))
+    two = render_dockerfile(plan_image(sample_lock(extra=[_package("einops", "0.8.2")])))
+
+    def stack_stage(text: str) -> str:
+        start = text.index("FROM installer AS layer-torch-stack")
+        return text[start : text.index("\n\n", start)]
+
+    def final_head(text: str) -> list[str]:
+        return text[text.index("# the environment") :].splitlines()[1:3]
+
+    assert one != two
+    assert stack_stage(one) == stack_stage(two)
+    assert final_head(one) == final_head(two)
+
+
+def test_unbuilt_source_gets_a_build_stage_with_its_pins() -> None:
+    text = render_dockerfile(plan_image(sample_lock()))
+    assert "FROM installer AS build-flash-mla" in text
+    assert "9241ae3ef9bac614dd25e45e507e089f888280e0" in text
+    assert "csrc/cutlass at 147f5673d0c1c3dcf66f78d677fd647e4a020219" in text
+    assert 'FLASH_MLA_SKIP_REG_SPILL_CHECK="1"' in text
+    assert 'TORCH_CUDA_ARCH_LIST="9.0a"' in text and 'CUDA_HOME="/opt/cuda"' in text
+
+
+@pytest.mark.parametrize("env", ["flashmla-13.3"])
+def test_build_dry_run_of_flashmla_names_every_pin(env: str) -> None:
+    result = CliRunner().invoke(
+        app, ["build", "--solution", env, "--dry-run", "--locks-dir", str(REPO / "locks")]
+    )
+    assert result.exit_code == 0, result.output
+    text = result.output
+    assert "nvidia-cuda-nvcc==13.3.73" in text
+    assert 'FLASH_MLA_SKIP_REG_SPILL_CHECK="1"' in text
+    assert "9241ae3ef9bac614dd25e45e507e089f888280e0" in text
+    assert "147f5673d0c1c3dcf66f78d677fd647e4a020219" in text
