@@ -5,25 +5,28 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner, Result
+from typer.testing import Result
 
-from envaudit.cli import app
 from envaudit.lock.config import FetchConfig
 from envaudit.lock.files import load_lock
 from envaudit.runtime.local import ensure_environment
-from tests.conftest import base_recipe_for
+from tests.lock.helpers import (
+    FILE_ALLOWED,
+    commit_all,
+    env_header,
+    envaudit,
+    git,
+    setuptools_pyproject,
+    write,
+)
 
 REPO = Path(__file__).resolve().parents[2]
-PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 SETUPTOOLS = "setuptools==80.9.0"
-FILE_ALLOWED = ["-c", "protocol.file.allow=always"]
 
 ADD_H = """#ifndef FLAG_OFFSET
 #define FLAG_OFFSET 0
@@ -64,35 +67,6 @@ setup(
     ext_modules=[Extension("tinyext._add", ["src/add.c"], include_dirs=["."], define_macros=flag)],
 )
 """
-PYPROJECT = """[build-system]
-requires = ["setuptools"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "tinyext"
-version = "0.1.0"
-"""
-
-
-def git(repo: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "LC_ALL": "C"}
-    env.update(GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
-    done = subprocess.run(
-        ["git", *args], cwd=repo, env=env, capture_output=True, text=True, check=True
-    )
-    return done.stdout.strip()
-
-
-def commit_all(repo: Path) -> str:
-    git(repo, "add", "-A")
-    git(repo, "commit", "--quiet", "-m", "tiny")
-    return git(repo, "rev-parse", "HEAD")
-
-
-def write(root: Path, files: dict[str, str]) -> None:
-    for relative, text in files.items():
-        (root / relative).parent.mkdir(parents=True, exist_ok=True)
-        (root / relative).write_text(text)
 
 
 @pytest.fixture(scope="module")
@@ -105,18 +79,18 @@ def tinyext(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
         git(repo, "init", "--quiet", "-b", "main")
     write(vendor, {"add.h": ADD_H})
     vendor_rev = commit_all(vendor)
-    files = {"pyproject.toml": PYPROJECT, "setup.py": SETUP_PY, "src/add.c": ADD_C}
+    files = {
+        "pyproject.toml": setuptools_pyproject("tinyext"),
+        "setup.py": SETUP_PY,
+        "src/add.c": ADD_C,
+    }
     write(project, {**files, "src/tinyext/__init__.py": ""})
     git(project, *FILE_ALLOWED, "submodule", "add", "--quiet", str(vendor), "vendor")
     return project, commit_all(project), vendor_rev
 
 
 def env_toml(source: str) -> str:
-    return (
-        f'python = "{PYTHON}"\nplatform = "x86_64-manylinux_2_28"\n'
-        f'base = {{ recipe = "{base_recipe_for(PYTHON)}" }}\nrequirements = ["six==1.17.0"]\n\n'
-        f"[[sources]]\n{source}"
-    )
+    return f'{env_header()}requirements = ["six==1.17.0"]\n\n[[sources]]\n{source}'
 
 
 def git_source(url: Path | str, rev: str, submodules: dict[str, str]) -> str:
@@ -136,10 +110,6 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         patch.setenv("ENVAUDIT_STORE", str(root / "store"))
         patch.setenv("ENVAUDIT_CACHE", str(root / "cache"))
         yield root
-
-
-def envaudit(places: Path, *argv: str) -> Result:
-    return CliRunner().invoke(app, [*argv, "--locks-dir", str(places / "locks")])
 
 
 def new_env(places: Path, name: str, source: str) -> Path:

@@ -221,3 +221,26 @@ def test_render_lists_a_shared_pin_once() -> None:
     lines = render(report).splitlines()
     assert lines[1].split() == ["six", "a,b", "1.16.0", "1.17.0", "behind"]
     assert lines[-1] == "2 pins: 2 behind"
+
+
+def test_historical_pins_are_listed_never_asked(tmp_path: Path) -> None:
+    """A source's historical pins (unreachable by definition) are in the report, each saying
+    which built rev stands in for it; no remote is asked about them."""
+    root = tmp_path / "locks"
+    rev = _local_repo(tmp_path / "upstream")
+    source = GIT_SOURCES.format(repo=tmp_path / "upstream", rev=rev, missing=tmp_path / "nope")
+    source = source.split('[[sources]]\nname = "gone"')[0]
+    source += '[sources.historical]\nrev = "0f11e178"\nnote = "the audit\'s commit"\n'
+    source += 'submodules = { "vendor" = "' + "4" * 40 + '" }\n'
+    _write_env(root, "gamma", ["six==1.16.0"], source)
+    out = tmp_path / "upstreams.json"
+    code, output = _run(root, out)
+    assert code == 0, output
+    pins = [p for p in _pins(out) if p["kind"] == "historical"]
+    assert [(p["name"], p["pinned"], p["status"]) for p in pins] == [
+        ("localrepo", "0f11e178", "not checked"),
+        ("localrepo/vendor", "4" * 40, "not checked"),
+    ]
+    assert all(f"{rev[:12]} stands in for it (the audit's commit)" in p["detail"] for p in pins)
+    (built,) = [p for p in _pins(out) if p["kind"] == "git" and p["name"] == "localrepo"]
+    assert (built["pinned"], built["status"]) == (rev, "current")

@@ -1,9 +1,12 @@
 """Source builds: each declared source becomes one wheel, hashed into the store and into the lock.
 
 A build runs in an isolated builder, a fresh uv venv holding only the source's locked
-build_requires and the lock's CUDA component wheels, installed from the store offline with every
-hash required; `uv build --no-build-isolation --offline` then builds against exactly that. So
-what went into a wheel is what lock.json records, and no index is reachable during the build.
+build_requires, and, when the lock has a CUDA toolchain (its role-"cuda" packages), that
+toolchain in a prefix of its own, which is CUDA_HOME: both installed from the store offline with
+every hash required; `uv build --no-build-isolation --offline` then builds against exactly that.
+So what went into a wheel is what lock.json records, and no index is reachable during the build.
+The toolchain stays out of the builder venv as it stays out of the run environment: its
+nvidia-cuda-runtime (nvcc's release, for the headers) may differ from the one torch loads.
 """
 
 from __future__ import annotations
@@ -76,12 +79,14 @@ def lock_and_build(
     """What `envaudit lock` does for one env: resolve, then build the sources (unless build is
     False); `rebuild` names sources to build again even when a wheel was carried over."""
     sealed = lock_env(folder, config, bases_dir)
+    notes = [n for n in (s.stand_in() for s in sealed.sources) if n is not None]
     if not build:
-        return sealed, []
+        return sealed, notes
     only = set(rebuild) if rebuild else None
-    return build_sources(
+    built, messages = build_sources(
         sealed, load_spec(folder), config, only=only, rebuild=bool(rebuild), env_dir=folder
     )
+    return built, [*messages, *notes]
 
 
 def _check_names(lock: Lock, only: set[str] | None) -> None:
@@ -153,8 +158,8 @@ def _build(
     env_dir: Path | None = None,
 ) -> LockedSource:
     tree = _obtain(source, spec, config, store, tmp / "src")
-    python = _builder(lock, source, config, store, tmp / "builder")
-    env = build_environment(source, python, env_dir)
+    python, home = _builder(lock, source, config, store, tmp)
+    env = build_environment(source, python, env_dir, home)
     wheel_file = _run_build(source, tree, env, tmp / "dist", tmp / "build.log")
     wheel = Artifact(
         filename=wheel_file.name, size=wheel_file.stat().st_size, sha256=sha256_file(wheel_file)
@@ -190,7 +195,9 @@ def _checkout_from_remotes(source: LockedSource, git: str, config: FetchConfig, 
     for remote in remotes:
         try:
             assert source.rev is not None
-            return git_checkout(source.name, remote, source.rev, source.submodules, dest)
+            return git_checkout(
+                source.name, remote, source.rev, source.submodules, dest, config.git_bases
+            )
         except SourceUnavailable as exc:
             failures.append(str(exc))
             shutil.rmtree(dest, ignore_errors=True)
@@ -198,21 +205,34 @@ def _checkout_from_remotes(source: LockedSource, git: str, config: FetchConfig, 
 
 
 def _builder(
-    lock: Lock, source: LockedSource, config: FetchConfig, store: Store, root: Path
-) -> Path:
-    """The isolated builder venv: build_requires and CUDA components, from the store only."""
-    packages = [*source.build_requires, *(p for p in lock.packages if p.role == "cuda")]
-    for package in packages:
+    lock: Lock, source: LockedSource, config: FetchConfig, store: Store, tmp: Path
+) -> tuple[Path, Path | None]:
+    """The isolated builder, from the store only: a venv (tmp/builder) holding the source's
+    build_requires, and the CUDA toolchain in its own prefix (tmp/toolchain). Returns the
+    venv's python and the toolchain's CUDA_HOME (None without a toolchain)."""
+    toolchain = lock.toolchain_packages()
+    for package in [*source.build_requires, *toolchain]:
         _into_store(store, package, config, source.name)
     env = offline.uv_environment()
     failure = f"making the builder for source {source.name} failed"
-    python = offline.create_venv(root, lock.python, env, failure)
-    pinned = [(p.name, p.version, p.artifact) for p in packages]
-    offline.install_from_store(python, store, pinned, env, failure)
-    home = offline.cuda_home(root)
-    if home is not None:
-        offline.expose_cudart(home)
-    return python
+    python = offline.create_venv(tmp / "builder", lock.python, env, failure)
+    offline.install_from_store(python, store, _pinned(source.build_requires), env, failure)
+    if not toolchain or lock.cuda is None:
+        return python, None
+    home = offline.install_toolchain(
+        tmp / "toolchain",
+        lock.cuda.prefix_subdir,
+        python,
+        store,
+        _pinned(toolchain),
+        env,
+        f"installing the CUDA toolchain to build source {source.name} failed",
+    )
+    return python, home
+
+
+def _pinned(packages: list[LockedPackage]) -> list[offline.Pinned]:
+    return [(p.name, p.version, p.artifact) for p in packages]
 
 
 def _into_store(store: Store, package: LockedPackage, config: FetchConfig, source: str) -> None:
@@ -221,23 +241,36 @@ def _into_store(store: Store, package: LockedPackage, config: FetchConfig, sourc
 
 
 def build_environment(
-    source: LockedSource, python: Path, env_dir: Path | None = None
+    source: LockedSource,
+    python: Path,
+    env_dir: Path | None = None,
+    cuda_home: Path | None = None,
 ) -> dict[str, str]:
     """What the build backend sees: the caller's variables, the builder first on PATH, the
-    toolchain's CUDA_HOME and arch list, the source's build_env, and uv kept offline."""
+    toolchain (CUDA_HOME, its bin on PATH, CCCL's include folder for host compiles, which
+    torch's extension builder adds only for nvcc), the arch list, the source's build_env, and
+    uv kept offline."""
     root = python.parent.parent
     env = offline.uv_environment()
     env.update(UV_OFFLINE="1", PIP_NO_INDEX="1", VIRTUAL_ENV=str(root))
     # archive timestamps from a fixed date, so a rebuild has a chance to give the same bytes
     env.setdefault("SOURCE_DATE_EPOCH", "315532800")
-    env["PATH"] = os.pathsep.join([str(python.parent), env.get("PATH", "")])
-    home = offline.cuda_home(root)
-    if home is not None:
-        env["CUDA_HOME"] = str(home)
+    path = [str(python.parent)]
+    if cuda_home is not None:
+        env["CUDA_HOME"] = str(cuda_home)
+        path.append(str(cuda_home / "bin"))
+        cccl = cuda_home / "include" / "cccl"
+        if cccl.is_dir():  # CUDA 13 keeps cuda/std/... there (CUTLASS includes it from g++)
+            env["CPLUS_INCLUDE_PATH"] = _prepend(str(cccl), env.get("CPLUS_INCLUDE_PATH"))
+    env["PATH"] = _prepend(os.pathsep.join(path), env.get("PATH"))
     if source.cuda_arch_list:
         env["TORCH_CUDA_ARCH_LIST"] = ";".join(source.cuda_arch_list)
     env.update(expand_env_dir(source, env_dir))
     return env
+
+
+def _prepend(first: str, rest: str | None) -> str:
+    return os.pathsep.join([first, rest]) if rest else first
 
 
 def expand_env_dir(source: LockedSource, env_dir: Path | None) -> dict[str, str]:

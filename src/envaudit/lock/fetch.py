@@ -19,7 +19,7 @@ from pathlib import Path
 from envaudit.lock.config import FetchConfig
 from envaudit.lock.files import LockError
 from envaudit.lock.store import Store
-from envaudit.schema.locks import Artifact, Lock, normalize_name
+from envaudit.schema.locks import Artifact, Lock, normalize_name, package_label
 
 TIMEOUT_S = 60
 CHUNK = 1 << 20
@@ -145,8 +145,8 @@ def download(
 def _wanted(lock: Lock) -> list[tuple[str, Artifact, str | None]]:
     """(what, artifact, index package name or None) for every artifact of the lock."""
     wanted: list[tuple[str, Artifact, str | None]] = []
-    for package in lock.packages:
-        wanted.append((f"{package.name}=={package.version}", package.artifact, package.name))
+    for package in lock.packages:  # a name may be locked twice (runtime and CUDA toolchain)
+        wanted.append((package_label(package), package.artifact, package.name))
     for source in lock.sources:
         for package in source.build_requires:
             what = f"{package.name}=={package.version} (to build {source.name})"

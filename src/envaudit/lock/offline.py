@@ -1,7 +1,9 @@
 """uv virtual environments made from the store alone: offline, `--no-index`, `--require-hashes`.
 
 Shared by source builds (the isolated builder) and usable by the local runtime, so that both put
-exactly the locked bytes into an environment and neither can reach an index by accident.
+exactly the locked bytes into an environment and neither can reach an index by accident. The
+CUDA toolchain (a lock's role-"cuda" packages) goes into a prefix of its own (`install_toolchain`),
+never into a venv: its `nvidia/cu<major>` folder is CUDA_HOME.
 """
 
 from __future__ import annotations
@@ -46,9 +48,16 @@ def create_venv(root: Path, python: str, env: dict[str, str], failure: str) -> P
 
 
 def install_from_store(
-    python: Path, store: Store, packages: list[Pinned], env: dict[str, str], failure: str
+    python: Path,
+    store: Store,
+    packages: list[Pinned],
+    env: dict[str, str],
+    failure: str,
+    target: Path | None = None,
 ) -> None:
-    """Install exactly these artifacts (no dependencies, no index, every hash required)."""
+    """Install exactly these artifacts (no dependencies, no index, every hash required) into
+    python's environment, or with `target` into that folder (`--target`: files land at
+    target/<top-level folder>, no venv around them); python then only says which wheels fit."""
     if not packages:
         return
     with tempfile.TemporaryDirectory(prefix="envaudit-wheelhouse-") as tmp:
@@ -60,13 +69,41 @@ def install_from_store(
             )
         )
         argv = ["pip", "install", "--quiet", "--python", str(python)]
+        if target is not None:
+            argv += ["--target", str(target)]
         argv += ["--offline", "--no-index", "--find-links", str(house), "--require-hashes"]
         argv += ["--no-deps", "-r", str(requirements)]
         run_uv(argv, env, failure)
 
 
+def install_toolchain(
+    prefix: Path,
+    subdir: str,
+    python: Path,
+    store: Store,
+    packages: list[Pinned],
+    env: dict[str, str],
+    failure: str,
+) -> Path:
+    """The CUDA toolchain into its own prefix, in one install (the component wheels share their
+    top-level folder); its CUDA_HOME, prefix/subdir (`LockedCuda.prefix_subdir`), with the
+    libcudart.so link that linkers look for."""
+    install_from_store(python, store, packages, env, failure, target=prefix)
+    home = prefix / subdir
+    if not (home / "bin").is_dir():
+        raise LockError(
+            f"{failure}: the CUDA toolchain's wheels left no {subdir}/bin in {prefix}",
+            exit_code=1,
+            hint="cuda.components must include nvidia-cuda-nvcc of the declared cuda.version",
+        )
+    expose_cudart(home)
+    return home
+
+
 def cuda_home(root: Path) -> Path | None:
-    """CUDA 13 component wheels all land in site-packages/nvidia/cu13/{bin,include,lib,nvvm}."""
+    """CUDA 13 component wheels installed into a venv land in
+    site-packages/nvidia/cu13/{bin,include,lib,nvvm}. (Locks made since the toolchain became a
+    closure of its own install it with `install_toolchain` instead.)"""
     for candidate in sorted(root.glob("lib/python3*/site-packages/nvidia/cu1*")):
         if (candidate / "bin").is_dir():
             return candidate

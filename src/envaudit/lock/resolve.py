@@ -8,6 +8,7 @@ import subprocess
 import tempfile
 import tomllib
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -25,6 +26,7 @@ from envaudit.schema.locks import (
     LockedCuda,
     LockedPackage,
     LockedSource,
+    Role,
     SourceSpec,
     normalize_name,
     seal,
@@ -36,21 +38,20 @@ BASES_DIR = Path("containers/bases")
 
 
 def lock_env(folder: Path, config: FetchConfig, bases_dir: Path = BASES_DIR) -> Lock:
-    """Resolve folder/env.toml into a sealed Lock (not yet written)."""
+    """Resolve folder/env.toml into a sealed Lock (not yet written): the run closure and, on
+    its own, the CUDA toolchain (role "cuda"), so that a name may be locked once per role."""
     spec = load_spec(folder)
     previous = _previous(folder)
     sdist_names = [split_pin(s.sdist)[0] for s in spec.sources if s.sdist]
-    cuda_names = {split_pin(c)[0] for c in spec.cuda.components} if spec.cuda else set()
-    requirements = [*spec.requirements, *(spec.cuda.components if spec.cuda else [])]
-    requirements += [s.sdist for s in spec.sources if s.sdist]
+    requirements = [*spec.requirements, *(s.sdist for s in spec.sources if s.sdist)]
     pylock = resolve_pylock(
         requirements, spec.constraints, spec.python, spec.platform, config, no_binary=sdist_names
     )
-    packages, sdists = _packages(
-        pylock, spec, role_of=lambda n: "cuda" if n in cuda_names else "runtime"
-    )
+    packages, sdists = _packages(pylock, spec, "runtime")
+    toolchain = resolve_toolchain(spec, config)
     sources = [
-        _locked_source(source, spec, config, sdists, previous, folder) for source in spec.sources
+        _locked_source(source, spec, config, sdists, _Earlier(previous, toolchain), folder)
+        for source in spec.sources
     ]
     declared = {s.name for s in sources}
     for name, (version, artifact) in sorted(sdists.items()):
@@ -64,7 +65,7 @@ def lock_env(folder: Path, config: FetchConfig, bases_dir: Path = BASES_DIR) -> 
                         sdist=artifact,
                         note="no wheel on the index for this platform",
                     ),
-                    previous,
+                    _Earlier(previous, toolchain),
                 )
             )
     body: dict[str, Any] = {
@@ -76,12 +77,38 @@ def lock_env(folder: Path, config: FetchConfig, bases_dir: Path = BASES_DIR) -> 
         "cuda": LockedCuda(version=spec.cuda.version, home=spec.cuda.home).model_dump()
         if spec.cuda
         else None,
-        "packages": [p.model_dump(mode="json") for p in packages],
+        "packages": [p.model_dump(mode="json") for p in sorted_packages([*packages, *toolchain])],
         "sources": [s.model_dump(mode="json") for s in sources],
         "env_vars": dict(spec.env),
         "resolver": uv_version(),
     }
     return seal(body)
+
+
+def resolve_toolchain(spec: EnvSpec, config: FetchConfig) -> list[LockedPackage]:
+    """The CUDA toolchain as a build-only closure, resolved apart from the run closure: nvcc
+    needs the runtime headers of its own release (nvidia-cuda-runtime 13.3.29 for nvcc 13.3.73)
+    while torch pins the cudart the process loads (13.0.96), and one resolution cannot hold
+    both. The env's constraints still apply, except those naming a component, so that what the
+    components pull in (nvidia-cusparse's nvjitlink) matches the run closure."""
+    if spec.cuda is None:
+        return []
+    names = {split_pin(c)[0] for c in spec.cuda.components}
+    constraints = [c for c in spec.constraints if split_pin(c)[0] not in names]
+    pylock = resolve_pylock(spec.cuda.components, constraints, spec.python, spec.platform, config)
+    packages, sdists = _packages(pylock, spec, "cuda")
+    if sdists:
+        raise LockError(
+            f"CUDA toolchain: no wheel for {spec.platform} of {', '.join(sorted(sdists))};"
+            " toolchain components are installed from wheels only",
+            exit_code=1,
+        )
+    return packages
+
+
+def sorted_packages(packages: Iterable[LockedPackage]) -> list[LockedPackage]:
+    """lock.json's order: by name, then role (a name may be locked once per role)."""
+    return sorted(packages, key=lambda p: (p.name, p.role))
 
 
 def current_lock(folder: Path, bases_dir: Path = BASES_DIR) -> Lock:
@@ -212,7 +239,7 @@ def _best_wheel(wheels: list[Mapping[str, Any]], tags: list[Tag]) -> Mapping[str
 
 
 def _packages(
-    pylock: Mapping[str, Any], spec: EnvSpec, role_of: Any
+    pylock: Mapping[str, Any], spec: EnvSpec, role: Role
 ) -> tuple[list[LockedPackage], dict[str, tuple[str, Artifact]]]:
     tags = target_tags(spec.python, spec.platform)
     only_local = {normalize_name(n) for n in spec.find_links_only}
@@ -234,9 +261,7 @@ def _packages(
                 hint="set ENVAUDIT_FIND_LINKS (or UV_FIND_LINKS) to the folder holding it",
             )
         packages.append(
-            LockedPackage(
-                name=name, version=version, index=index, role=role_of(name), artifact=artifact
-            )
+            LockedPackage(name=name, version=version, index=index, role=role, artifact=artifact)
         )
     return sorted(packages, key=lambda p: p.name), sdists
 
@@ -246,7 +271,7 @@ def _locked_source(
     spec: EnvSpec,
     config: FetchConfig,
     sdists: Mapping[str, tuple[str, Artifact]],
-    previous: Lock | None,
+    earlier: _Earlier,
     folder: Path,
 ) -> LockedSource:
     build_requires: list[LockedPackage] = []
@@ -254,7 +279,7 @@ def _locked_source(
         pylock = resolve_pylock(
             source.build_requires, spec.constraints, spec.python, spec.platform, config
         )
-        build_requires = _packages(pylock, spec, role_of=lambda n: "build")[0]
+        build_requires = _packages(pylock, spec, "build")[0]
     fields: dict[str, Any] = {
         "name": source.name,
         "kind": source.kind,
@@ -262,6 +287,7 @@ def _locked_source(
         "build_env": dict(source.build_env),
         "cuda_arch_list": list(source.cuda_arch_list),
         "files": source_file_hashes(folder, source.name, source.files),
+        "historical": source.historical,
         "note": source.note,
     }
     if source.kind == "git":
@@ -275,7 +301,7 @@ def _locked_source(
                 f"source {source.name}: uv did not return an sdist for {source.sdist}", 1
             )
         fields.update(version=sdists[name][0], sdist=sdists[name][1])
-    return _carry_wheel(LockedSource(**fields), previous)
+    return _carry_wheel(LockedSource(**fields), earlier)
 
 
 def source_file_hashes(folder: Path, source: str, names: Iterable[str]) -> dict[str, str]:
@@ -293,12 +319,25 @@ def source_file_hashes(folder: Path, source: str, names: Iterable[str]) -> dict[
     return hashes
 
 
-def _carry_wheel(source: LockedSource, previous: Lock | None) -> LockedSource:
-    """Keep a wheel built earlier when nothing that went into the build changed. A git
-    source's version is read from its built wheel: an output, carried with the wheel."""
-    if previous is None:
+@dataclass(frozen=True)
+class _Earlier:
+    """What a wheel built earlier may be carried from: the previous lock, and the toolchain
+    this resolution gives (a wheel compiled by another toolchain is not carried)."""
+
+    lock: Lock | None
+    toolchain: list[LockedPackage]
+
+
+def _carry_wheel(source: LockedSource, earlier: _Earlier) -> LockedSource:
+    """Keep a wheel built earlier when nothing that went into the build changed: the source's
+    inputs and the CUDA toolchain. A git source's version is read from its built wheel: an
+    output, carried with the wheel. Historical pins are a record, not a build input."""
+    previous = earlier.lock
+    if previous is None or previous.toolchain_packages() != earlier.toolchain:
         return source
-    outputs = {"wheel", "status", "note", *(("version",) if source.kind == "git" else ())}
+    outputs = {"wheel", "status", "note", "historical"}
+    if source.kind == "git":
+        outputs.add("version")
     for old in previous.sources:
         if old.wheel is None or old.name != source.name:
             continue

@@ -14,6 +14,7 @@ import re
 import subprocess
 import tarfile
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from envaudit.lock.config import FetchConfig
@@ -24,6 +25,8 @@ from envaudit.schema.locks import Artifact
 
 URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 SCP_LIKE = re.compile(r"^[^/:]+:")  # user@host:path
+# owner/name at the end of a remote URL (https://host/owner/name.git, git@host:owner/name)
+OWNER_NAME = re.compile(r"[:/]([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+?)(?:\.git)?/?$")
 
 
 class SourceUnavailable(Exception):
@@ -34,12 +37,12 @@ def is_local(url: str) -> bool:
     return url.startswith("file://") or not (URL_SCHEME.match(url) or SCP_LIKE.match(url))
 
 
-def git_environment(url: str) -> dict[str, str]:
-    """No prompts (an unreachable remote must fail, not wait), English messages, and, for a
-    local repository only, the file transport for its submodules: git blocks it by default since
-    2.38.1 (CVE-2022-39253); here every commit it brings is pinned and checked."""
+def git_environment(*urls: str) -> dict[str, str]:
+    """No prompts (an unreachable remote must fail, not wait), English messages, and, when one
+    of the repositories is local, the file transport for submodules: git blocks it by default
+    since 2.38.1 (CVE-2022-39253); here every commit it brings is pinned and checked."""
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
-    if is_local(url):
+    if any(is_local(url) for url in urls):
         count = int(env.get("GIT_CONFIG_COUNT", "0") or "0")
         env.update(
             {
@@ -75,8 +78,18 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else "(git printed nothing)"
 
 
-def git_checkout(name: str, url: str, rev: str, submodules: dict[str, str], dest: Path) -> Path:
-    """Clone url into dest at rev with its submodules; every declared submodule is checked."""
+def git_checkout(
+    name: str,
+    url: str,
+    rev: str,
+    submodules: dict[str, str],
+    dest: Path,
+    bases: Sequence[str] = (),
+) -> Path:
+    """Clone url into dest at rev with its submodules; every declared submodule is checked.
+    With `bases` (ENVAUDIT_GIT_BASES), a submodule whose .gitmodules URL ends in owner/name is
+    cloned from `<base>/owner/name` as the superproject is (the first base that holds it), so
+    mirrors serve submodules too; the commit, checked below, identifies it either way."""
     env = git_environment(url)
     code, out = _git(["clone", "--quiet", "--no-checkout", url, str(dest)], env)
     if code != 0:
@@ -86,11 +99,35 @@ def git_checkout(name: str, url: str, rev: str, submodules: dict[str, str], dest
     if code != 0:
         raise LockError(f"source {name}: git checkout {rev} failed: {_last_line(out)}", 1)
     _check_submodules(name, rev, submodules, dest, env, checked_out=False)
+    redirected = _redirect_submodules(dest, bases, env)
+    env = git_environment(url, *redirected)
     code, out = _git(["submodule", "update", "--init", "--recursive", "--quiet"], env, dest)
     if code != 0:
         raise SourceUnavailable(f"git submodule update at {rev} failed: {_last_line(out)}")
     _check_submodules(name, rev, submodules, dest, env, checked_out=True)
     return dest
+
+
+def _redirect_submodules(repo: Path, bases: Sequence[str], env: dict[str, str]) -> list[str]:
+    """Point each top-level submodule named owner/name by its URL at the first base holding it
+    (a folder base must have the repository; a host base is taken as it is). `submodule update
+    --init` keeps a URL already in the repository's config. The remotes chosen."""
+    if not bases:
+        return []
+    code, out = _git(["config", "-f", ".gitmodules", "--get-regexp", r"\.url$"], env, repo)
+    chosen = []
+    for line in out.splitlines() if code == 0 else []:
+        key, _, url = line.strip().partition(" ")
+        found = OWNER_NAME.search(url) if URL_SCHEME.match(url) or SCP_LIKE.match(url) else None
+        if found is None:
+            continue  # a path or relative URL: as the repository says
+        for base in bases:
+            remote = f"{base.rstrip('/')}/{found.group(1)}"
+            if not is_local(remote) or Path(remote.removeprefix("file://")).exists():
+                _git(["config", key, remote], env, repo)
+                chosen.append(remote)
+                break
+    return chosen
 
 
 def _ensure_commit(name: str, url: str, rev: str, dest: Path, env: dict[str, str]) -> None:

@@ -32,7 +32,7 @@ from packaging.version import InvalidVersion, Version
 
 from envaudit.lock.config import DEFAULT_INDEX, FetchConfig
 from envaudit.lock.files import LockError, load_lock, load_spec
-from envaudit.schema.locks import EnvSpec, normalize_name, split_pin
+from envaudit.schema.locks import EnvSpec, HistoricalPin, normalize_name, split_pin
 from envaudit.schema.paths import write_text_atomically
 
 INDEX_TIMEOUT_S = 10.0
@@ -53,7 +53,7 @@ class Pin:
     name or a git remote); it is used for the question and never written to the report."""
 
     env: str
-    kind: str  # "registry" | "cuda" | "git"
+    kind: str  # "registry" | "cuda" | "git" | "historical" (recorded, never asked)
     name: str
     pinned: str
     target: str | None
@@ -129,6 +129,19 @@ def _source_pins(env: str, spec: EnvSpec) -> list[Pin]:
         for path, rev in sorted(source.submodules.items()):
             note = "submodule: its remote is named only inside the repository"
             pins.append(Pin(env, "git", f"{source.name}/{path}", rev, None, note))
+        pins += _historical_pins(env, source.name, source.rev, source.historical)
+    return pins
+
+
+def _historical_pins(env: str, name: str, rev: str, historical: HistoricalPin | None) -> list[Pin]:
+    """A source's original pins, which cannot be reached (that is why they are historical):
+    listed so the report says what the built rev stands in for, never asked of a remote."""
+    if historical is None:
+        return []
+    note = f"historical pin, not built: {rev[:12]} stands in for it ({historical.note})"
+    pins = [Pin(env, "historical", name, historical.rev, None, note)]
+    for path, commit in sorted(historical.submodules.items()):
+        pins.append(Pin(env, "historical", f"{name}/{path}", commit, None, note))
     return pins
 
 

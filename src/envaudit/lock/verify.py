@@ -208,9 +208,10 @@ def _installed(item: dict[str, Any]) -> InstalledDist:
 
 
 def locked_distributions(lock: Lock) -> list[LockedDist]:
-    """The runtime closure: locked packages plus the built wheels of sources (build-only
-    requirements are not part of the environment)."""
-    found = {p.name: LockedDist(p.name, p.version, p.artifact) for p in lock.packages}
+    """The run closure: runtime packages plus the built wheels of sources. Build-only inputs
+    are not part of the environment, nor is the CUDA toolchain (role "cuda": its own prefix at
+    cuda.home, and it may lock another version of a runtime package's name)."""
+    found = {p.name: LockedDist(p.name, p.version, p.artifact) for p in lock.runtime_packages()}
     for source in lock.sources:
         if source.wheel is None:
             continue

@@ -14,7 +14,15 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 LOCK_VERSION = 1
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -23,6 +31,13 @@ COMMIT = re.compile(r"^[0-9a-f]{7,40}$")
 PINNED = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9_,.-]+\])?==[A-Za-z0-9.+!_-]+$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 REPOSITORY = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")  # owner/name, found via git bases
+
+Role = Literal["runtime", "cuda", "build"]
+"""Where a locked package goes. `runtime`: into the run environment (the venv the harness runs
+in). `cuda`: the CUDA toolchain, a build-only closure resolved on its own: installed into a prefix
+of its own whose `nvidia/cu<major>` folder is `cuda.home`, never into the run environment and
+never on the run-time library path (the process keeps loading the runtime packages' libraries).
+`build`: a build input of one source only (its `build_requires`)."""
 
 
 class _Strict(BaseModel):
@@ -61,16 +76,27 @@ class BaseSpec(_Strict):
 
 
 class CudaSpec(_Strict):
-    """A CUDA toolchain made of pinned PyPI component wheels, visible at one canonical path."""
+    """A CUDA toolchain made of pinned PyPI component wheels, visible at one canonical path.
 
-    version: str
+    The toolchain is a build-only closure: its components are resolved apart from the
+    requirements (the env's constraints apply to it, except those naming a component), so it
+    may hold another version of a package the run environment also holds, e.g. the runtime
+    headers of nvcc's own release (nvidia-cuda-runtime 13.3.29 for nvcc 13.3.73) while the
+    process keeps loading torch's cudart 13.0.96."""
+
+    version: str = Field(pattern=r"^\d+\.\d+$")
     home: str = Field(description="Canonical CUDA_HOME inside images and local environments.")
     components: list[str] = Field(min_length=1)
 
     @field_validator("components")
     @classmethod
     def _pinned(cls, value: list[str]) -> list[str]:
-        return _all_pinned(value, "cuda.components")
+        pinned = _all_pinned(value, "cuda.components")
+        names = [split_pin(p)[0] for p in pinned]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"cuda.components name {', '.join(repeated)} more than once")
+        return pinned
 
     @field_validator("home")
     @classmethod
@@ -78,6 +104,37 @@ class CudaSpec(_Strict):
         if not value.startswith("/"):
             raise ValueError(f"cuda.home {value!r} must be an absolute path")
         return value
+
+
+class HistoricalPin(_Strict):
+    """A source's original pins, kept for the record when they cannot be reached here (e.g. a
+    commit prefix named by an audit that no readable snapshot holds). Never fetched or built:
+    the source's `rev` and `submodules` are the stand-in that is built, and every figure
+    measured in the environment is for that stand-in."""
+
+    rev: str = Field(description="The original commit, or the prefix that was all it named.")
+    submodules: dict[str, str] = Field(
+        default_factory=dict, description="path -> the original submodule commit"
+    )
+    note: str = Field(
+        min_length=1, description="Where these pins come from and why they are not built."
+    )
+
+    @model_validator(mode="after")
+    def _commits(self) -> HistoricalPin:
+        for where, rev in [("rev", self.rev), *self.submodules.items()]:
+            if not COMMIT.match(rev):
+                raise ValueError(f"historical {where}: {rev!r} is not a git commit (7-40 hex)")
+        return self
+
+
+def _without_absent(data: dict[str, Any], *keys: str) -> dict[str, Any]:
+    """Fields added after locks were committed are left out while unset, so the spec and
+    closure hashes of every lock that does not use them stay what they were."""
+    for key in keys:
+        if key in data and data[key] is None:
+            del data[key]
+    return data
 
 
 class SourceSpec(_Strict):
@@ -103,7 +160,16 @@ class SourceSpec(_Strict):
         description="Files of the env folder the build reads (hashed into the lock); build_env"
         " values may name that folder as {env_dir}.",
     )
+    historical: HistoricalPin | None = Field(
+        None,
+        description="The original pins this git source stands in for, unreachable here"
+        " (recorded, never built).",
+    )
     note: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_absent(handler(self), "historical")
 
     @model_validator(mode="after")
     def _kind(self) -> SourceSpec:
@@ -134,8 +200,15 @@ class SourceSpec(_Strict):
                     raise ValueError(
                         f"source {self.name!r}: submodule {path!r} rev must be a full 40-hex commit"
                     )
+            if self.historical is not None and self.rev.startswith(self.historical.rev):
+                raise ValueError(
+                    f"source {self.name!r}: historical rev {self.historical.rev!r} is the built"
+                    " rev itself; a historical pin names what could not be built"
+                )
         elif self.sdist is not None:
             _all_pinned([self.sdist], f"source {self.name!r} sdist")
+        if self.historical is not None and self.git is None:
+            raise ValueError(f"source {self.name!r}: historical pins are for git sources only")
         _all_pinned(self.build_requires, f"source {self.name!r} build_requires")
         for key in self.build_env:
             if not ENV_NAME.match(key):
@@ -219,10 +292,13 @@ class Artifact(_Strict):
 
 
 class LockedPackage(_Strict):
+    """One locked wheel. A name may appear twice in `Lock.packages`, once per role (the
+    toolchain's nvidia-cuda-runtime beside torch's): (role, name) is the key, never name alone."""
+
     name: str
     version: str
     index: str = Field(description="Named source: 'default' index or 'find-links'.")
-    role: Literal["runtime", "cuda", "build"] = "runtime"
+    role: Role = Field("runtime", description="Where it is installed: see `Role`.")
     artifact: Artifact
     built_from: str | None = Field(None, description="Source name when the wheel was built here.")
 
@@ -241,7 +317,32 @@ class LockedSource(_Strict):
     files: dict[str, str] = Field(default_factory=dict, description="name -> sha256")
     wheel: Artifact | None = Field(None, description="The built wheel, once built.")
     status: Literal["declared", "built"] = "declared"
+    historical: HistoricalPin | None = Field(
+        None, description="The original pins `rev` stands in for (from env.toml; never built)."
+    )
     note: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_absent(handler(self), "historical")
+
+    def stand_in(self) -> str | None:
+        """In words, when this source stands in for unreachable historical pins: what is built
+        instead of what (None when it does not)."""
+        if self.historical is None:
+            return None
+        built = _pins_text(self.rev or "?", self.submodules)
+        original = _pins_text(self.historical.rev, self.historical.submodules)
+        return (
+            f"source {self.name}: {built} stands in for the historical pin {original}, which"
+            " cannot be reached here; figures measured in this environment are for the stand-in"
+        )
+
+
+def _pins_text(rev: str, submodules: dict[str, str]) -> str:
+    """'9241ae3ef9ba (csrc/cutlass 147f5673d0c1)': commits shortened to 12 digits, as git does."""
+    modules = ", ".join(f"{path} {commit[:12]}" for path, commit in sorted(submodules.items()))
+    return f"{rev[:12]} ({modules})" if modules else rev[:12]
 
 
 class LockedBase(_Strict):
@@ -251,8 +352,17 @@ class LockedBase(_Strict):
 
 
 class LockedCuda(_Strict):
+    """The toolchain's release and canonical CUDA_HOME. Its packages are the lock's role-"cuda"
+    packages; installed with `--target PREFIX`, they put the toolchain at
+    PREFIX/`prefix_subdir`, which is what `home` names."""
+
     version: str
     home: str
+
+    @property
+    def prefix_subdir(self) -> str:
+        """Where CUDA component wheels put the toolchain inside their install prefix."""
+        return f"nvidia/cu{self.version.split('.')[0]}"
 
 
 class Lock(_Strict):
@@ -269,6 +379,26 @@ class Lock(_Strict):
     resolver: str = Field(description="Tool and version that resolved the closure.")
     closure_hash: str
 
+    @model_validator(mode="after")
+    def _keys(self) -> Lock:
+        seen: set[tuple[str, str]] = set()
+        for package in self.packages:
+            key = (package.role, package.name)
+            if key in seen:
+                raise ValueError(f"package {package.name} is locked twice with role {package.role}")
+            seen.add(key)
+        if self.cuda is None and self.toolchain_packages():
+            raise ValueError("packages with role cuda need a cuda section (version, home)")
+        return self
+
+    def runtime_packages(self) -> list[LockedPackage]:
+        """What goes into the run environment (source wheels aside)."""
+        return [p for p in self.packages if p.role == "runtime"]
+
+    def toolchain_packages(self) -> list[LockedPackage]:
+        """The CUDA toolchain: installed into its own prefix (cuda.home), never the run venv."""
+        return [p for p in self.packages if p.role == "cuda"]
+
     def closure_body(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude={"closure_hash"})
 
@@ -279,7 +409,7 @@ class Lock(_Strict):
         """(what it is, artifact) for every file `fetch` must provide, built wheels included."""
         found: list[tuple[str, Artifact]] = []
         for package in self.packages:
-            found.append((f"{package.name}=={package.version}", package.artifact))
+            found.append((package_label(package), package.artifact))
         for source in self.sources:
             for package in source.build_requires:
                 found.append(
@@ -290,6 +420,12 @@ class Lock(_Strict):
             if source.wheel is not None:
                 found.append((f"{source.name} built wheel", source.wheel))
         return found
+
+
+def package_label(package: LockedPackage) -> str:
+    """name==version, marked when it belongs to the CUDA toolchain (a name may be locked twice)."""
+    label = f"{package.name}=={package.version}"
+    return f"{label} (CUDA toolchain)" if package.role == "cuda" else label
 
 
 def canonical_json(value: Any) -> str:
