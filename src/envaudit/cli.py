@@ -420,7 +420,11 @@ def run(
     reference_cache: Annotated[Path | None, typer.Option("--reference-cache")] = None,
     report: Annotated[Path | None, typer.Option("--report", help="Result lines file.")] = None,
     resume: Annotated[
-        bool, typer.Option("--resume", help="Skip lines already in --report.")
+        bool,
+        typer.Option(
+            "--resume",
+            help="Skip workloads that have a line in --report (same solution, closure, device).",
+        ),
     ] = False,
     timeout: TimeoutOption = 300.0,
     data_root: DataRoot = Path("workloads"),
@@ -522,6 +526,8 @@ def audit(
         typer.echo(f"error: {error}", err=True)
     counts = ", ".join(f"{n} {status}" for status, n in sorted(result.statuses.items()))
     typer.echo(f"{sum(result.statuses.values())} result lines in {result.report}: {counts}")
+    if result.superseded:
+        typer.echo(f"({result.superseded} older lines of the same keys not counted)")
     raise typer.Exit(EXIT_FAILED if result.failed else EXIT_OK)
 
 

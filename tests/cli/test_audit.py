@@ -43,3 +43,31 @@ def test_audit_counts_and_exit_codes(tmp_path: Path) -> None:
     }
     code, out, again = audit(root, solutions, tmp_path / "a", "correct", resume=True)
     assert len(again) == len(lines), "--resume ran a workload that already had a line"
+
+
+def test_two_lines_of_one_key_resume_and_merge_keep_the_same_one(tmp_path: Path) -> None:
+    """A report holding two lines of one key (solution, workload, closure hash, device), say
+    from two runs into one file: --resume runs nothing more for it, and the audit's counts and
+    `merge` keep the same line, the newest by timestamp, the later one in the file on a tie."""
+    from envaudit.report.merge import merge_files
+
+    root = write_toy_root(tmp_path / "data")
+    solutions = tmp_path / "solutions"
+    write_solution(solutions, "correct")
+    code, out, lines = audit(root, solutions, tmp_path / "a", "correct")
+    assert code == 0 and [line["status"] for line in lines] == ["PASSED"], out
+    first = lines[0]
+    report = tmp_path / "a" / "results.jsonl"
+    # (timestamp of the second line, which line wins)
+    cases = [("2000-01-01T00:00:00+00:00", "first"), ("2999-01-01T00:00:00+00:00", "second")]
+    cases.append((first["timestamp"], "second"))  # a tie: the later line in the file
+    for stamp, winner in cases:
+        second = {**first, "status": "INCORRECT_NUMERICAL", "timestamp": stamp}
+        report.write_text(json.dumps(first) + "\n" + json.dumps(second) + "\n")
+        kept = (first if winner == "first" else second)["status"]
+        code, out, again = audit(root, solutions, tmp_path / "a", "correct", resume=True)
+        assert len(again) == 2, "--resume ran a workload that already had lines"
+        assert f"1 result lines in {report}: 1 {kept}" in out, (stamp, out)
+        assert code == (0 if kept == "PASSED" else 1), (stamp, out)
+        merged = merge_files([report])
+        assert [line["status"] for line in merged.lines] == [kept], stamp

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from envaudit.schema.results import append_line, done_keys, read_lines
+from envaudit.schema.results import append_line, done_keys, kept_lines, read_lines
 
 
 def test_append_after_a_partial_line(tmp_path: Path) -> None:
@@ -17,3 +17,32 @@ def test_append_after_a_partial_line(tmp_path: Path) -> None:
     assert [n for n, line in parsed if line is None] == [2]
     assert [line["workload"]["uuid"] for _, line in parsed if line] == ["a", "b"]
     assert done_keys(report) == {("s", "a", None, None), ("s", "b", None, None)}
+
+
+def test_the_line_that_counts_for_a_key(tmp_path: Path) -> None:
+    """Newest timestamp as an instant (offset-less is UTC, undated is oldest); tie: later line."""
+    report = tmp_path / "r.jsonl"
+
+    def line(uuid: str, status: str, stamp: object) -> dict[str, object]:
+        context = {"closure_hash": "c", "device_id": "cpu"}
+        return {"solution": "s", "workload": {"uuid": uuid}, "context": context,
+                "status": status, "timestamp": stamp}  # fmt: skip
+
+    rows = [
+        line("a", "old", "2026-01-01T12:00:00+00:00"),
+        line("a", "new", "2026-01-01T13:30:00+01:00"),  # 12:30 UTC
+        line("a", "undated", None),
+        line("b", "first", "2026-01-01T12:00:00"),
+        line("b", "tie", "2026-01-01T12:00:00+00:00"),
+        line("c", "unparsable", "yesterday"),
+        line("c", "dated", "1999-01-01T00:00:00Z"),
+    ]
+    for row in rows:
+        append_line(report, row)
+    kept = kept_lines(report)
+    assert {key[1]: found["status"] for key, found in kept.items()} == {
+        "a": "new",
+        "b": "tie",
+        "c": "dated",
+    }
+    assert list(kept) == [("s", u, "c", "cpu") for u in "abc"]

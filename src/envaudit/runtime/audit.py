@@ -17,7 +17,7 @@ from envaudit.errors import EnvauditError
 from envaudit.runtime.devices import require_gpu
 from envaudit.runtime.jobs import RunRequest, find_solution
 from envaudit.runtime.registry import RunOptions, get_runtime, run_job
-from envaudit.schema.results import read_lines
+from envaudit.schema.results import kept_lines, read_lines
 
 # Statuses that do not fail an audit: the solution was not meant for this device.
 NOT_FAILURES = {"PASSED", "UNSUPPORTED_DEVICE"}
@@ -44,6 +44,9 @@ class AuditPlan:
 class AuditResult:
     report: Path
     statuses: Counter[str] = field(default_factory=Counter)
+    """Over the line that counts for each key (envaudit.schema.results)."""
+    superseded: int = 0
+    """Lines of a key that has a newer line in the report: not counted."""
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -117,7 +120,8 @@ def run_audit(
             except EnvauditError as exc:
                 hint = f" (hint: {exc.hint})" if exc.hint else ""
                 result.errors.append(f"{name}: {exc}{hint}")
-    for _, line in read_lines(report):
-        if line:
-            result.statuses[line["status"]] += 1
+    kept = kept_lines(report)
+    for line in kept.values():
+        result.statuses[str(line.get("status"))] += 1
+    result.superseded = sum(1 for _, line in read_lines(report) if line) - len(kept)
     return result

@@ -4,6 +4,12 @@ Standard library only (the harness writes them inside solution environments).
 
 A run that is killed leaves at most one partial last line; appending starts a new line first,
 and readers skip (and report) a partial line, so results already written are never lost.
+
+A line's key is (solution, workload uuid, closure hash, device identity). `--resume` skips a
+workload whose key has any line in the report. When a file holds two lines of one key (two runs
+into one report), the one that counts is the one `envaudit merge` keeps: the newest by
+`timestamp` compared as instants (an offset-less stamp is UTC; a line without a readable stamp is
+older than every dated one), and on a tie the later line in the file.
 """
 
 from __future__ import annotations
@@ -16,6 +22,10 @@ from pathlib import Path
 from typing import Any
 
 RESULT_SCHEMA_VERSION = 1
+UNDATED = datetime.min.replace(tzinfo=UTC)
+
+Key = tuple[str, str, str | None, str | None]
+"""(solution, workload uuid, closure hash, device identity)."""
 
 
 def workloads_by_uuid(path: Path) -> dict[str, dict[str, Any]]:
@@ -94,21 +104,49 @@ def read_lines(path: Path) -> Iterator[tuple[int, dict[str, Any] | None]]:
             yield number, parsed if isinstance(parsed, dict) else None
 
 
-def done_keys(path: Path) -> set[tuple[str, str, str | None, str | None]]:
-    """(solution, workload uuid, closure hash, device identity) of lines already written."""
-    keys = set()
+def line_key(line: Mapping[str, Any]) -> Key:
+    def field(name: str) -> Mapping[str, Any]:
+        found = line.get(name)
+        return found if isinstance(found, Mapping) else {}
+
+    context = field("context")
+    closure, device = context.get("closure_hash"), context.get("device_id")
+    return (
+        str(line.get("solution", "")),
+        str(field("workload").get("uuid", "")),
+        None if closure is None else str(closure),
+        None if device is None else str(device),
+    )
+
+
+def line_instant(line: Mapping[str, Any]) -> datetime:
+    """The line's timestamp as an aware instant; UNDATED when it has none that parses."""
+    stamp = line.get("timestamp")
+    if not isinstance(stamp, str):
+        return UNDATED
+    try:
+        when = datetime.fromisoformat(stamp)
+        return (when if when.tzinfo is not None else when.replace(tzinfo=UTC)).astimezone(UTC)
+    except (ValueError, OverflowError):
+        return UNDATED
+
+
+def done_keys(path: Path) -> set[Key]:
+    """The keys of lines already written (what --resume skips)."""
+    return {line_key(line) for _, line in read_lines(path) if line is not None}
+
+
+def kept_lines(path: Path) -> dict[Key, dict[str, Any]]:
+    """One line per key, the one that counts (see the module's docstring), in file order."""
+    kept: dict[Key, dict[str, Any]] = {}
     for _, line in read_lines(path):
         if line is None:
             continue
-        keys.add(
-            (
-                line.get("solution", ""),
-                line.get("workload", {}).get("uuid", ""),
-                line.get("context", {}).get("closure_hash"),
-                line.get("context", {}).get("device_id"),
-            )
-        )
-    return keys
+        key = line_key(line)
+        old = kept.get(key)
+        if old is None or line_instant(line) >= line_instant(old):
+            kept[key] = line
+    return kept
 
 
 def distributions_path(report: Path) -> Path:
