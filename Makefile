@@ -1,6 +1,9 @@
 # envaudit: two entry points for a fresh machine.
 #   make audit GPU=GPU-<uuid>   bootstrap, then audit every solution and merge the report
 #   make test                   bootstrap, then lint, type-check and run the test suite
+# Options of `make audit`: GPU=A[,B...]  SOLUTIONS="s1 s2"  RUNTIME=docker|podman|local|host
+#   OVER=RECIPE (docker: images over an imported machine stack, e.g. the GPU machine's own)
+# `make build SOLUTION=S` builds the image of S's environment (S may name an env).
 
 SHELL := /bin/bash
 PY := .venv/bin/python
@@ -12,7 +15,7 @@ ifneq ($(LOCAL_WHEELS),)
 export UV_FIND_LINKS := $(LOCAL_WHEELS)
 endif
 
-.PHONY: bootstrap test lint typecheck check-inputs check-locks audit report dataset schemas clean
+.PHONY: bootstrap test lint typecheck check-inputs check-locks audit build report dataset schemas clean
 
 bootstrap: $(VENV_STAMP)
 
@@ -45,12 +48,21 @@ schemas: bootstrap
 dataset: bootstrap
 	$(PY) -m scripts.sample_dataset.build workloads
 
-# Without GPU=..., the audit runs every solution's smoke suite on the CPU (GPU-only solutions
-# then read UNSUPPORTED_DEVICE).
+# With GPU=..., every solution runs its `dev` suite on that GPU in the environment it declares.
+# Without it, every solution runs its `smoke` suite on the CPU in the torch-cpu lock (the CPU
+# stand-in for the CUDA locks the solutions declare: each line records both), and GPU-only
+# solutions read UNSUPPORTED_DEVICE. The runtime is docker when an engine answers, else a local
+# uv environment; the audit fetches and builds what is missing first.
+comma := ,
+AUDIT_WHERE = $(if $(GPU),$(foreach g,$(subst $(comma), ,$(GPU)),--gpu $(g)),--device cpu --env torch-cpu)
 audit: bootstrap check-inputs
-	.venv/bin/envaudit audit $(if $(GPU),--gpu $(GPU),--device cpu) --out results/audit; \
+	.venv/bin/envaudit audit $(AUDIT_WHERE) $(foreach s,$(SOLUTIONS),--solution $(s)) \
+		$(if $(RUNTIME),--runtime $(RUNTIME)) $(if $(OVER),--over $(OVER)) --out results/audit; \
 	status=$$?; .venv/bin/envaudit merge results/audit/results.jsonl --out results/audit/report; \
 	exit $$status
+
+build: bootstrap
+	.venv/bin/envaudit build $(if $(SOLUTION),--solution $(SOLUTION),--all)
 
 # The committed report, from the committed H100 result lines (README).
 report: bootstrap

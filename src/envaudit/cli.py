@@ -295,16 +295,34 @@ def build(
         bool, typer.Option("--dry-run", help="Print the Dockerfile and staged files only.")
     ] = False,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Rebuild every step.")] = False,
+    over: OverOption = None,
     locks_dir: LocksDir = Path("locks"),
     solutions_root: Annotated[Path, typer.Option("--solutions-root")] = Path("solutions"),
 ) -> None:
     """Build one image per lock, tagged by closure hash; a no-op when it exists."""
-    from envaudit.image.build import build_image, plan_build
+    from envaudit.image.build import build_image, build_overlay, plan_build
     from envaudit.runtime.selection import envs_to_build
 
     with _reported():
         envs = envs_to_build(solution, env, all_envs, locks_dir, solutions_root)
         plans = [plan_build(name, locks_dir) for name in envs]
+    if over is not None and not dry_run:
+        from envaudit.image.engine import Engine
+        from envaudit.lock.config import FetchConfig
+
+        with _reported(), _status(f"over {over}") as status:
+            engine = Engine.connect()
+            for name in envs:
+                done, overlay = build_overlay(
+                    name, over, engine, FetchConfig.from_environment(), locks_dir, no_cache, status
+                )
+                verb = "built" if done.built else "up to date"
+                typer.echo(
+                    f"{done.tag}: {verb} in {done.seconds:.1f} s; image {done.image.id[:19]},"
+                    f" {done.image.size / 1e9:.2f} GB"
+                    + (f"; base verified: {overlay.verified}" if overlay else "")
+                )
+        raise typer.Exit(EXIT_OK)
     if dry_run:
         for plan in plans:
             typer.echo(f"# ---- {plan.image.env}: {plan.image.tag}")
@@ -351,6 +369,14 @@ RuntimeOption = Annotated[
         " interpreter). Default: docker when an engine answers, else local, else host.",
     ),
 ]
+OverOption = Annotated[
+    str | None,
+    typer.Option(
+        "--over",
+        help="docker: the env's image over this imported machine stack (a base recipe of kind"
+        " import, verified against the lock) instead of the lock's own base.",
+    ),
+]
 EnvOption = Annotated[
     str | None,
     typer.Option("--env", help="Run in this lock instead of the declared one (not host)."),
@@ -372,36 +398,27 @@ def _runtime_choice(runtime: str | None, default: str) -> str:
     return chosen
 
 
-def _image_builder(runtime: str, options: object) -> Callable[[str], str | None] | None:
-    """For container runtimes: a hook that builds an env's image when missing (with progress),
+def _env_preparer(runtime: str, options: object) -> Callable[[str], str | None]:
+    """A hook that makes an env ready in this runtime (fetch, build) with progress on stderr,
     returning why it cannot be had, or None."""
-    if runtime not in ("docker", "podman"):
-        return None
-    from envaudit.image.build import build_env_image
-    from envaudit.image.engine import Engine
-    from envaudit.runtime.registry import RunOptions
+    from envaudit.runtime.registry import Progress, RunOptions, get_runtime
 
     assert isinstance(options, RunOptions)
-    engine = Engine.connect(runtime)
+    chosen = get_runtime(runtime, options.env)
 
-    def build_missing(env: str) -> str | None:
+    def prepare(env: str) -> str | None:
+        from envaudit.report.console import byte_progress
+
         try:
-            with _steps(env) as (on_step, on_line):
-                done = build_env_image(
-                    env,
-                    engine,
-                    options.config,
-                    options.locks_dir,
-                    on_step=on_step,
-                    on_base_line=on_line,
-                )
+            with _steps(env) as (on_step, on_line), byte_progress() as on_fetch:
+                note = chosen.ensure(env, options, Progress(on_fetch, on_step, on_line))
         except EnvauditError as exc:
             return f"{exc}" + (f" (hint: {exc.hint})" if exc.hint else "")
-        if done.built:
-            typer.echo(f"built {done.tag} in {done.seconds:.1f} s", err=True)
+        if note:
+            typer.echo(note, err=True)
         return None
 
-    return build_missing
+    return prepare
 
 
 @app.command()
@@ -415,6 +432,7 @@ def run(
     device: Annotated[str | None, typer.Option("--device", help="`cpu`.")] = None,
     runtime: RuntimeOption = None,
     env: EnvOption = None,
+    over: OverOption = None,
     validation_only: Annotated[bool, typer.Option("--validation-only")] = False,
     graph_timing: Annotated[bool, typer.Option("--graph-timing")] = False,
     reference_cache: Annotated[Path | None, typer.Option("--reference-cache")] = None,
@@ -449,16 +467,16 @@ def run(
         reference_cache=reference_cache,
         report=report,
     )
-    options = RunOptions(env=env, workload_timeout_s=_finite(timeout, "--timeout"), resume=resume)
+    options = RunOptions(
+        env=env, over=over, workload_timeout_s=_finite(timeout, "--timeout"), resume=resume
+    )
     with _reported():
-        build_missing = _image_builder(chosen, options)
-        if build_missing is not None:
-            from envaudit.runtime.jobs import find_solution
+        from envaudit.runtime.jobs import find_solution
 
-            declared = env or find_solution(solution, solutions_root)[1].env
-            problem = build_missing(declared) if declared else None
-            if problem:
-                raise EnvauditError(problem)
+        declared = env or find_solution(solution, solutions_root)[1].env
+        problem = _env_preparer(chosen, options)(declared) if declared else None
+        if problem:
+            raise EnvauditError(problem)
         job, result = run_job(request, chosen, options)
     failed = print_run_summary(job.report, job.solution, result)
     raise typer.Exit(EXIT_FAILED if failed else EXIT_OK)
@@ -481,6 +499,7 @@ def audit(
     device: Annotated[str | None, typer.Option("--device", help="`cpu`.")] = None,
     runtime: RuntimeOption = None,
     env: EnvOption = None,
+    over: OverOption = None,
     executor: Annotated[str, typer.Option("--executor", help="local.")] = "local",
     suite: Annotated[
         str | None, typer.Option("--suite", help="Default: dev on a GPU, smoke on the CPU.")
@@ -506,7 +525,9 @@ def audit(
     if not devices:
         devices = [(None, device or "cpu")]
     chosen = _runtime_choice(runtime, "pick")
-    options = RunOptions(env=env, workload_timeout_s=_finite(timeout, "--timeout"), resume=resume)
+    options = RunOptions(
+        env=env, over=over, workload_timeout_s=_finite(timeout, "--timeout"), resume=resume
+    )
     plan = AuditPlan(
         solutions=solution or all_solutions(solutions_root),
         devices=devices,
@@ -518,9 +539,10 @@ def audit(
         suite=suite,
     )
     with _reported():
-        build_missing = _image_builder(chosen, options)
         result = run_audit(
-            plan, lambda name, where: typer.echo(f"audit: {name} on {where}"), build_missing
+            plan,
+            lambda name, where: typer.echo(f"audit: {name} on {where}"),
+            _env_preparer(chosen, options),
         )
     for error in result.errors:
         typer.echo(f"error: {error}", err=True)

@@ -1,5 +1,7 @@
-"""Offline base images from the recipes in containers/bases: a distribution root made by
-debootstrap from the distribution's own packages, imported into the engine (`docker import`).
+"""Offline base images from the recipes in containers/bases, imported into the engine
+(`docker import`). Two kinds: `debootstrap` (a distribution root made from the distribution's own
+packages) and `import` (this machine's own software stack, e.g. a GPU machine's OS, CUDA toolkit
+and torch venv, taken from the folders the recipe names; only meaningful on that machine).
 
 The image is tagged by the recipe's hash (the one every lock on it records) and carries the
 hash of its package manifest (every installed package and version, also kept in the image at
@@ -31,15 +33,32 @@ DEBOOTSTRAP_TIMEOUT_S = 1800
 MIRROR_VARIABLES = {"debian": "ENVAUDIT_DEBIAN_MIRROR", "ubuntu": "ENVAUDIT_UBUNTU_MIRROR"}
 
 
+# Never part of an imported stack: the driver (mounted from the machine at run time: a driver in
+# an image would not match another machine's kernel module) and what Docker provides per
+# container.
+IMPORT_EXCLUDES = ("usr/local/nvidia/*", "etc/hostname", "etc/hosts", "etc/resolv.conf")
+
+
 @dataclass(frozen=True)
 class BaseRecipe:
     name: str
     path: Path
-    distro: str
-    suite: str
-    variant: str
-    packages: tuple[str, ...]
     python: str
+    kind: str = "debootstrap"
+    distro: str = ""
+    suite: str = ""
+    variant: str = "minbase"
+    packages: tuple[str, ...] = ()
+    paths: tuple[str, ...] = ()
+    """import: the folders of `root` that make the stack."""
+    root: str = "/"
+    """import: where the stack's folders are (the machine's own root, or an unpacked tree)."""
+    interpreter: str = "python3"
+    """The base's Python (import: the stack's venv interpreter)."""
+    search_path: tuple[str, ...] = ()
+    """import: folders put before the system's on PATH in images over it (compilers, CUDA)."""
+    env: tuple[tuple[str, str], ...] = ()
+    """import: variables the stack expects (CUDA_HOME, ...), set in images over it."""
 
     @property
     def sha256(self) -> str:
@@ -60,14 +79,27 @@ def load_recipe(name: str, bases_dir: Path = BASES_DIR) -> BaseRecipe:
         )
     try:
         raw = tomllib.loads(path.read_text())
+        kind = str(raw.get("kind", "debootstrap"))
+        if kind == "import":
+            return BaseRecipe(
+                name=name,
+                path=path,
+                python=str(raw["python"]),
+                kind=kind,
+                paths=tuple(str(p) for p in raw["paths"]),
+                root=str(raw.get("root", "/")),
+                interpreter=str(raw["interpreter"]),
+                search_path=tuple(str(p) for p in raw.get("search_path", [])),
+                env=tuple(sorted((str(k), str(v)) for k, v in raw.get("env", {}).items())),
+            )
         return BaseRecipe(
             name=name,
             path=path,
+            python=str(raw["python"]),
             distro=str(raw["distro"]),
             suite=str(raw["suite"]),
             variant=str(raw.get("variant", "minbase")),
             packages=tuple(str(p) for p in raw.get("packages", [])),
-            python=str(raw["python"]),
         )
     except (tomllib.TOMLDecodeError, KeyError) as exc:
         raise EnvauditError(f"{path}: not a base recipe: {exc}", 1) from None
@@ -84,6 +116,13 @@ def base_labels(recipe: BaseRecipe, manifest_sha256: str) -> dict[str, str]:
 
 def why_not_buildable(recipe: BaseRecipe) -> str | None:
     """One line saying why this machine cannot make the base, or None."""
+    if recipe.kind == "import":
+        interpreter = Path(recipe.root) / recipe.interpreter.lstrip("/")
+        if not interpreter.is_file() and not interpreter.is_symlink():
+            return f"this machine has no {interpreter}: the stack is another machine's"
+        return None
+    if recipe.kind != "debootstrap":
+        return f"unknown base recipe kind {recipe.kind!r}"
     if shutil.which("debootstrap") is None:
         return "debootstrap is not installed (apt-get install debootstrap)"
     if os.geteuid() != 0:
@@ -115,27 +154,77 @@ def build_base(
     reason = why_not_buildable(recipe)
     if reason is not None:
         raise EnvauditError(f"base {recipe.name} cannot be made here: {reason}", EXIT_USAGE)
-    with tempfile.TemporaryDirectory(prefix="envaudit-base-") as tmp:
-        root = Path(tmp) / "root"
-        _debootstrap(recipe, root, on_line)
-        manifest = package_manifest(root)
-        (root / MANIFEST_PATH).write_text(manifest)
-        _strip_caches(root)
-        digest = hashlib.sha256(manifest.encode()).hexdigest()
-        if on_line is not None:
-            on_line("importing the root file system into the engine")
-        tar = subprocess.Popen(
-            ["tar", "--numeric-owner", "-C", str(root), "-c", "."],
-            stdout=subprocess.PIPE,
-        )
+    if recipe.kind == "import":
+        imported = _import_tree(engine, recipe, Path(recipe.root), recipe.paths, on_line)
+        manifest = stack_manifest(engine, imported, recipe)
+    else:
+        with tempfile.TemporaryDirectory(prefix="envaudit-base-") as tmp:
+            root = Path(tmp) / "root"
+            _debootstrap(recipe, root, on_line)
+            manifest = package_manifest(root)
+            (root / MANIFEST_PATH).write_text(manifest)
+            _strip_caches(root)
+            imported = _import_tree(engine, recipe, root, (".",), on_line)
+    digest = hashlib.sha256(manifest.encode()).hexdigest()
+    info = engine.label(imported, recipe.tag, base_labels(recipe, digest))
+    return info, True
+
+
+def _import_tree(
+    engine: Engine,
+    recipe: BaseRecipe,
+    root: Path,
+    paths: tuple[str, ...],
+    on_line: Callable[[str], None] | None,
+) -> str:
+    """`tar -C root -c paths | docker import`; files that change while read (logs) do not stop
+    the import, a tar that fails otherwise does."""
+    if on_line is not None:
+        on_line(f"importing {', '.join(paths)} of {root} into the engine")
+    present = [p for p in paths if (root / p).exists() or (root / p).is_symlink()]
+    argv = ["tar", "--numeric-owner", "-C", str(root), "-c"]
+    argv += ["--warning=no-file-changed", "--ignore-failed-read"]
+    if recipe.kind == "import":
+        argv += [f"--exclude={pattern}" for pattern in IMPORT_EXCLUDES]
+    with tempfile.TemporaryFile() as stderr:
+        tar = subprocess.Popen([*argv, *present], stdout=subprocess.PIPE, stderr=stderr)
         assert tar.stdout is not None
         try:
             imported = engine.import_rootfs(tar.stdout, f"envaudit-base/{recipe.name}", "rootfs")
         finally:
             tar.stdout.close()
-            tar.wait()
-    info = engine.label(imported, recipe.tag, base_labels(recipe, digest))
-    return info, True
+            code = tar.wait()
+            stderr.seek(0)
+            errors = stderr.read()[-2000:].decode(errors="replace")
+    if code not in (0, 1):
+        raise EnvauditError(f"tar of {root} for base {recipe.name} failed (exit {code}): {errors}")
+    return imported
+
+
+def stack_manifest(engine: Engine, image: str, recipe: BaseRecipe) -> str:
+    """What an imported stack is made of, read inside the imported image: its Python's
+    distributions and, where the stack has dpkg, its packages."""
+    listing = engine.run_python(image, recipe.interpreter, DISTRIBUTIONS)
+    packages = engine.run_python(image, recipe.interpreter, DPKG_PACKAGES)
+    return f"# python {recipe.interpreter}\n{listing}# dpkg\n{packages}"
+
+
+DPKG_PACKAGES = (
+    "import shutil, subprocess\n"
+    "if shutil.which('dpkg-query'):\n"
+    "    out = subprocess.run(['dpkg-query', '-W', '-f=${Package}=${Version}\\n'],\n"
+    "                         capture_output=True, text=True).stdout\n"
+    "    print(''.join(sorted(out.splitlines(True))), end='')\n"
+)
+
+
+DISTRIBUTIONS = (
+    "import importlib.metadata as m, re, sys\n"
+    "print(sys.version.split()[0])\n"
+    "names = {f\"{re.sub(r'[-_.]+', '-', d.metadata['Name']).lower()}=={d.version}\"\n"
+    "         for d in m.distributions() if d.metadata['Name']}\n"
+    "print('\\n'.join(sorted(names)))\n"
+)
 
 
 def _debootstrap(recipe: BaseRecipe, root: Path, on_line: Callable[[str], None] | None) -> None:

@@ -7,6 +7,7 @@ base first when it is missing and can be made here, then a staged context and th
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -18,14 +19,24 @@ from envaudit.image.base import BaseRecipe, build_base, load_recipe
 from envaudit.image.context import StagedFile, planned_files, stage_context
 from envaudit.image.dockerfile import render_dockerfile
 from envaudit.image.engine import Engine, ImageInfo
+from envaudit.image.overlay import (
+    OverlayPlan,
+    overlay_tag,
+    plan_overlay,
+    render_overlay_dockerfile,
+)
 from envaudit.image.plan import LABEL_PREFIX, ImagePlan, plan_image
 from envaudit.lock.config import FetchConfig
 from envaudit.lock.files import env_dir, load_spec
 from envaudit.lock.resolve import current_lock
 from envaudit.lock.store import Store
+from envaudit.lock.verify import _LIST_SCRIPT as LIST_SCRIPT
+from envaudit.lock.verify import _parse_listing as parse_listing
+from envaudit.lock.verify import compare
 from envaudit.settings import cache_root
 
 CLOSURE_LABEL = f"{LABEL_PREFIX}.closure-hash"
+PYTHON_VERSION = "import sys; print('%d.%d' % sys.version_info[:2])"
 
 
 @dataclass(frozen=True)
@@ -148,3 +159,75 @@ def build_env_image(
     """Plan and build the image of one env (a no-op when it exists)."""
     build = plan_build(env, locks_dir)
     return build_image(build, engine, config, no_cache, on_step, on_base_line)
+
+
+def build_overlay(
+    env: str,
+    recipe_name: str,
+    engine: Engine,
+    config: FetchConfig,
+    locks_dir: Path = Path("locks"),
+    no_cache: bool = False,
+    on_line: Callable[[str], None] | None = None,
+) -> tuple[BuildResult, OverlayPlan | None]:
+    """The image of `env` over the imported stack `recipe_name` (image/overlay.py); a no-op
+    when it exists. The base is imported first when missing and this machine is its source."""
+    started = time.monotonic()
+    lock = current_lock(env_dir(env, locks_dir))
+    recipe = load_recipe(recipe_name)
+    if recipe.kind != "import":
+        raise EnvauditError(
+            f"--over {recipe_name}: not an imported stack (kind {recipe.kind!r})",
+            hint='name a base recipe of kind "import" under containers/bases',
+        )
+    tag = overlay_tag(lock.env, lock.closure_hash, recipe.name)
+    existing = engine.image(tag)
+    if existing is not None and not no_cache:
+        if existing.labels.get(CLOSURE_LABEL) != lock.closure_hash:
+            raise EnvauditError(f"image {tag} does not match the lock of {env}", EXIT_USAGE)
+        return BuildResult(env, tag, existing, False, time.monotonic() - started), None
+    base, base_built = build_base(engine, recipe, on_line)
+    listing = engine.run_python(base.id, recipe.interpreter, LIST_SCRIPT)
+    installed = parse_listing(recipe.interpreter, listing)
+    version = engine.run_python(base.id, recipe.interpreter, PYTHON_VERSION).strip()
+    drift = compare(lock, installed, None, version.splitlines()[-1] if version else None)
+    manifest = base.labels.get(f"{LABEL_PREFIX}.base-manifest-sha256", "")
+    plan = plan_overlay(
+        lock,
+        recipe.tag,
+        recipe.name,
+        recipe.interpreter,
+        manifest,
+        drift,
+        recipe.env,
+        recipe.search_path,
+    )
+    with tempfile.TemporaryDirectory(prefix=f"{env}-", dir=_contexts_root()) as tmp:
+        context = Path(tmp)
+        (context / "Dockerfile").write_text(render_overlay_dockerfile(plan))
+        if plan.added is not None:
+            store = Store(config.store)
+            absent = [a for _, _, a in plan.added.packages if not store.has(a)]
+            if absent:
+                raise EnvauditError(
+                    f"the base {recipe.name} lacks {len(absent)} package(s) of {env} and the"
+                    f" store lacks their wheels: {', '.join(a.filename for a in absent[:5])}",
+                    hint=f"carry them into the store, then `envaudit fetch {env} --offline`",
+                )
+            folder = context / plan.added.folder
+            folder.mkdir(parents=True)
+            (folder / "requirements.txt").write_text(plan.added.requirements())
+            for _, _, artifact in plan.added.packages:
+                shutil.copyfile(store.path_of(artifact), folder / artifact.filename)
+        outcome = engine.build(context, plan.tag, plan.labels, no_cache=no_cache)
+    result = BuildResult(
+        env,
+        plan.tag,
+        outcome.image,
+        True,
+        time.monotonic() - started,
+        outcome.steps,
+        outcome.cached_steps,
+        base_built,
+    )
+    return result, plan

@@ -201,6 +201,21 @@ class Engine:
         assert info is not None
         return info
 
+    def run_python(self, image: str, interpreter: str, script: str) -> str:
+        """Run a short script with the image's interpreter (no network, removed after); its
+        standard output."""
+        with _engine_call(f"running {interpreter} in {image}"):
+            out = self.client.containers.run(
+                image,
+                [interpreter, "-c", script],
+                remove=True,
+                network_mode="none",
+                working_dir="/tmp",
+                stdout=True,
+                stderr=False,
+            )
+        return bytes(out).decode(errors="replace")
+
     def remove_image(self, reference: str) -> None:
         with _engine_call(f"removing {reference}"):
             self.client.images.remove(reference, force=True, noprune=False)

@@ -10,6 +10,7 @@ the driver's library folder (ENVAUDIT_NVIDIA_DRIVER_DIR); the line records which
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,13 +21,14 @@ import docker.types
 import requests.exceptions
 
 from envaudit.errors import EXIT_USAGE, EnvauditError
-from envaudit.image.build import existing_image, plan_build
+from envaudit.image.build import build_image, build_overlay, existing_image, plan_build
 from envaudit.image.engine import Engine, EngineError
-from envaudit.image.plan import HARNESS_MOUNT, USER
+from envaudit.image.overlay import overlay_tag
+from envaudit.image.plan import HARNESS_MOUNT, LABEL_PREFIX, USER
 from envaudit.runtime.devices import Gpu, device_nodes, require_gpu
 from envaudit.runtime.jobs import Job
 from envaudit.runtime.launchers import Launcher, WorkerHandle
-from envaudit.runtime.registry import RunOptions, Runtime
+from envaudit.runtime.registry import Progress, RunOptions, Runtime, fetch_env
 from envaudit.runtime.staging import staged_harness
 
 MOUNT = "/envaudit"
@@ -273,15 +275,54 @@ class ContainerRuntime(Runtime):
             return str(exc)
         return None
 
+    def ensure(self, env: str, options: RunOptions, progress: Progress) -> str | None:
+        engine = Engine.connect(self.kind)
+        if options.over is not None:
+            done, plan = build_overlay(
+                env,
+                options.over,
+                engine,
+                options.config,
+                options.locks_dir,
+                on_line=progress.on_line,
+            )
+            if not done.built or plan is None:
+                return None
+            return f"built {done.tag} in {done.seconds:.0f} s over {options.over}: {plan.verified}"
+        build = plan_build(env, options.locks_dir)
+        if existing_image(engine, build.image) is not None:
+            return None
+        fetch_env(env, options, progress)
+        done = build_image(
+            build, engine, options.config, on_step=progress.on_step, on_base_line=progress.on_line
+        )
+        return f"built {done.tag} in {done.seconds:.0f} s ({done.image.size / 1e9:.2f} GB)"
+
     def prepare(self, job: Job, options: RunOptions) -> tuple[Job, Launcher]:
         engine = Engine.connect(self.kind)
         build = plan_build(job.env_to_run(options.env), options.locks_dir)
-        image = existing_image(engine, build.image)
+        overlay: dict[str, Any] = {}
+        if options.over is not None:
+            tag = overlay_tag(build.image.env, build.image.closure_hash, options.over)
+            image = engine.image(tag)
+            if image is not None:
+                overlay = {
+                    "overlay_on": options.over,
+                    "base_manifest_sha256": image.labels.get(
+                        f"{LABEL_PREFIX}.base-manifest-sha256"
+                    ),
+                    "verified": json.loads(
+                        image.labels.get(f"{LABEL_PREFIX}.overlay-verified", "{}")
+                    ),
+                }
+            over = f" --over {options.over}"
+        else:
+            image, tag, over = existing_image(engine, build.image), build.image.tag, ""
         if image is None:
             raise EnvauditError(
-                f"the image of {build.image.env} ({build.image.tag}) is not built",
+                f"the image of {build.image.env} ({tag}) is not built",
                 EXIT_USAGE,
-                hint=f"run `envaudit build --env {build.image.env}`",
+                hint=f"run `envaudit build --env {build.image.env}{over}`",
             )
         environment = {
             **dict(build.image.env_vars),
@@ -302,8 +343,9 @@ class ContainerRuntime(Runtime):
             env_check={
                 "lock_closure_hash": build.image.closure_hash,
                 "matches": True,
-                "built_from_lock": True,
+                "built_from_lock": not overlay,
                 "image_labels_match": True,
+                **overlay,
             },
         )
         launcher = ContainerLauncher(engine, image.id, job, environment, passing)

@@ -31,7 +31,7 @@ from envaudit.lock.resolve import current_lock
 from envaudit.lock.store import Store
 from envaudit.runtime.jobs import Job
 from envaudit.runtime.launchers import Launcher, ProcessLauncher
-from envaudit.runtime.registry import RunOptions, Runtime
+from envaudit.runtime.registry import Progress, RunOptions, Runtime, fetch_env
 from envaudit.runtime.staging import staged_harness
 from envaudit.schema.locks import Artifact, Lock
 from envaudit.settings import cache_root
@@ -127,6 +127,15 @@ class LocalRuntime(Runtime):
         except LockError as exc:
             return str(exc)
         return None
+
+    def ensure(self, env: str, options: RunOptions, progress: Progress) -> str | None:
+        lock = current_lock(env_dir(env, options.locks_dir))
+        root = cache_root() / "envs" / lock.closure_hash
+        if (root / MARKER).is_file():
+            return None
+        fetch_env(env, options, progress)
+        ensure_environment(lock, options.config)
+        return f"made the local environment of {env} ({lock.closure_hash[:16]})"
 
     def prepare(self, job: Job, options: RunOptions) -> tuple[Job, Launcher]:
         """Build (or reuse) the lock's environment; without options.env the solution's declared

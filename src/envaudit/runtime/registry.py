@@ -7,10 +7,12 @@ job's context (the closure hash and how it was checked, the image, how the GPU w
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from envaudit.lock.config import FetchConfig
+from envaudit.runtime.devices import require_gpu
 from envaudit.runtime.jobs import Job, RunRequest, RunRequestError, plan_job
 from envaudit.runtime.launchers import Launcher
 from envaudit.runtime.supervisor import DEFAULT_WORKLOAD_TIMEOUT_S, BatchResult, run_batch
@@ -22,10 +24,22 @@ class RunOptions:
 
     env: str | None = None
     """Run in this lock instead of the one each solution declares (both are recorded)."""
+    over: str | None = None
+    """Container runtimes: the env's image over this imported stack (a base recipe of kind
+    import) instead of the lock's own base."""
     workload_timeout_s: float = DEFAULT_WORKLOAD_TIMEOUT_S
     resume: bool = False
     locks_dir: Path = Path("locks")
     config: FetchConfig = field(default_factory=FetchConfig.from_environment)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a runtime reports a long preparation: downloads, build steps, base lines."""
+
+    on_fetch: Callable[[str, int, int], None] | None = None
+    on_step: Callable[[int, int, str], None] | None = None
+    on_line: Callable[[str], None] | None = None
 
 
 class Runtime(ABC):
@@ -35,6 +49,11 @@ class Runtime(ABC):
 
     def unavailable(self) -> str | None:
         """Why this runtime cannot run here (None: it can)."""
+        return None
+
+    def ensure(self, env: str, options: RunOptions, progress: Progress) -> str | None:
+        """Make this env ready to run here (fetch its artifacts, build its environment or
+        image); a note on what was done, or None. Raises an EnvauditError when it cannot."""
         return None
 
     @abstractmethod
@@ -87,8 +106,27 @@ def pick_runtime() -> tuple[str, str]:
 def run_job(request: RunRequest, runtime_name: str, options: RunOptions) -> tuple[Job, BatchResult]:
     """Plan, prepare in the runtime, supervise: one solution on its workloads."""
     runtime = get_runtime(runtime_name, options.env)
-    job, launcher = runtime.prepare(plan_job(request, runtime.name), options)
+    job = plan_job(request, runtime.name)
+    if job.device.startswith("cuda"):
+        require_gpu(job.context.device_id)
+    job, launcher = runtime.prepare(job, options)
     result = run_batch(
         job, launcher, workload_timeout_s=options.workload_timeout_s, resume=options.resume
     )
     return job, result
+
+
+def fetch_env(env: str, options: RunOptions, progress: Progress) -> None:
+    """Every artifact of the env's current lock into the store (a no-op when all are there)."""
+    from envaudit.lock.fetch import fetch_lock
+    from envaudit.lock.files import LockError, env_dir
+    from envaudit.lock.resolve import current_lock
+
+    lock = current_lock(env_dir(env, options.locks_dir))
+    report = fetch_lock(lock, options.config, progress.on_fetch)
+    if not report.complete:
+        listed = "; ".join(report.missing[:3]) + (" ..." if len(report.missing) > 3 else "")
+        raise LockError(
+            f"{len(report.missing)} artifact(s) of {env} cannot be fetched: {listed}",
+            hint=f"`envaudit fetch {env}` says where it looked (find-links, mirrors, index)",
+        )

@@ -1,0 +1,137 @@
+"""An env's image over an imported machine stack (a base recipe of kind `import`).
+
+Where the lock's own base cannot be made (a GPU machine with no registry and no distribution
+archive), its image can be built over the machine's own stack, but only when that stack holds
+the lock's packages: the stack's interpreter is listed inside the base image and compared with
+the lock (verify-env's comparison, versions only: the stack's files are not the store's wheels).
+A package at another version refuses the base (exit 1); a package the stack lacks is installed
+over it from the store, by hash, offline. The image records the base, its manifest and the
+comparison, so every line run in it says what it ran on.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from envaudit.errors import EXIT_FAILED, EnvauditError
+from envaudit.image.dockerfile import PIP_OFFLINE, _env_value
+from envaudit.image.plan import HARNESS_MOUNT, LABEL_PREFIX, USER, WheelLayer
+from envaudit.lock.verify import Drift
+from envaudit.schema.locks import Lock
+
+PATH_TAIL = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+DRIVER_LIBS = "/usr/local/nvidia/lib64"
+
+
+@dataclass(frozen=True)
+class OverlayPlan:
+    env: str
+    closure_hash: str
+    base: str
+    recipe: str
+    interpreter: str
+    added: WheelLayer | None
+    verified: dict[str, Any]
+    env_vars: tuple[tuple[str, str], ...]
+    labels: dict[str, str] = field(default_factory=dict)
+    path: tuple[str, ...] = ()
+    """Folders of the stack put on PATH after the venv's (compilers, CUDA)."""
+
+    @property
+    def tag(self) -> str:
+        return overlay_tag(self.env, self.closure_hash, self.recipe)
+
+
+def overlay_tag(env: str, closure_hash: str, recipe: str) -> str:
+    return f"envaudit/{env}:{closure_hash[:16]}-on-{recipe}"
+
+
+def plan_overlay(
+    lock: Lock,
+    base: str,
+    recipe: str,
+    interpreter: str,
+    manifest_sha256: str,
+    drift: Drift,
+    stack_env: tuple[tuple[str, str], ...] = (),
+    stack_path: tuple[str, ...] = (),
+) -> OverlayPlan:
+    """The overlay of `lock` on a base whose interpreter compared as `drift`; refused when the
+    base holds another Python or another version of a locked package."""
+    if drift.python is not None or drift.different:
+        found = [f"Python {drift.python[1]} (locked {drift.python[0]})"] if drift.python else []
+        found += [f"{d.name} {d.installed} (locked {d.locked})" for d in drift.different]
+        raise EnvauditError(
+            f"the base {recipe} cannot carry {lock.env}: it holds {'; '.join(found[:8])}",
+            EXIT_FAILED,
+            hint=f"build {lock.env} on its own base, or choose a lock that matches this stack",
+        )
+    missing = {d.name for d in drift.missing}
+    added = tuple(
+        (p.name, p.version, p.artifact) for p in lock.runtime_packages() if p.name in missing
+    )
+    built = [s for s in lock.sources if s.wheel is not None and s.name in missing]
+    added += tuple((s.name, s.version or "", s.wheel) for s in built if s.wheel is not None)
+    verified = {
+        "locked": drift.locked,
+        "present": len(drift.matching),
+        "added": len(added),
+        "extra_in_base": len(drift.extra),
+        "file_hashes": "not checked (the stack's files are not the store's wheels)",
+    }
+    labels = {
+        f"{LABEL_PREFIX}.env": lock.env,
+        f"{LABEL_PREFIX}.closure-hash": lock.closure_hash,
+        f"{LABEL_PREFIX}.spec-sha256": lock.spec_sha256,
+        f"{LABEL_PREFIX}.base": base,
+        f"{LABEL_PREFIX}.overlay-on": recipe,
+        f"{LABEL_PREFIX}.base-manifest-sha256": manifest_sha256,
+        f"{LABEL_PREFIX}.overlay-verified": json.dumps(verified, sort_keys=True),
+    }
+    return OverlayPlan(
+        env=lock.env,
+        closure_hash=lock.closure_hash,
+        base=base,
+        recipe=recipe,
+        interpreter=interpreter,
+        added=WheelLayer("added", added) if added else None,
+        verified=verified,
+        env_vars=(*stack_env, *sorted(lock.env_vars.items())),
+        labels=labels,
+        path=stack_path,
+    )
+
+
+def render_overlay_dockerfile(plan: OverlayPlan) -> str:
+    venv_bin = plan.interpreter.rsplit("/", 1)[0]
+    venv = venv_bin.rsplit("/", 1)[0]
+    lines = [
+        f"# envaudit image of {plan.env}, closure {plan.closure_hash}, over the imported stack"
+        f" {plan.recipe}",
+        f"# the stack holds {plan.verified['present']} of the lock's {plan.verified['locked']}"
+        f" packages at the locked versions; {plan.verified['added']} are added below",
+        f"FROM {plan.base}",
+    ]
+    if plan.added is not None:
+        lines += [
+            f"COPY {plan.added.folder}/ /tmp/wheels/",
+            f"RUN {shlex.quote(plan.interpreter)} -m pip install {PIP_OFFLINE}"
+            " --find-links /tmp/wheels -r /tmp/wheels/requirements.txt && rm -rf /tmp/wheels",
+        ]
+    variables = [
+        ("PATH", ":".join([venv_bin, *plan.path, PATH_TAIL])),
+        ("VIRTUAL_ENV", venv),
+        ("LD_LIBRARY_PATH", DRIVER_LIBS),
+        ("PYTHONPATH", HARNESS_MOUNT),
+        ("PYTHONNOUSERSITE", "1"),
+        ("PYTHONDONTWRITEBYTECODE", "1"),
+        ("HOME", "/tmp/home"),
+        *plan.env_vars,
+    ]
+    lines.append("ENV " + " \\\n    ".join(f"{k}={_env_value(v)}" for k, v in variables))
+    lines.append(f'RUN ["{plan.interpreter}", "-c", "import sys; print(sys.version)"]')
+    lines += [f"USER {USER}", "WORKDIR /tmp"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,17 @@
+# envaudit image of sample, closure 040604d3bf5e47a841f11258f0a6cedc4fb977b683934db24ff81834b2922948, over the imported stack gpu-host-stack
+# the stack holds 4 of the lock's 5 packages at the locked versions; 1 are added below
+FROM envaudit-base/gpu-host-stack:0123
+COPY wheels/added/ /tmp/wheels/
+RUN /opt/torch/.venv/bin/python -m pip install --no-index --no-deps --require-hashes --no-cache-dir --disable-pip-version-check --no-warn-script-location --find-links /tmp/wheels -r /tmp/wheels/requirements.txt && rm -rf /tmp/wheels
+ENV PATH="/opt/torch/.venv/bin:/opt/gcc/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+    VIRTUAL_ENV="/opt/torch/.venv" \
+    LD_LIBRARY_PATH="/usr/local/nvidia/lib64" \
+    PYTHONPATH="/opt/envaudit/harness" \
+    PYTHONNOUSERSITE="1" \
+    PYTHONDONTWRITEBYTECODE="1" \
+    HOME="/tmp/home" \
+    CUDA_HOME="/usr/local/cuda" \
+    OMP_NUM_THREADS="2"
+RUN ["/opt/torch/.venv/bin/python", "-c", "import sys; print(sys.version)"]
+USER 10001:10001
+WORKDIR /tmp

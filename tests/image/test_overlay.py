@@ -1,0 +1,68 @@
+"""An env's image over an imported machine stack: refused when the stack holds another version of
+a locked package or another Python, and otherwise adds exactly what the stack lacks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from envaudit.errors import EnvauditError
+from envaudit.image.overlay import plan_overlay, render_overlay_dockerfile
+from envaudit.lock.verify import InstalledDist, compare
+from tests.image.test_dockerfile import check_golden, sample_lock
+
+
+def installed(**versions: str) -> list[InstalledDist]:
+    return [InstalledDist(n, v, Path("/x"), None) for n, v in versions.items()]
+
+
+STACK = {"torch": "2.11.0", "triton": "3.6.0", "nvidia-cublas": "13.1.0.3", "numpy": "2.5.2"}
+
+
+def plan(stack: dict[str, str], python: str = "3.12"):  # type: ignore[no-untyped-def]
+    lock = sample_lock(sources=[])
+    drift = compare(lock, installed(**stack), None, python)
+    return plan_overlay(
+        lock,
+        "envaudit-base/gpu-host-stack:0123",
+        "gpu-host-stack",
+        "/opt/torch/.venv/bin/python",
+        "c" * 64,
+        drift,
+        (("CUDA_HOME", "/usr/local/cuda"),),
+        ("/opt/gcc/bin",),
+    )
+
+
+def test_a_stack_lacking_a_package_gets_it_from_the_store() -> None:
+    overlay = plan({**STACK, "einops": "0.8.2"})  # an extra is allowed
+    assert overlay.added is not None
+    assert [p[0] for p in overlay.added.packages] == ["safetensors"]
+    assert overlay.verified["present"] == 4 and overlay.verified["extra_in_base"] == 1
+    text = render_overlay_dockerfile(overlay)
+    check_golden("overlay.Dockerfile", text)
+    assert "--require-hashes" in text and "--no-index" in text
+    assert overlay.labels["dev.envaudit.overlay-on"] == "gpu-host-stack"
+    assert overlay.tag.endswith("-on-gpu-host-stack")
+
+
+def test_a_stack_holding_the_whole_lock_adds_nothing() -> None:
+    overlay = plan({**STACK, "safetensors": "0.8.0"})
+    assert overlay.added is None
+    assert "COPY" not in render_overlay_dockerfile(overlay)
+
+
+@pytest.mark.parametrize(
+    ("stack", "python", "words"),
+    [
+        ({**STACK, "torch": "2.12.0"}, "3.12", "torch 2.12.0 (locked 2.11.0)"),
+        (STACK, "3.11", "Python 3.11 (locked 3.12)"),
+    ],
+)
+def test_a_stack_that_contradicts_the_lock_is_refused(
+    stack: dict[str, str], python: str, words: str
+) -> None:
+    with pytest.raises(EnvauditError) as caught:
+        plan(stack, python)
+    assert caught.value.exit_code == 1 and words in str(caught.value)

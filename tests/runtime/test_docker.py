@@ -1,0 +1,231 @@
+"""End to end through a real container engine: the offline base, the torch-cpu image built from
+its lock and the store, the harness mounted into it on the smoke suite, and the fault solutions'
+statuses through containers (the same as on the host runtime).
+
+Needs a Docker engine and debootstrap (CI starts both: .ci/run) and the torch-cpu lock's CPU
+torch wheel in a configured find-links folder. Where they are absent the module is skipped,
+unless ENVAUDIT_REQUIRE_ENGINE=1 (CI), which turns the skip into a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from envaudit.cli import app
+from envaudit.image.build import plan_build
+from envaudit.image.engine import Engine, EngineError
+from envaudit.lock.files import load_lock
+from envaudit.schema.results import read_lines
+from tests.conftest import REPO, SHIPPED_ROOT, UUID_BLOB, UUID_RANDOM, write_toy_root
+from tests.harness.test_baselines_cpu import SOLUTIONS, baselines
+from tests.harness.test_faults import EXPECTED, MESSAGES, write_solution
+
+LOCK = load_lock(REPO / "locks" / "torch-cpu")
+TORCH = next(p.artifact for p in LOCK.packages if p.name == "torch")
+LINKS = (os.environ.get("UV_FIND_LINKS") or os.environ.get("PIP_FIND_LINKS") or "").split()
+
+
+def _why_skip() -> str | None:
+    try:
+        Engine.connect()
+    except EngineError as exc:
+        return f"no container engine: {exc}"
+    if not any((Path(p) / TORCH.filename).is_file() for p in LINKS):
+        return "the torch-cpu lock's CPU torch wheel is not in any configured find-links folder"
+    return None
+
+
+REASON = _why_skip()
+if REASON and os.environ.get("ENVAUDIT_REQUIRE_ENGINE") == "1":
+    raise RuntimeError(f"ENVAUDIT_REQUIRE_ENGINE=1 but {REASON}")
+pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+
+
+def invoke(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
+    result = CliRunner().invoke(app, argv, env=env)
+    if result.exception and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.output
+
+
+@pytest.fixture(scope="module")
+def engine_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A store and cache of this module's own; the base and the torch-cpu image built."""
+    base = tmp_path_factory.mktemp("docker")
+    env = {"ENVAUDIT_STORE": str(base / "store"), "ENVAUDIT_CACHE": str(base / "cache")}
+    code, out = invoke(["fetch", "torch-cpu", "--locks-dir", str(REPO / "locks")], env)
+    assert code == 0, out
+    code, out = invoke(["base", "build", "bookworm-minbase"], env)
+    assert code == 0, out
+    code, out = invoke(["build", "--env", "torch-cpu"], env)
+    assert code == 0, out
+    return env
+
+
+def test_second_build_is_a_no_op_and_labels_match_the_lock(engine_env: dict[str, str]) -> None:
+    engine = Engine.connect()
+    plan = plan_build("torch-cpu").image
+    before = engine.image(plan.tag)
+    assert before is not None
+    code, out = invoke(["build", "--solution", "torch-cpu"], engine_env)
+    assert code == 0 and "up to date" in out, out
+    after = engine.image(plan.tag)
+    assert after is not None and after.id == before.id
+    labels = after.labels
+    assert labels["dev.envaudit.closure-hash"] == LOCK.closure_hash
+    assert labels["dev.envaudit.spec-sha256"] == LOCK.spec_sha256
+    assert len(labels["dev.envaudit.base-manifest-sha256"]) == 64
+    # nothing of the build context stays in the image: no wheel file anywhere
+    history = engine.layer_sizes(plan.tag)
+    assert not any("wheels/" in created and size > 0 for created, size in history), history
+
+
+def test_baselines_pass_smoke_in_containers(engine_env: dict[str, str], tmp_path: Path) -> None:
+    names = baselines()
+    argv = ["audit", "--runtime", "docker", "--env", "torch-cpu", "--device", "cpu"]
+    argv += ["--data-root", str(SHIPPED_ROOT), "--solutions-root", str(SOLUTIONS)]
+    argv += ["--out", str(tmp_path / "audit")]
+    for name in names:
+        argv += ["--solution", name]
+    code, out = invoke(argv, engine_env)
+    lines = [line for _, line in read_lines(tmp_path / "audit" / "results.jsonl") if line]
+    assert {line["solution"] for line in lines} == set(names), out
+    assert all(line["status"] == "PASSED" for line in lines), [x.get("message") for x in lines]
+    image = Engine.connect().image(plan_build("torch-cpu").image.tag)
+    assert image is not None
+    for line in lines:
+        context = line["context"]
+        assert context["runtime"] == "docker"
+        assert context["image_id"] == image.id
+        assert context["closure_hash"] == LOCK.closure_hash
+        assert context["declared_env"] == "torch-2.11-cu130" and context["env"] == "torch-cpu"
+        assert line["environment"]["torch"] == "2.13.0+cpu"
+        assert line["environment"]["distributions_count"] == len(LOCK.packages)
+    assert code == 0, out
+
+
+@pytest.fixture(scope="module")
+def fault_lines(
+    engine_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, dict[str, dict]]:
+    base = tmp_path_factory.mktemp("docker-faults")
+    root = write_toy_root(base / "data")
+    suite = {
+        "schema_version": 1,
+        "name": "all",
+        "workloads": {"toy_scale": [UUID_BLOB, UUID_RANDOM]},
+    }
+    (root / "suites" / "all.json").write_text(json.dumps(suite))
+    solutions = base / "solutions"
+    for name in EXPECTED:
+        write_solution(solutions, name)
+    argv = ["audit", "--runtime", "docker", "--device", "cpu", "--data-root", str(root)]
+    argv += ["--solutions-root", str(solutions), "--out", str(base / "out"), "--suite", "all"]
+    argv += ["--timeout", "20"]
+    code, out = invoke(argv, engine_env)
+    assert code == 1, out
+    found: dict[str, dict[str, dict]] = {}
+    for _, line in read_lines(base / "out" / "results.jsonl"):
+        assert line is not None
+        found.setdefault(line["solution"], {})[line["workload"]["uuid"]] = line
+    return found
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_fault_statuses_match_the_host_runtime(fault_lines: dict, name: str) -> None:
+    got = fault_lines[name]
+    assert (got[UUID_BLOB]["status"], got[UUID_RANDOM]["status"]) == EXPECTED[name], (
+        got[UUID_BLOB].get("message"),
+        got[UUID_RANDOM].get("message"),
+    )
+    if name in MESSAGES:
+        assert MESSAGES[name] in got[UUID_BLOB]["message"]
+    assert got[UUID_BLOB]["context"]["runtime"] == "docker"
+
+
+def test_crash_line_quotes_the_container_log(fault_lines: dict) -> None:
+    line = fault_lines["segfault"][UUID_BLOB]
+    assert "SIGSEGV" in line["message"]
+    assert "Segmentation fault" in line["log"] and "main.py" in line["log"]
+
+
+def test_a_container_killed_from_outside_is_that_workload_s_runtime_error(
+    engine_env: dict[str, str], tmp_path: Path
+) -> None:
+    root = write_toy_root(tmp_path / "data")
+    write_solution(tmp_path / "solutions", "hang")
+    engine = Engine.connect()
+    killed: list[str] = []
+
+    def kill_when_running() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not killed:
+            for container in engine.client.containers.list(filters={"label": "dev.envaudit.job"}):
+                job = Path(container.labels["dev.envaudit.job"])
+                if job.is_relative_to(Path(engine_env["ENVAUDIT_CACHE"])) and _begun(job):
+                    container.kill()
+                    killed.append(container.id)
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=kill_when_running)
+    thread.start()
+    argv = ["run", "--solution", "hang", "--runtime", "docker", "--device", "cpu"]
+    argv += ["--data-root", str(root), "--solutions-root", str(tmp_path / "solutions")]
+    argv += ["--workload", UUID_BLOB, "--report", str(tmp_path / "r.jsonl"), "--timeout", "120"]
+    code, out = invoke(argv, engine_env)
+    thread.join()
+    assert killed, out
+    (line,) = [line for _, line in read_lines(tmp_path / "r.jsonl") if line]
+    assert line["status"] == "RUNTIME_ERROR" and "SIGKILL" in line["message"], line["message"]
+    assert code == 1
+
+
+def _begun(job: Path) -> bool:
+    try:
+        return '"begin"' in (job / "progress.jsonl").read_text()
+    except OSError:
+        return False
+
+
+def test_unreadable_dataset_file_is_refused_before_any_container(
+    engine_env: dict[str, str], tmp_path: Path
+) -> None:
+    root = write_toy_root(tmp_path / "data")
+    write_solution(tmp_path / "solutions", "correct")
+    for blob in (root / "blob").rglob("*.safetensors"):
+        blob.chmod(0o600)
+    argv = ["run", "--solution", "correct", "--runtime", "docker", "--device", "cpu"]
+    argv += ["--data-root", str(root), "--solutions-root", str(tmp_path / "solutions")]
+    argv += ["--report", str(tmp_path / "r.jsonl")]
+    if os.getuid() != 0:
+        pytest.skip("a non-root caller's container runs as that caller, who can read the file")
+    code, out = invoke(argv, engine_env)
+    assert code == 2, out
+    assert "cannot read" in out and "chmod" in out
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_a_gpu_that_does_not_exist_is_a_usage_error(
+    engine_env: dict[str, str], tmp_path: Path
+) -> None:
+    argv = ["run", "--solution", "gemm_bf16_n4096_k12288-torch", "--runtime", "docker"]
+    argv += ["--env", "torch-cpu", "--gpu", "GPU-00000000-0000-0000-0000-000000000000"]
+    argv += ["--data-root", str(SHIPPED_ROOT), "--solutions-root", str(SOLUTIONS)]
+    argv += ["--report", str(tmp_path / "r.jsonl")]
+    code, out = invoke(argv, engine_env)
+    assert code == 2, out
+    assert "GPU-00000000-0000-0000-0000-000000000000" in out
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_no_worker_container_is_left_behind(fault_lines: dict) -> None:
+    engine = Engine.connect()
+    left = engine.client.containers.list(all=True, filters={"label": "dev.envaudit.job"})
+    assert not left, [c.labels for c in left]
