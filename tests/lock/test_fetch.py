@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import http.server
 import json
+import os
 import shutil
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -15,6 +22,7 @@ from envaudit.lock.fetch import fetch_lock
 from envaudit.lock.files import LockError, load_lock, write_lock
 from envaudit.lock.resolve import lock_env
 from envaudit.lock.store import Store
+from envaudit.schema.locks import LockedPackage
 from envaudit.schema.paths import sha256_file as sha256_path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -213,3 +221,133 @@ def test_git_remotes_come_from_configuration_not_the_lock(tmp_path: Path) -> Non
     ]
     assert config.git_remotes("/srv/repo") == ["/srv/repo"]
     assert FetchConfig(store=tmp_path).git_remotes("owner/repo") == []
+
+
+def _serve_slowly(folder: Path) -> tuple[http.server.ThreadingHTTPServer, list[str]]:
+    """An http mirror of `folder` that holds each file's first request until a second one for
+    it arrives (or 2 s pass), then trickles the bytes out: two fetches that both download a
+    file overlap for certain. Returns the server and the list of paths requested."""
+    requested: list[str] = []
+    arrived: dict[str, threading.Event] = {}
+    guard = threading.Lock()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            with guard:
+                requested.append(self.path)
+                event = arrived.get(self.path)
+                if event is None:
+                    event = arrived[self.path] = threading.Event()
+                else:
+                    event.set()
+            event.wait(timeout=2)
+            path = folder / self.path.lstrip("/")
+            if not path.is_file():
+                self.send_error(404)
+                return
+            data = path.read_bytes()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            for start in range(0, len(data), 4096):
+                self.wfile.write(data[start : start + 4096])
+                self.wfile.flush()
+                time.sleep(0.01)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, requested
+
+
+def test_two_concurrent_fetches_into_one_store_both_succeed(env: Path, tmp_path: Path) -> None:
+    """Two real processes download the same files from one http mirror into one store at the
+    same time: both exit 0, without a traceback, and the store holds every file whole."""
+    lock = load_lock(env)
+    reference = FetchConfig(store=tmp_path / "reference-store")
+    assert fetch_lock(lock, reference).complete
+    served = tmp_path / "served"
+    served.mkdir()
+    for package in lock.packages:
+        shutil.copyfile(
+            Store(reference.store).path_of(package.artifact), served / package.artifact.filename
+        )
+    server, requested = _serve_slowly(served)
+    environ = {
+        **os.environ,
+        "ENVAUDIT_STORE": str(tmp_path / "store"),
+        "ENVAUDIT_MIRRORS": f"http://127.0.0.1:{server.server_port}",
+        "ENVAUDIT_INDEX_URL": "http://127.0.0.1:9/simple",  # never asked: the mirror has all
+    }
+    argv = [sys.executable, "-m", "envaudit", "fetch", "tiny", "--locks-dir", str(env.parent)]
+    try:
+        runs = [
+            subprocess.Popen(
+                argv, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+            for _ in range(2)
+        ]
+        outputs = [run.communicate(timeout=120) for run in runs]
+    finally:
+        server.shutdown()
+    for run, (out, err) in zip(runs, outputs, strict=True):
+        assert run.returncode == 0, out + err
+        assert "Traceback" not in err and "0 missing" in out, out + err
+    store = Store(tmp_path / "store")
+    for package in lock.packages:
+        assert sha256_path(store.path_of(package.artifact)) == package.artifact.sha256
+    assert not list((tmp_path / "store" / "partial").glob("*.part"))
+    assert requested  # the mirror served them
+
+
+def _corrupt(env: Path, tmp_path: Path, grow: bool = False) -> tuple[Store, LockedPackage, bytes]:
+    """Fetch the lock, then change the bytes of six's store entry (same size, or one more
+    byte); the store, six's package and its true bytes."""
+    assert invoke("fetch", "tiny", "--locks-dir", str(env.parent))[0] == 0
+    six = next(p for p in load_lock(env).packages if p.name == "six")
+    store = Store(tmp_path / "store")
+    entry = store.path_of(six.artifact)
+    whole = entry.read_bytes()
+    entry.write_bytes(whole + b"\0" if grow else b"\0" * len(whole))
+    return store, six, whole
+
+
+def test_changed_store_entry_is_found_by_verify_and_quarantined(env: Path, tmp_path: Path) -> None:
+    store, six, whole = _corrupt(env, tmp_path)
+    code, out = invoke("fetch", "tiny", "--offline", "--locks-dir", str(env.parent))
+    assert code == 0 and "2 already in the store" in out  # same size: only a rehash tells
+    code, out = invoke("fetch", "tiny", "--offline", "--verify", "--locks-dir", str(env.parent))
+    assert code == 1, out
+    assert "quarantined" in out and six.artifact.filename in out and six.artifact.sha256 in out
+    assert "1 already in the store" in out and "1 quarantined" in out and "1 missing" in out
+    assert not store.path_of(six.artifact).exists()
+    kept = list((tmp_path / "store" / "quarantine").iterdir())
+    assert len(kept) == 1 and kept[0].read_bytes() == b"\0" * len(whole)
+    assert str(kept[0]) in out
+
+
+def test_quarantined_entry_is_fetched_again_from_a_source(env: Path, tmp_path: Path) -> None:
+    store, six, whole = _corrupt(env, tmp_path)
+    links = tmp_path / "links"
+    links.mkdir()
+    (links / six.artifact.filename).write_bytes(whole)
+    code, out = invoke(
+        "fetch", "tiny", "--verify", "--find-links", str(links), "--locks-dir", str(env.parent)
+    )
+    assert code == 0, out
+    assert "1 quarantined" in out and f"fetched {six.artifact.filename} (find-links)" in out
+    assert sha256_path(store.path_of(six.artifact)) == six.artifact.sha256
+    assert len(list((tmp_path / "store" / "quarantine").iterdir())) == 1
+
+
+def test_store_entry_of_the_wrong_size_is_quarantined_without_verify(
+    env: Path, tmp_path: Path
+) -> None:
+    store, six, whole = _corrupt(env, tmp_path, grow=True)
+    code, out = invoke("fetch", "tiny", "--offline", "--locks-dir", str(env.parent))
+    assert code == 1, out
+    assert "quarantined" in out and f"{len(whole) + 1} bytes" in out and "1 missing" in out
+    assert not store.path_of(six.artifact).exists()
+    assert len(list((tmp_path / "store" / "quarantine").iterdir())) == 1

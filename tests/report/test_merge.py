@@ -198,3 +198,39 @@ def test_lines_measured_outside_the_declared_env_are_marked(tmp_path: Path) -> N
     assert entries["d-torch"]["declared_env_check"]["matches"] is True
     text = render_markdown(summary, preferred_solutions(summary), [], "envaudit merge", "now")
     assert "not the declared env: missing tilelang==0.1.15; tilelang 0.1.15 -> 0.1.12" in text
+
+
+def test_same_key_keeps_the_newest_instant_whatever_the_offset_or_order(tmp_path: Path) -> None:
+    """Timestamps are compared as instants: 12:00+02:00 is older than 11:00Z."""
+    east = line("d-torch", "w1", 2.0, stamp="2026-11-30T12:00:00+02:00")  # 10:00 UTC
+    utc = line("d-torch", "w1", 1.0, stamp="2026-11-30T11:00:00Z")
+    a, b = write(tmp_path / "a.jsonl", [east]), write(tmp_path / "b.jsonl", [utc])
+    for order in ([a, b], [b, a]):
+        merged, _ = summarize(order)
+        assert merged.repeats == 1
+        assert [ln["timing"]["eager"]["median_ms"] for ln in merged.lines] == [1.0]
+
+
+def test_a_line_without_a_timestamp_is_older_than_any_dated_line(tmp_path: Path) -> None:
+    undated = line("d-fast", "w1", 3.0, status="RUNTIME_ERROR")
+    del undated["timestamp"]
+    garbled = line("d-fast", "w1", 4.0, status="TIMEOUT", stamp="yesterday")
+    dated = line("d-fast", "w1", 1.0, stamp="2026-01-01T00:00:00+00:00")
+    for lines in ([undated, garbled, dated], [dated, garbled, undated]):
+        merged, _ = summarize([write(tmp_path / "r.jsonl", lines)])
+        assert [ln["status"] for ln in merged.lines] == ["PASSED"]
+        assert {c.dropped["status"] for c in merged.conflicts} == {"RUNTIME_ERROR", "TIMEOUT"}
+
+
+def test_equal_timestamps_keep_the_line_read_last(tmp_path: Path) -> None:
+    """Ties go to the later file on the command line, then the later line in a file."""
+    first = line("d-fast", "w1", 1.0, stamp="2026-11-30T10:00:00+00:00")
+    same_instant = line("d-fast", "w1", 2.0, stamp="2026-11-30T11:00:00+01:00")
+    a, b = write(tmp_path / "a.jsonl", [first]), write(tmp_path / "b.jsonl", [same_instant])
+    merged, _ = summarize([a, b])
+    assert [ln["_source"] for ln in merged.lines] == [f"{b}:1"]
+    merged, _ = summarize([b, a])
+    assert [ln["_source"] for ln in merged.lines] == [f"{a}:1"]
+    both = write(tmp_path / "both.jsonl", [same_instant, first])
+    merged, _ = summarize([both])
+    assert [ln["_source"] for ln in merged.lines] == [f"{both}:2"]

@@ -4,6 +4,11 @@ Where a file may come from, in order: the store itself, the configured find-link
 configured mirrors (folders or http bases, `<base>/<filename>` or `<base>/sha256/<hash>`), then
 the index (PEP 691 JSON simple API: the file with that name *and* that sha256). Whatever the
 source, the bytes are hashed before they enter the store; the source is therefore irrelevant.
+
+What the store claims to hold is checked too: every entry's size on every run, its sha256 with
+`verify`. A bad entry is quarantined (see `Store.quarantine`), reported, and fetched again like
+a missing one. Each artifact is handled under its store lock, so concurrent fetches into one
+store wait for each other per artifact instead of writing one partial file together.
 """
 
 from __future__ import annotations
@@ -33,23 +38,40 @@ class FetchReport:
     present: list[str] = field(default_factory=list)
     fetched: list[tuple[str, str]] = field(default_factory=list)  # (filename, origin)
     missing: list[str] = field(default_factory=list)  # one message per missing artifact
+    quarantined: list[str] = field(default_factory=list)  # one message per bad store entry
 
     @property
     def complete(self) -> bool:
         return not self.missing
 
 
-def fetch_lock(lock: Lock, config: FetchConfig, progress: Progress | None = None) -> FetchReport:
-    """Fetch what is missing from the store. Hash mismatches raise at once (exit 1); missing
-    artifacts are collected so one run names all of them."""
+def fetch_lock(
+    lock: Lock, config: FetchConfig, progress: Progress | None = None, verify: bool = False
+) -> FetchReport:
+    """Fetch what is missing from the store, after checking what it holds (sizes; with
+    `verify`, every sha256). Hash mismatches of fetched files raise at once (exit 1); missing
+    artifacts and quarantined entries are collected so one run names all of them."""
     store = Store(config.store)
     report = FetchReport()
     for what, artifact, package in _wanted(lock):
-        if store.has(artifact):
+        try:
+            with store.locked(artifact):
+                problem = store.problem(artifact, rehash=verify)
+                if problem is not None:
+                    moved = store.quarantine(artifact)
+                    report.quarantined.append(
+                        f"{what}: the store's {artifact.filename} (sha256 {artifact.sha256}) had"
+                        f" {problem}; moved to {moved}"
+                    )
+            origin = fetch_artifact(store, artifact, what, package, config, progress)
+        except OSError as exc:  # the store itself: read-only, full, not a folder
+            raise LockError(
+                f"the store {store.root} cannot be used: {exc}",
+                hint="ENVAUDIT_STORE (or --store) must name a writable folder with room to spare",
+            ) from exc
+        if origin == "store":
             report.present.append(artifact.filename)
-            continue
-        origin = fetch_artifact(store, artifact, what, package, config, progress)
-        if origin is None:
+        elif origin is None:
             report.missing.append(_missing_message(what, artifact, config))
         else:
             report.fetched.append((artifact.filename, origin))
@@ -65,25 +87,30 @@ def fetch_artifact(
     config: FetchConfig,
     progress: Progress | None = None,
 ) -> str | None:
-    """Bring one artifact into the store; the origin's kind, or None when nothing has it."""
-    for folder in config.find_links:
-        candidate = folder / artifact.filename
-        if candidate.is_file():
-            store.copy_in(candidate, artifact, what, "find-links")
-            return "find-links"
-    if config.offline:
-        return None
-    for mirror in config.mirrors:
-        origin = _from_mirror(store, artifact, what, mirror, progress)
-        if origin:
-            return origin
-    if package is None:
-        return None
-    url = _index_url_for(artifact, package, config)
-    if url is None:
-        return None
-    download(store, artifact, what, url, "index", progress)
-    return "index"
+    """Bring one artifact into the store unless it is there (of the right size): the origin's
+    kind ("store" when it was there), or None when nothing has it. Holds the artifact's lock, so
+    concurrent callers bring it once."""
+    with store.locked(artifact):
+        if store.has(artifact):
+            return "store"
+        for folder in config.find_links:
+            candidate = folder / artifact.filename
+            if candidate.is_file():
+                store.copy_in(candidate, artifact, what, "find-links")
+                return "find-links"
+        if config.offline:
+            return None
+        for mirror in config.mirrors:
+            origin = _from_mirror(store, artifact, what, mirror, progress)
+            if origin:
+                return origin
+        if package is None:
+            return None
+        url = _index_url_for(artifact, package, config)
+        if url is None:
+            return None
+        download(store, artifact, what, url, "index", progress)
+        return "index"
 
 
 def unbuildable_sources(lock: Lock) -> list[str]:
@@ -110,7 +137,8 @@ def download(
     store: Store, artifact: Artifact, what: str, url: str, origin: str, progress: Progress | None
 ) -> None:
     """HTTP download into the partial file, resuming from its current length; verified, then
-    admitted. A mismatch deletes the partial file so the next run starts clean."""
+    admitted. A mismatch deletes the partial file so the next run starts clean. The caller
+    holds the artifact's lock (the partial file is shared between runs)."""
     partial = store.partial_path(artifact)
     partial.parent.mkdir(parents=True, exist_ok=True)
     have = partial.stat().st_size if partial.exists() else 0

@@ -1,7 +1,12 @@
 """The content-addressed store: `<store>/sha256/<hash>` holds a file only once its hash checked out.
 
 Downloads grow in `<store>/partial/<hash>.part` (kept between runs, so an interrupted download
-resumes) and are renamed into place after verification; nothing else ever writes there.
+resumes) and are renamed into place after verification. Any number of processes may fetch into
+one store at once: a fetch holds the artifact's lock (`<store>/partial/<hash>.lock`, an advisory
+`flock`) while it checks the entry, grows the partial file or moves an entry, so one process
+brings each file and the others find it there. Every entry is only ever replaced whole (a
+rename) by a verified file. An entry that `fetch` finds not to be what its hash says (wrong
+size; wrong sha256 when rehashed) is moved aside into `<store>/quarantine/`, not trusted.
 """
 
 from __future__ import annotations
@@ -9,11 +14,13 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from envaudit.lock.files import LockError
 from envaudit.schema.locks import Artifact
-from envaudit.schema.paths import sha256_file
+from envaudit.schema.paths import exclusive_lock, sha256_file
 
 
 class HashMismatch(LockError):
@@ -38,6 +45,36 @@ class Store:
     def has(self, artifact: Artifact) -> bool:
         path = self.path_of(artifact)
         return path.is_file() and path.stat().st_size == artifact.size
+
+    def locked(self, artifact: Artifact) -> AbstractContextManager[None]:
+        """The artifact's lock, waiting for another process that holds it (not re-entrant)."""
+        return exclusive_lock(self.root / "partial" / f"{artifact.sha256}.lock")
+
+    def problem(self, artifact: Artifact, rehash: bool = False) -> str | None:
+        """Why the entry at the artifact's path is not the artifact: not a file, a wrong size
+        (always checked), a wrong sha256 (with rehash). None when it is sound or absent."""
+        path = self.path_of(artifact)
+        if not os.path.lexists(path):
+            return None
+        if path.is_symlink() or not path.is_file():
+            return "an entry that is not a regular file"
+        size = path.stat().st_size
+        if size != artifact.size:
+            return f"{size} bytes, the lock says {artifact.size}"
+        if rehash:
+            actual = sha256_file(path)
+            if actual != artifact.sha256:
+                return f"sha256 {actual}, the lock says {artifact.sha256}"
+        return None
+
+    def quarantine(self, artifact: Artifact) -> Path:
+        """Move the artifact's entry aside to `<store>/quarantine/<hash>.<time in ns>`, where it
+        can be examined; its new path. Call it holding the artifact's lock."""
+        folder = self.root / "quarantine"
+        folder.mkdir(parents=True, exist_ok=True)
+        target = folder / f"{artifact.sha256}.{time.time_ns()}"
+        os.replace(self.path_of(artifact), target)
+        return target
 
     def admit(self, candidate: Path, artifact: Artifact, what: str, origin: str) -> Path:
         """Move a verified file into the store (`candidate` is consumed only when it is ours)."""

@@ -1,13 +1,19 @@
 """`envaudit merge`: result files in, the whole report out.
 
 Writes, under the output folder: results.jsonl (merged), summary.json, preferred-solutions.json,
-performance.md, interfaces.json, plots/ and FlashInfer-Bench traces/. Every file is written to a
-temporary name and renamed; the same inputs give the same bytes except the generation time.
+performance.md, interfaces.json, plots/ and FlashInfer-Bench traces/. The same inputs give the
+same bytes except the generation time.
+
+A report is only ever replaced by a better-founded one: --out is checked first (a folder this
+process can write, or one it can create), every input must be a readable UTF-8 file, a merge
+with no usable result line writes nothing, and the whole report is rendered in memory before
+the first file is written. Each file is then written to a temporary name and renamed.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,16 +22,40 @@ from typing import Any
 from envaudit.dataset.interfaces import load_interfaces
 from envaudit.dataset.traceset import DatasetRootError, load_traceset
 from envaudit.report.markdown import render_markdown
-from envaudit.report.merge import MergeResult, merge_files, write_results
-from envaudit.report.plots import write_plots
+from envaudit.report.merge import (
+    MergeResult,
+    UnreadableInputs,
+    merge_files,
+    render_results,
+)
+from envaudit.report.plots import render_plots
 from envaudit.report.summary import SolutionInfo, build_summary, preferred_solutions
-from envaudit.report.traces import export_traces, trace_to_line
-from envaudit.schema.paths import write_text_atomically
+from envaudit.report.traces import render_traces, trace_to_line
+from envaudit.schema.paths import write_bytes_atomically, write_text_atomically
 from envaudit.schema.results import now_iso
+
+INPUTS_HINT = (
+    "merge takes the result files (.jsonl) that `envaudit run --report` and `envaudit audit"
+    " --out` write, or FlashInfer-Bench traces"
+)
 
 
 class ReportError(Exception):
-    """Usage or environment problem (exit 2): unreadable data root, no inputs."""
+    """Why no report was written. Exit 2 for usage or environment problems (unreadable input,
+    unwritable --out, unreadable data root), 1 when the inputs hold nothing to report;
+    `findings` are the merge's warnings, to show before the error."""
+
+    def __init__(
+        self,
+        message: str,
+        exit_code: int = 2,
+        hint: str | None = None,
+        findings: Sequence[str] = (),
+    ) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.hint = hint
+        self.findings = list(findings)
 
 
 @dataclass
@@ -43,6 +73,40 @@ def build_report(
 ) -> ReportOutcome:
     if not inputs:
         raise ReportError("no result files given")
+    check_out(out)
+    try:
+        merged = merge_files(inputs, convert=trace_to_line)
+    except UnreadableInputs as exc:
+        raise ReportError(
+            "; ".join(exc.problems), hint=f"{INPUTS_HINT}; nothing was written to {out}"
+        ) from exc
+    if not merged.lines:
+        raise ReportError(
+            f"no usable result line in {', '.join(str(p) for p in inputs)}; nothing written"
+            + (f", the report in {out} is left as it was" if _has_files(out) else ""),
+            exit_code=1,
+            hint=INPUTS_HINT,
+            findings=[f.render() for f in merged.findings],
+        )
+    files = render_report(merged, out, data_root, solutions_root, command)
+    for path, content in files.items():
+        try:
+            if isinstance(content, bytes):
+                write_bytes_atomically(path, content)
+            else:
+                write_text_atomically(path, content)
+        except OSError as exc:
+            raise ReportError(
+                f"cannot write {path}: {exc.strerror or exc}",
+                hint=f"make {out} writable and merge again (files before {path.name} are new)",
+            ) from exc
+    return ReportOutcome(merged=merged, written=list(files))
+
+
+def render_report(
+    merged: MergeResult, out: Path, data_root: Path, solutions_root: Path, command: str
+) -> dict[Path, str | bytes]:
+    """Every file of the report by its path under `out`, in the order they are written."""
     solutions = load_solutions(solutions_root)
     try:
         traceset = load_traceset(data_root)
@@ -53,25 +117,43 @@ def build_report(
     }
     workloads = {w.uuid: w.trace.workload.model_dump(mode="json") for w in traceset.workloads}
     interfaces = [i.model_dump(mode="json") for _, i in sorted(load_interfaces(data_root).items())]
-    merged = merge_files(inputs, convert=trace_to_line)
     summary = build_summary(merged, solutions, definitions)
     preferred = preferred_solutions(summary)
+    try:
+        traces = render_traces(merged.lines, solutions, definitions, workloads, out)
+    except ValueError as exc:
+        raise ReportError(str(exc), exit_code=1, hint="nothing was written") from exc
     generated_at = now_iso()
-    written = [out / "results.jsonl"]
-    write_results(merged.lines, written[0])
+    files: dict[Path, str | bytes] = {out / "results.jsonl": render_results(merged.lines)}
     for name, payload in (
         ("summary.json", {"generated_at": generated_at, **summary}),
         ("preferred-solutions.json", {"generated_at": generated_at, **preferred}),
         ("interfaces.json", {"interfaces": interfaces}),
     ):
-        written.append(out / name)
-        write_text_atomically(written[-1], json.dumps(payload, indent=1, sort_keys=True) + "\n")
+        files[out / name] = json.dumps(payload, indent=1, sort_keys=True) + "\n"
     markdown = render_markdown(summary, preferred, interfaces, command, generated_at)
-    written.append(out / "performance.md")
-    write_text_atomically(written[-1], markdown)
-    written += write_plots(summary, out)
-    written += export_traces(merged.lines, solutions, definitions, workloads, out)
-    return ReportOutcome(merged=merged, written=written)
+    files[out / "performance.md"] = markdown
+    files.update(render_plots(summary, out))
+    files.update(traces)
+    return files
+
+
+def check_out(out: Path) -> None:
+    """ReportError unless `out` is a folder this process may write in, or can be made one."""
+    hint = "name a folder for the report with --out (it is created when absent)"
+    existing = out
+    while not existing.exists() and not existing.is_symlink() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        where = "" if existing == out else f" ({existing} is a file)"
+        raise ReportError(f"--out {out} is not a folder{where}", hint=hint)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        where = "" if existing == out else f" (cannot create it in {existing})"
+        raise ReportError(f"--out {out} is not writable{where}", hint=hint)
+
+
+def _has_files(folder: Path) -> bool:
+    return folder.is_dir() and any(p.is_file() for p in folder.rglob("*"))
 
 
 def load_solutions(root: Path) -> dict[str, SolutionInfo]:

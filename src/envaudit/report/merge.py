@@ -4,7 +4,13 @@ Every input line is accounted for: merged, a repeat of a line already merged (sa
 revision, workload, environment and GPU, same status: the newest measurement is kept), a
 conflict (same key, different status or solution revision: the newest is kept and both are
 reported), or a finding with its file and line number (truncated, not JSON, unknown kind, older
-schema, unknown status). Nothing readable is left out.
+schema, unknown status). Nothing readable is left out; an input that cannot be read at all (no
+such file, a folder, not UTF-8) stops the merge before any line is merged.
+
+Which line of one key is kept, so that the same inputs always give the same report: the rule of
+`envaudit.schema.results` (the newest by `timestamp` as an instant, an undated line older than
+every dated one), a tie going to the line read last: the later file on the command line, then
+the later line in a file.
 """
 
 from __future__ import annotations
@@ -16,13 +22,21 @@ from pathlib import Path
 from typing import Any
 
 from envaudit.schema.models import EvaluationStatus
-from envaudit.schema.paths import write_text_atomically
-from envaudit.schema.results import RESULT_SCHEMA_VERSION
+from envaudit.schema.results import RESULT_SCHEMA_VERSION, line_instant
 
 KNOWN_STATUSES = {s.value for s in EvaluationStatus}
 REQUIRED = ("definition", "solution", "status")
 
 Key = tuple[str, str, str, str, str]  # solution, workload uuid, env, closure hash, device
+
+
+class UnreadableInputs(Exception):
+    """Inputs that are not result files at all (missing, a folder, unreadable, not UTF-8): one
+    message per file, each naming it."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
 
 
 @dataclass(frozen=True)
@@ -107,28 +121,48 @@ def line_key(line: Mapping[str, Any]) -> Key:
 
 
 def merge_files(paths: Iterable[Path], convert: Converter | None = None) -> MergeResult:
+    """Every input read first (UnreadableInputs naming each bad one), then merged in order."""
+    texts = read_inputs(paths)
     result = MergeResult()
     kept: dict[Key, dict[str, Any]] = {}
-    for path in paths:
+    for path, text in texts:
         summary = InputFile(file=str(path))
         result.inputs.append(summary)
-        for line in _read(path, summary, result, convert):
+        for line in _read(path, text, summary, result, convert):
             _admit(line, kept, result)
     result.lines = sorted(kept.values(), key=lambda line: line_key(line))
     return result
 
 
+def read_inputs(paths: Iterable[Path]) -> list[tuple[Path, str]]:
+    """(path, text) of every input; UnreadableInputs naming all that are no text file."""
+    texts: list[tuple[Path, str]] = []
+    problems: list[str] = []
+    for path in paths:
+        try:
+            texts.append((path, path.read_bytes().decode("utf-8-sig")))
+        except FileNotFoundError:
+            problems.append(f"{path}: no such file")
+        except IsADirectoryError:
+            problems.append(f"{path}: a folder, not a result file")
+        except OSError as exc:
+            problems.append(f"{path}: cannot be read ({exc.strerror or exc})")
+        except UnicodeDecodeError as exc:
+            problems.append(
+                f"{path}: not UTF-8 JSON lines (byte {exc.start} is"
+                f" 0x{exc.object[exc.start]:02x}); is it a result file?"
+            )
+    if problems:
+        raise UnreadableInputs(problems)
+    return texts
+
+
 def _read(
-    path: Path, summary: InputFile, result: MergeResult, convert: Converter | None
+    path: Path, text: str, summary: InputFile, result: MergeResult, convert: Converter | None
 ) -> Iterable[dict[str, Any]]:
     def finding(number: int | None, message: str) -> None:
         result.findings.append(InputFinding(str(path), number, message))
 
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        finding(None, f"cannot read: {exc}")
-        return
     if not text.strip():
         finding(None, "empty input: no result lines")
         return
@@ -206,9 +240,7 @@ def _admit(line: dict[str, Any], kept: dict[Key, dict[str, Any]], result: MergeR
     if old is None:
         kept[key] = line
         return
-    newer, older = (
-        (line, old) if str(line.get("timestamp")) >= str(old.get("timestamp")) else (old, line)
-    )
+    newer, older = (line, old) if line_instant(line) >= line_instant(old) else (old, line)
     kept[key] = newer
     same = (old.get("status"), old.get("solution_hash")) == (
         line.get("status"),
@@ -220,10 +252,9 @@ def _admit(line: dict[str, Any], kept: dict[Key, dict[str, Any]], result: MergeR
         result.conflicts.append(Conflict(key=key, kept=newer, dropped=older))
 
 
-def write_results(lines: Iterable[Mapping[str, Any]], path: Path) -> None:
+def render_results(lines: Iterable[Mapping[str, Any]]) -> str:
     """results.jsonl: the merged lines, without our bookkeeping keys, in a stable order."""
-    text = "".join(
+    return "".join(
         json.dumps({k: v for k, v in line.items() if not k.startswith("_")}, sort_keys=True) + "\n"
         for line in lines
     )
-    write_text_atomically(path, text)

@@ -12,6 +12,7 @@ Figures never mix GPUs: one speedup figure per definition and GPU, one roofline 
 
 from __future__ import annotations
 
+import io
 import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -26,6 +27,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FormatStrFormatter, NullFormatter
+
+from envaudit.schema.paths import write_bytes_atomically
 
 DPI = 100
 SPEEDUP_SIZE = (11.0, 6.0)
@@ -51,10 +54,18 @@ class _Slot:
 
 
 def write_plots(summary: Mapping[str, Any], out: Path) -> list[Path]:
-    """Write every figure under ``out/plots/`` and return the paths written, PNG then SVG."""
+    """Write every figure under ``out/plots/`` (each atomically) and return the paths written,
+    PNG then SVG."""
+    figures = render_plots(summary, out)
+    for path, data in figures.items():
+        write_bytes_atomically(path, data)
+    return list(figures)
+
+
+def render_plots(summary: Mapping[str, Any], out: Path) -> dict[Path, bytes]:
+    """Every figure's bytes by its path under ``out/plots/``, PNG then SVG; nothing written."""
     target = out / "plots"
-    target.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
+    rendered: dict[Path, bytes] = {}
     devices = summary.get("devices") or {}
     with _reproducible_rc():
         for definition, block in sorted(summary["definitions"].items()):
@@ -64,12 +75,12 @@ def write_plots(summary: Mapping[str, Any], out: Path) -> list[Path]:
                 gpu = _gpu_name(devices, device)
                 fig = _speedup_figure(definition, gpu, device, dblock["solutions"])
                 stem = f"{_safe(definition)}.{short_gpu(gpu, device)}"
-                written += _save(fig, target / stem)
+                rendered.update(_render(fig, target / stem))
         for device in _roofline_devices(summary):
             gpu = _gpu_name(devices, device)
             fig = _roofline_figure(gpu, device, _roofline_entries(summary, device))
-            written += _save(fig, target / f"roofline.{short_gpu(gpu, device)}")
-    return written
+            rendered.update(_render(fig, target / f"roofline.{short_gpu(gpu, device)}"))
+    return rendered
 
 
 def short_gpu(name: str, uuid: str) -> str:
@@ -101,13 +112,16 @@ def _reproducible_rc() -> Iterator[None]:
         yield
 
 
-def _save(fig: Figure, stem: Path) -> list[Path]:
-    """Save without timestamps or software stamps, then drop the figure's artists at once."""
-    png, svg = stem.with_suffix(stem.suffix + ".png"), stem.with_suffix(stem.suffix + ".svg")
+def _render(fig: Figure, stem: Path) -> dict[Path, bytes]:
+    """PNG and SVG bytes without timestamps or software stamps; then drop the figure's artists."""
+    png, svg = io.BytesIO(), io.BytesIO()
     fig.savefig(png, format="png", dpi=DPI, metadata={"Software": None})
     fig.savefig(svg, format="svg", dpi=DPI, metadata={"Date": None})
     fig.clear()
-    return [png, svg]
+    return {
+        stem.with_suffix(stem.suffix + ".png"): png.getvalue(),
+        stem.with_suffix(stem.suffix + ".svg"): svg.getvalue(),
+    }
 
 
 # --- speedup figure -------------------------------------------------------------------------

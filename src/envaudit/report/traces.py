@@ -68,6 +68,21 @@ def export_traces(
 ) -> list[Path]:
     """Write one trace file per (author, op_type, definition) under out/traces; the paths
     written, sorted. Every trace is validated before anything is written."""
+    files = render_traces(lines, solutions, definitions, workloads, out)
+    for path, text in files.items():
+        write_text_atomically(path, text)
+    return list(files)
+
+
+def render_traces(
+    lines: Iterable[Mapping[str, Any]],
+    solutions: Mapping[str, SolutionInfo],
+    definitions: Mapping[str, Mapping[str, Any]],
+    workloads: Mapping[str, Mapping[str, Any]],
+    out: Path,
+) -> dict[Path, str]:
+    """export_traces' files (path -> text, sorted by path), nothing written; ValueError naming
+    the line when one is not a valid trace."""
     lines = list(lines)
     by_device = _baseline_index(lines, solutions, device_of)
     by_model = _baseline_index(lines, solutions, _model_of)
@@ -78,9 +93,7 @@ def export_traces(
         files[_trace_path(line, solutions, definitions, out)].append(
             (_sort_key(line), json.dumps(trace, sort_keys=True, allow_nan=True))
         )
-    for path, entries in files.items():
-        write_text_atomically(path, "".join(text + "\n" for _, text in sorted(entries)))
-    return sorted(files)
+    return {path: "".join(text + "\n" for _, text in sorted(files[path])) for path in sorted(files)}
 
 
 def _validate(trace: Mapping[str, Any], line: Mapping[str, Any]) -> None:

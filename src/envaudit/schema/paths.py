@@ -6,9 +6,12 @@ confined to the TraceSet root by one piece of code.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -25,19 +28,37 @@ def sha256_file(path: Path) -> str:
 
 
 def write_text_atomically(path: Path, text: str) -> Path:
-    """Replace `path` with `text` through a temporary file in the same folder and a rename, so
+    """Replace `path` with `text` (UTF-8) the way write_bytes_atomically does."""
+    return write_bytes_atomically(path, text.encode("utf-8"))
+
+
+def write_bytes_atomically(path: Path, data: bytes) -> Path:
+    """Replace `path` with `data` through a temporary file in the same folder and a rename, so
     readers see the old file or the new one, never half of one. The result is world-readable."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
         os.chmod(tmp, 0o644)  # mkstemp makes it private
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+@contextmanager
+def exclusive_lock(path: Path) -> Iterator[None]:
+    """Hold an advisory lock (flock) on `path`, created if absent, waiting for any other holder.
+    Not re-entrant: a second `exclusive_lock` of one path in one process waits forever."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def path_inside(root: Path, relative: str) -> Path:
