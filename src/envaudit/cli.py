@@ -81,7 +81,8 @@ def check_inputs(
     from envaudit.dataset.traceset import DatasetRootError
 
     try:
-        report = run_checks(data_root, definition or [])
+        with _reported():
+            report = run_checks(data_root, definition or [])
     except DatasetRootError as exc:
         _error(str(exc), "pass --data-root pointing at a folder holding definitions/")
     for finding in report.findings:
@@ -399,26 +400,30 @@ def _runtime_choice(runtime: str | None, default: str) -> str:
 
 
 def _env_preparer(runtime: str, options: object) -> Callable[[str], str | None]:
-    """A hook that makes an env ready in this runtime (fetch, build) with progress on stderr,
-    returning why it cannot be had, or None."""
-    from envaudit.runtime.registry import Progress, RunOptions, get_runtime
-
-    assert isinstance(options, RunOptions)
-    chosen = get_runtime(runtime, options.env)
+    """A hook that makes an env ready in this runtime, returning why it cannot be had, or
+    None."""
 
     def prepare(env: str) -> str | None:
-        from envaudit.report.console import byte_progress
-
         try:
-            with _steps(env) as (on_step, on_line), byte_progress() as on_fetch:
-                note = chosen.ensure(env, options, Progress(on_fetch, on_step, on_line))
+            _make_env(runtime, options, env)
         except EnvauditError as exc:
             return f"{exc}" + (f" (hint: {exc.hint})" if exc.hint else "")
-        if note:
-            typer.echo(note, err=True)
         return None
 
     return prepare
+
+
+def _make_env(runtime: str, options: object, env: str) -> None:
+    """Make an env ready in this runtime (fetch, build) with progress on stderr; an
+    EnvauditError (exit 2) when it cannot be had."""
+    from envaudit.report.console import byte_progress
+    from envaudit.runtime.registry import Progress, RunOptions, ensure_env
+
+    assert isinstance(options, RunOptions)
+    with _steps(env) as (on_step, on_line), byte_progress() as on_fetch:
+        note = ensure_env(runtime, env, options, Progress(on_fetch, on_step, on_line))
+    if note:
+        typer.echo(note, err=True)
 
 
 @app.command()
@@ -451,7 +456,7 @@ def run(
     """Validate and time one solution on its definition's workloads (default runtime: host)."""
     from envaudit.report.console import print_run_summary
     from envaudit.runtime.jobs import RunRequest
-    from envaudit.runtime.registry import RunOptions, run_job
+    from envaudit.runtime.registry import RunOptions, plan_run, run_planned
 
     chosen = _runtime_choice(runtime, "host")
     request = RunRequest(
@@ -471,13 +476,11 @@ def run(
         env=env, over=over, workload_timeout_s=_finite(timeout, "--timeout"), resume=resume
     )
     with _reported():
-        from envaudit.runtime.jobs import find_solution
-
-        declared = env or find_solution(solution, solutions_root)[1].env
-        problem = _env_preparer(chosen, options)(declared) if declared else None
-        if problem:
-            raise EnvauditError(problem)
-        job, result = run_job(request, chosen, options)
+        job = plan_run(request, chosen, options)
+        declared = env or job.context.declared_env
+        if declared:
+            _make_env(chosen, options, declared)
+        job, result = run_planned(job, options)
     failed = print_run_summary(job.report, job.solution, result)
     raise typer.Exit(EXIT_FAILED if failed else EXIT_OK)
 
@@ -519,8 +522,6 @@ def audit(
         _error(f"executor {executor} is not built yet", "use --executor local")
     if gpu and device:
         _error("give either --gpu or --device, not both")
-    if out.exists() and not out.is_dir():
-        _error(f"--out {out} is a file, not a folder")
     devices: list[tuple[str | None, str | None]] = [(g, None) for g in gpu or []]
     if not devices:
         devices = [(None, device or "cpu")]

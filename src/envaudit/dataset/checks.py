@@ -15,6 +15,7 @@ from typing import Any
 from envaudit.dataset.blobs import BlobError, BlobInfo, read_blob
 from envaudit.dataset.interfaces import check_interfaces
 from envaudit.dataset.traceset import DefinitionFile, TraceSet, WorkloadLine, load_traceset
+from envaudit.errors import EXIT_USAGE, EnvauditError
 from envaudit.schema.dtypes import FLOAT_DTYPES, canonical_dtype
 from envaudit.schema.expressions import (
     ExpressionError,
@@ -89,13 +90,22 @@ class _Context:
 
 
 def check_inputs(root: Path, only: Iterable[str] = ()) -> CheckReport:
-    """Check a TraceSet root; raises DatasetRootError when the root cannot be read."""
+    """Check a TraceSet root; raises DatasetRootError when the root cannot be read, and an
+    EnvauditError (usage, exit 2) when `only` names a definition the root does not have."""
     ts = load_traceset(root)
     selected = set(only)
+    unknown = sorted(selected - set(ts.definitions))
+    if unknown:
+        known = sorted(ts.definitions)
+        listed = ", ".join(known[:20]) + (
+            f" (and {len(known) - 20} more)" if len(known) > 20 else ""
+        )
+        raise EnvauditError(
+            f"--definition: no definition named {', '.join(unknown)} under {root}/definitions",
+            EXIT_USAGE,
+            hint=f"known definitions: {listed or 'none'}",
+        )
     ctx = _Context(ts, CheckReport(findings=list(ts.findings)))
-    unknown = selected - set(ts.definitions)
-    for name in sorted(unknown):
-        ctx.add("error", "unknown-definition", "definitions/", f"no definition named {name}")
     for name, dfile in ts.definitions.items():
         if selected and name not in selected:
             continue

@@ -15,9 +15,11 @@ from pathlib import Path
 
 from envaudit.errors import EnvauditError
 from envaudit.runtime.devices import require_gpu
-from envaudit.runtime.jobs import RunRequest, find_solution
+from envaudit.runtime.jobs import RunRequest, check_output, check_report, device_of, find_solution
 from envaudit.runtime.registry import RunOptions, get_runtime, run_job
 from envaudit.schema.results import kept_lines, read_lines
+
+REFERENCE_CACHE = "reference-cache"
 
 # Statuses that do not fail an audit: the solution was not meant for this device.
 NOT_FAILURES = {"PASSED", "UNSUPPORTED_DEVICE"}
@@ -69,10 +71,19 @@ def envs_of(plan: AuditPlan) -> dict[str, str | None]:
 
 def check_audit(plan: AuditPlan) -> None:
     """Everything that would fail every job, refused before the first one (exit 2)."""
-    get_runtime(plan.runtime, plan.options.env)
-    for gpu, _ in plan.devices:
+    get_runtime(plan.runtime, plan.options.env).require()
+    if not plan.solutions:
+        raise EnvauditError(
+            f"no solutions to audit: no {plan.solutions_root}/*/solution.json",
+            hint="pass --solutions-root pointing at the folder of solutions, or --solution NAME",
+        )
+    for gpu, device in plan.devices:
+        device_of(RunRequest(solution="", gpu=gpu, device=device))
         if gpu is not None:
             require_gpu(gpu)
+    check_output(plan.out, "--out", folder=True)
+    check_report(plan.out / "results.jsonl", "--out")
+    check_output(plan.out / REFERENCE_CACHE, "--out", folder=True)
     if plan.suite is not None:
         suites = plan.data_root / "suites"
         if not (suites / f"{plan.suite}.json").is_file():
@@ -112,7 +123,7 @@ def run_audit(
                 gpu=gpu,
                 device=device,
                 graph_timing=plan.graph_timing and gpu is not None,
-                reference_cache=plan.out / "reference-cache",
+                reference_cache=plan.out / REFERENCE_CACHE,
                 report=report,
             )
             try:

@@ -2,11 +2,14 @@
 
 The interpreter is not built from the solution's lock, so it is checked against it first
 (verify-env without file hashes) and every line records the outcome in `context.env_check`:
-a "failure" measured outside the declared environment shows as such in the report.
+a "failure" measured outside the declared environment shows as such in the report. An
+interpreter without what the harness imports (torch, safetensors) cannot run it at all: that is
+said once, before any job, and is never a solution's status.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -18,13 +21,30 @@ from envaudit.runtime.jobs import Job
 from envaudit.runtime.launchers import Launcher, ProcessLauncher
 from envaudit.runtime.registry import RunOptions, Runtime
 
+HARNESS_NEEDS = ("torch", "safetensors")
+"""What the harness imports besides the standard library (found, not imported, here)."""
+
 
 class HostRuntime(Runtime):
     name = "host"
     summary = "this interpreter, checked against the declared lock"
     takes_env = False
+    unavailable_hint = (
+        "use --runtime local (an environment made from the solution's lock) or --runtime docker,"
+        " or run envaudit from an interpreter that has them"
+    )
+
+    def unavailable(self) -> str | None:
+        missing = [name for name in HARNESS_NEEDS if importlib.util.find_spec(name) is None]
+        if not missing:
+            return None
+        return (
+            f"this interpreter ({sys.executable}) lacks {' and '.join(missing)},"
+            " which the harness imports"
+        )
 
     def prepare(self, job: Job, options: RunOptions) -> tuple[Job, Launcher]:
+        self.require()
         check = env_check(job.context.env, options.locks_dir)
         job = job.with_context(env_check=check, closure_hash=check.get("lock_closure_hash"))
         env = {**os.environ, **job.device_env}

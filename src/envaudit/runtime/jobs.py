@@ -8,6 +8,7 @@ names the solution, definition, suite or workload at fault.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -17,7 +18,14 @@ from pydantic import ValidationError
 
 from envaudit.dataset.traceset import DatasetRootError, TraceSet, load_traceset
 from envaudit.errors import EnvauditError
+from envaudit.runtime.devices import require_gpu
 from envaudit.schema.models import Solution
+from envaudit.schema.results import (
+    NotResultLines,
+    check_result_file,
+    distributions_path,
+    logs_folder,
+)
 
 
 class RunRequestError(EnvauditError):
@@ -82,7 +90,58 @@ def device_of(req: RunRequest) -> tuple[str, str, dict[str, str]]:
         return "cuda:0", req.gpu, {"CUDA_VISIBLE_DEVICES": req.gpu}
     if req.device == "cpu":
         return "cpu", "cpu", {"CUDA_VISIBLE_DEVICES": ""}
+    if req.device is not None:
+        raise RunRequestError(
+            f"--device takes only `cpu`, got {req.device!r}",
+            hint="name a GPU by its UUID with --gpu GPU-<uuid> (`envaudit doctor` lists them)",
+        )
     raise RunRequestError("choose where to run: --device cpu or --gpu GPU-<uuid>")
+
+
+def check_output(path: Path, what: str, folder: bool = False) -> None:
+    """RunRequestError (exit 2) unless `path` can be written as a file (or, with `folder`, as a
+    folder): it is one already and writable, or it can be created where the nearest existing
+    parent is a writable folder. Nothing is created."""
+    if path.exists() or path.is_symlink():
+        if folder and not path.is_dir():
+            raise RunRequestError(f"{what} {path} is a file, not a folder", hint="name a folder")
+        if not folder and path.is_dir():
+            raise RunRequestError(
+                f"{what} {path} is a folder", hint="name a file (it is created when absent)"
+            )
+        if not os.access(path, os.W_OK | (os.X_OK if folder else 0)):
+            raise RunRequestError(f"{what} {path} is not writable", hint="name another place")
+        return
+    existing = path.parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise RunRequestError(
+            f"{what} {path} cannot be created: {existing} is a file, not a folder",
+            hint="name a place under a folder",
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise RunRequestError(
+            f"{what} {path} cannot be created: {existing} is not writable"
+            " (permissions or a read-only file system)",
+            hint="name a place you can write to",
+        )
+
+
+def check_report(path: Path, what: str) -> None:
+    """The report and the files beside it can be written, and what the report holds already
+    are result lines."""
+    check_output(path, what)
+    check_output(distributions_path(path), f"{what}: beside it,")
+    check_output(logs_folder(path), f"{what}: beside it,", folder=True)
+    try:
+        check_result_file(path)
+    except NotResultLines as exc:
+        raise RunRequestError(
+            f"{what}: {exc}", hint="name a new file, or a result file envaudit wrote"
+        ) from None
+    except OSError as exc:
+        raise RunRequestError(f"{what} {path} cannot be read: {exc.strerror or exc}") from None
 
 
 @dataclass(frozen=True)
@@ -176,7 +235,9 @@ class Job:
 
 
 def plan_job(req: RunRequest, runtime: str) -> Job:
-    """The job for this request, before the runtime fills in its part of the context."""
+    """The job for this request, before the runtime fills in its part of the context. Every
+    part of the request is checked here, before any work: the solution, data and workloads, the
+    device (a GPU must exist on this machine), and every place the run will write."""
     solution_file, solution = find_solution(req.solution, req.solutions_root)
     try:
         ts = load_traceset(req.data_root)
@@ -194,8 +255,13 @@ def plan_job(req: RunRequest, runtime: str) -> Job:
     if not uuids:
         raise RunRequestError(f"no workloads of {solution.definition} selected")
     device, device_id, device_env = device_of(req)
+    if req.gpu:
+        require_gpu(req.gpu)
     tag = "cpu" if device == "cpu" else device_id
     report = req.report or Path("results") / f"{solution.name}.{tag}.jsonl"
+    check_report(report, "--report" if req.report else "the report")
+    if req.reference_cache is not None:
+        check_output(req.reference_cache, "--reference-cache", folder=True)
     return Job(
         definition=solution.definition,
         solution=solution.name,

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from envaudit.errors import EXIT_USAGE, EnvauditError
 from envaudit.lock.config import FetchConfig
-from envaudit.runtime.devices import require_gpu
 from envaudit.runtime.jobs import Job, RunRequest, RunRequestError, plan_job
 from envaudit.runtime.launchers import Launcher
 from envaudit.runtime.supervisor import DEFAULT_WORKLOAD_TIMEOUT_S, BatchResult, run_batch
@@ -47,9 +47,20 @@ class Runtime(ABC):
     summary: str
     takes_env: bool = True
 
+    unavailable_hint: str | None = None
+    """What to do when `unavailable` gives a reason."""
+
     def unavailable(self) -> str | None:
         """Why this runtime cannot run here (None: it can)."""
         return None
+
+    def require(self) -> None:
+        """EnvauditError (exit 2) when this runtime cannot run here: checked before any job."""
+        why = self.unavailable()
+        if why is not None:
+            raise EnvauditError(
+                f"the {self.name} runtime cannot run here: {why}", EXIT_USAGE, self.unavailable_hint
+            )
 
     def ensure(self, env: str, options: RunOptions, progress: Progress) -> str | None:
         """Make this env ready to run here (fetch its artifacts, build its environment or
@@ -103,17 +114,38 @@ def pick_runtime() -> tuple[str, str]:
     return "host", "; ".join([*reasons, "host: this interpreter"])
 
 
-def run_job(request: RunRequest, runtime_name: str, options: RunOptions) -> tuple[Job, BatchResult]:
-    """Plan, prepare in the runtime, supervise: one solution on its workloads."""
+def plan_run(request: RunRequest, runtime_name: str, options: RunOptions) -> Job:
+    """The job, with everything that would stop it checked before any work: the runtime works
+    here, and the request (solution, workloads, device, output places) holds."""
     runtime = get_runtime(runtime_name, options.env)
-    job = plan_job(request, runtime.name)
-    if job.device.startswith("cuda"):
-        require_gpu(job.context.device_id)
-    job, launcher = runtime.prepare(job, options)
+    runtime.require()
+    return plan_job(request, runtime.name)
+
+
+def ensure_env(runtime_name: str, env: str, options: RunOptions, progress: Progress) -> str | None:
+    """Runtime.ensure before a run: whatever stops the env from being made here is an
+    environment error of the run (exit 2), a stale or edited lock included (which `lock --check`
+    counts as the lock's own failure, exit 1)."""
+    try:
+        return get_runtime(runtime_name, options.env).ensure(env, options, progress)
+    except EnvauditError as exc:
+        if exc.exit_code == EXIT_USAGE:
+            raise
+        raise EnvauditError(str(exc), EXIT_USAGE, exc.hint) from exc
+
+
+def run_planned(job: Job, options: RunOptions) -> tuple[Job, BatchResult]:
+    """Prepare the planned job in its runtime and supervise it."""
+    job, launcher = get_runtime(job.context.runtime, options.env).prepare(job, options)
     result = run_batch(
         job, launcher, workload_timeout_s=options.workload_timeout_s, resume=options.resume
     )
     return job, result
+
+
+def run_job(request: RunRequest, runtime_name: str, options: RunOptions) -> tuple[Job, BatchResult]:
+    """Plan, prepare in the runtime, supervise: one solution on its workloads."""
+    return run_planned(plan_run(request, runtime_name, options), options)
 
 
 def fetch_env(env: str, options: RunOptions, progress: Progress) -> None:

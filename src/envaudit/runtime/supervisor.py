@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from envaudit.errors import EnvauditError
 from envaudit.runtime.jobs import Job
 from envaudit.runtime.launchers import Launcher, WorkerHandle
 from envaudit.schema.progress import (
@@ -41,6 +42,7 @@ from envaudit.schema.progress import (
 from envaudit.schema.results import (
     append_line,
     done_keys,
+    logs_folder,
     record_distributions,
     result_line,
     workloads_by_uuid,
@@ -120,9 +122,15 @@ def remove_stale_job_folders(root: Path) -> int:
 @contextlib.contextmanager
 def job_folder(root: Path) -> Iterator[Path]:
     """A fresh job folder, held for as long as the block runs and removed after it."""
-    root.mkdir(parents=True, exist_ok=True)
-    remove_stale_job_folders(root)
-    folder = Path(tempfile.mkdtemp(prefix="job-", dir=root))
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        remove_stale_job_folders(root)
+        folder = Path(tempfile.mkdtemp(prefix="job-", dir=root))
+    except OSError as exc:
+        raise EnvauditError(
+            f"cannot make a job folder under {root}: {exc.strerror or exc}",
+            hint="set ENVAUDIT_CACHE to a folder you can write to",
+        ) from None
     folder.chmod(0o777)  # a container's non-root worker writes its progress here
     handle = (folder / OWNER_LOCK).open("a")
     try:
@@ -158,7 +166,7 @@ def run_batch(
         result.skipped = [u for u in remaining if (key[0], u, key[1], key[2]) in done]
         remaining = [u for u in remaining if u not in result.skipped]
     workloads = workloads_by_uuid(job.workload_file)
-    logs = job.report.with_name(job.report.stem + ".logs") / job.solution
+    logs = logs_folder(job.report) / job.solution
     while remaining:
         result.workers += 1
         with job_folder(jobs_root or default_jobs_root()) as folder:

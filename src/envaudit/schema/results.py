@@ -88,12 +88,24 @@ def append_line(path: Path, line: Mapping[str, Any]) -> None:
         os.close(fd)
 
 
+class NotResultLines(ValueError):
+    """A file given as result lines that is no such thing (binary, or no line is JSON)."""
+
+
 def read_lines(path: Path) -> Iterator[tuple[int, dict[str, Any] | None]]:
-    """(line number, parsed line or None when unreadable) for every non-empty line."""
+    """(line number, parsed line or None when unreadable) for every non-empty line;
+    NotResultLines when the file is not UTF-8 text."""
     if not path.exists():
         return
-    with path.open() as handle:
-        for number, raw in enumerate(handle, start=1):
+    with path.open("rb") as handle:
+        for number, data in enumerate(handle, start=1):
+            try:
+                raw = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise NotResultLines(
+                    f"{path}: not UTF-8 JSON lines (line {number}, byte {exc.start} is"
+                    f" 0x{data[exc.start]:02x}); is it a result file?"
+                ) from None
             if not raw.strip():
                 continue
             try:
@@ -102,6 +114,16 @@ def read_lines(path: Path) -> Iterator[tuple[int, dict[str, Any] | None]]:
                 yield number, None
                 continue
             yield number, parsed if isinstance(parsed, dict) else None
+
+
+def check_result_file(path: Path) -> None:
+    """NotResultLines unless `path` is absent, empty, or holds at least one JSON object line:
+    appending result lines to any other file would spoil it."""
+    lines = list(read_lines(path))
+    if lines and all(line is None for _, line in lines):
+        raise NotResultLines(
+            f"{path}: not JSON lines (no line is a JSON object); is it a result file?"
+        )
 
 
 def line_key(line: Mapping[str, Any]) -> Key:
@@ -151,6 +173,11 @@ def kept_lines(path: Path) -> dict[Key, dict[str, Any]]:
 
 def distributions_path(report: Path) -> Path:
     return report.with_name(report.stem + ".distributions.jsonl")
+
+
+def logs_folder(report: Path) -> Path:
+    """Where the worker logs of a report go (one folder per solution inside)."""
+    return report.with_name(report.stem + ".logs")
 
 
 def record_distributions(report: Path, fingerprint: str, dists: Mapping[str, str]) -> None:
