@@ -31,7 +31,12 @@ export ENVAUDIT_NVIDIA_DRIVER_DIR=/usr/local/nvidia
 uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1)
 step doctor python3 -m envaudit doctor
 step base python3 -m envaudit base build gpu-host-stack || exit 1
-step build python3 -m envaudit build --env torch-2.11-cu130 --over gpu-host-stack || exit 1
+step build python3 -m envaudit build --env torch-2.11-cu130 --over gpu-host-stack \
+  ${REBUILD:+--no-cache} || exit 1
+image=envaudit/torch-2.11-cu130:46004ac9aa25ac57-on-gpu-host-stack
+step probe docker run --rm --read-only --tmpfs /tmp:rw,exec,mode=1777 --user 10001:10001 \
+  --network none "$image" sh -c 'id; ls -ld / /tmp /var/tmp; touch /tmp/x && echo tmp-ok'
+cat "$out/probe.txt" >>"$steps"
 step build-again python3 -m envaudit build --env torch-2.11-cu130 --over gpu-host-stack
 start=$(date +%s)
 common=(--gpu "$uuid" --suite dev --graph-timing --timeout 150)
@@ -43,3 +48,6 @@ for s in "$@"; do
     "${common[@]}" --reference-cache /root/refcache-host --report "$out/host.jsonl"
 done
 docker images --format '{{.Repository}}:{{.Tag}} {{.ID}} {{.Size}}' >"$out/images.txt"
+# The device tool brings back few files: pack the logs.
+tar -C "$out" -czf "$out/logs.tgz" --exclude=logs.tgz --exclude='*.jsonl' . 2>/dev/null
+find "$out" -mindepth 1 -maxdepth 1 ! -name '*.jsonl' ! -name logs.tgz ! -name steps.txt -exec rm -rf {} +

@@ -229,3 +229,32 @@ def test_no_worker_container_is_left_behind(fault_lines: dict) -> None:
     engine = Engine.connect()
     left = engine.client.containers.list(all=True, filters={"label": "dev.envaudit.job"})
     assert not left, [c.labels for c in left]
+
+
+def test_job_paths_map_into_the_container_beside_gpu_mounts(
+    engine_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The reference cache and dataset paths map to their mounts when a GPU adds mounts of its
+    own (a driver folder): the H200 run found the cache mapped to nothing."""
+    from envaudit.runtime.docker import ContainerLauncher, GpuPassing
+    from envaudit.runtime.jobs import RunRequest, plan_job
+
+    root = write_toy_root(tmp_path / "data")
+    write_solution(tmp_path / "solutions", "correct")
+    request = RunRequest(
+        solution="correct",
+        data_root=root,
+        solutions_root=tmp_path / "solutions",
+        device="cpu",
+        reference_cache=tmp_path / "refcache",
+    )
+    job = plan_job(request, "docker")
+    driver = tmp_path / "driver"
+    (driver / "lib64").mkdir(parents=True)
+    passing = GpuPassing("device-nodes", mounts=[(driver, "/usr/local/nvidia", False)])
+    image = Engine.connect().image(plan_build("torch-cpu").image.tag)
+    assert image is not None
+    launcher = ContainerLauncher(Engine.connect(), image.id, job, {}, passing)
+    assert launcher.seen_as(tmp_path / "refcache") == "/envaudit/reference-cache"
+    assert launcher.seen_as(job.definition_file).startswith("/envaudit/data/definitions/")
+    assert launcher.seen_as(job.solution_file) == "/envaudit/solution/solution.json"

@@ -133,5 +133,7 @@ def render_overlay_dockerfile(plan: OverlayPlan) -> str:
     ]
     lines.append("ENV " + " \\\n    ".join(f"{k}={_env_value(v)}" for k, v in variables))
     lines.append(f'RUN ["{plan.interpreter}", "-c", "import sys; print(sys.version)"]')
+    # An imported stack has only the folders its recipe names: give it a scratch folder.
+    lines.append("RUN mkdir -p /tmp /var/tmp && chmod 1777 /tmp /var/tmp")
     lines += [f"USER {USER}", "WORKDIR /tmp"]
     return "\n".join(lines) + "\n"

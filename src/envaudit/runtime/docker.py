@@ -96,7 +96,6 @@ class ContainerLauncher:
             (staged_harness(), HARNESS_MOUNT, False),
             (job.data_root, f"{MOUNT}/data", False),
             (job.solution_file.parent, f"{MOUNT}/solution", False),
-            *gpu.mounts,
         ]
         if job.reference_cache is not None:
             job.reference_cache.mkdir(parents=True, exist_ok=True)
@@ -106,7 +105,7 @@ class ContainerLauncher:
         remove_orphaned_containers(engine)
 
     def seen_as(self, path: Path) -> str:
-        for host, inside, _ in self.mounts[: -len(self.gpu.mounts) or None]:
+        for host, inside, _ in self.mounts:
             if path == host or path.is_relative_to(host):
                 return str(Path(inside) / path.relative_to(host))
         raise EnvauditError(f"{path} is outside every folder mounted into the container")
@@ -117,7 +116,7 @@ class ContainerLauncher:
         user = container_user()
         uid, gid = (int(part) for part in user.split(":"))
         blocked: list[Path] = []
-        for host, _, writable in self.mounts:
+        for host, _, writable in [*self.mounts, *self.gpu.mounts]:
             if not writable:
                 blocked += unreadable_files(host, uid, gid, limit=5 - len(blocked))
         if blocked:
@@ -129,7 +128,8 @@ class ContainerLauncher:
             )
 
     def start(self, job_dir: Path, log: Path) -> WorkerHandle:
-        volumes = {str(h): {"bind": c, "mode": "rw" if rw else "ro"} for h, c, rw in self.mounts}
+        mounts = [*self.mounts, *self.gpu.mounts]
+        volumes = {str(h): {"bind": c, "mode": "rw" if rw else "ro"} for h, c, rw in mounts}
         volumes[str(job_dir)] = {"bind": f"{MOUNT}/job", "mode": "rw"}
         try:
             container = self.engine.client.containers.run(
@@ -138,7 +138,7 @@ class ContainerLauncher:
                 detach=True,
                 network_mode="none",
                 read_only=True,
-                tmpfs={"/tmp": f"rw,exec,nosuid,nodev,size={TMPFS_SIZE}"},
+                tmpfs={"/tmp": f"rw,exec,nosuid,nodev,mode=1777,size={TMPFS_SIZE}"},
                 user=container_user(),
                 environment=self.environment,
                 volumes=volumes,
@@ -329,6 +329,10 @@ class ContainerRuntime(Runtime):
             **job.device_env,
             "PYTHONPATH": HARNESS_MOUNT,
             "HOME": "/tmp/home",
+            # The worker's uid has no passwd entry in the image: getpass.getuser() (torch
+            # inductor's cache folders) reads these before asking the password database.
+            "USER": "envaudit",
+            "LOGNAME": "envaudit",
         }
         passing = GpuPassing("none")
         if job.device.startswith("cuda"):

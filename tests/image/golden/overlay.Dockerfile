@@ -13,5 +13,6 @@ ENV PATH="/opt/torch/.venv/bin:/opt/gcc/bin:/usr/local/sbin:/usr/local/bin:/usr/
     CUDA_HOME="/usr/local/cuda" \
     OMP_NUM_THREADS="2"
 RUN ["/opt/torch/.venv/bin/python", "-c", "import sys; print(sys.version)"]
+RUN mkdir -p /tmp /var/tmp && chmod 1777 /tmp /var/tmp
 USER 10001:10001
 WORKDIR /tmp
