@@ -39,11 +39,15 @@ def _render(exc: EnvauditError) -> NoReturn:
 
 @contextmanager
 def _reported() -> Iterator[None]:
-    """Run a command's work; an EnvauditError from any layer ends it through _render."""
+    """Run a command's work; an EnvauditError from any layer ends it through _render, and so
+    does an OSError no layer turned into one (a file that cannot be read or written): exit 2."""
     try:
         yield
     except EnvauditError as exc:
         _render(exc)
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        _render(EnvauditError(f"{where}{exc.strerror or exc}", EXIT_USAGE))
 
 
 def _error(message: str, hint: str | None = None) -> NoReturn:
@@ -80,11 +84,12 @@ def check_inputs(
     from envaudit.dataset.checks import check_inputs as run_checks
     from envaudit.dataset.traceset import DatasetRootError
 
-    try:
-        with _reported():
+    with _reported():
+        try:
             report = run_checks(data_root, definition or [])
-    except DatasetRootError as exc:
-        _error(str(exc), "pass --data-root pointing at a folder holding definitions/")
+        except DatasetRootError as exc:
+            hint = "pass --data-root pointing at a folder holding definitions/"
+            raise EnvauditError(str(exc), hint=hint) from None
     for finding in report.findings:
         typer.echo(finding.render())
     typer.echo(report.summary())
@@ -147,36 +152,39 @@ def lock(
     from envaudit.lock.resolve import stale_reasons
 
     names = sorted(p.parent.name for p in locks_dir.glob("*/env.toml")) if all_envs else envs
+    if all_envs and not names:
+        _error(f"--all: no environment under {locks_dir} (no */env.toml)", "pass --locks-dir")
     if not names:
         _error("name at least one environment, or pass --all")
     if no_build and rebuild:
         _error("--rebuild and --no-build contradict each other")
     stale = 0
-    for name in names:
-        try:
-            folder = env_dir(name, locks_dir)
-            if check:
-                reasons = stale_reasons(folder)
-                stale += bool(reasons)
-                status = "stale: " + "; ".join(reasons) if reasons else "current"
-                typer.echo(f"{name}: {status}")
-                continue
-            sealed, messages = lock_and_build(
-                folder, FetchConfig.from_environment(), build=not no_build, rebuild=rebuild
-            )
-            for message in messages:
-                typer.echo(f"{name}: {message}")
-            path = write_lock(folder, sealed)
-            typer.echo(
-                f"{name}: {len(sealed.packages)} packages, closure {sealed.closure_hash[:16]}"
-                f" -> {path}"
-            )
-        except LockError as exc:
-            if check and exc.exit_code == 1:
-                stale += 1
-                typer.echo(f"{name}: refused: {exc}")
-                continue
-            _lock_error(exc)
+    with _reported():
+        for name in names:
+            try:
+                folder = env_dir(name, locks_dir)
+                if check:
+                    reasons = stale_reasons(folder)
+                    stale += bool(reasons)
+                    status = "stale: " + "; ".join(reasons) if reasons else "current"
+                    typer.echo(f"{name}: {status}")
+                    continue
+                sealed, messages = lock_and_build(
+                    folder, FetchConfig.from_environment(), build=not no_build, rebuild=rebuild
+                )
+                for message in messages:
+                    typer.echo(f"{name}: {message}")
+                path = write_lock(folder, sealed)
+                typer.echo(
+                    f"{name}: {len(sealed.packages)} packages, closure"
+                    f" {sealed.closure_hash[:16]} -> {path}"
+                )
+            except LockError as exc:
+                if check and exc.exit_code == 1:
+                    stale += 1
+                    typer.echo(f"{name}: refused: {exc}")
+                    continue
+                raise
     raise typer.Exit(EXIT_FAILED if stale else EXIT_OK)
 
 
@@ -242,10 +250,10 @@ def verify_env(
 ) -> None:
     """Compare an installed environment with a lock; exit 1 on drift."""
     from envaudit.lock.config import FetchConfig
-    from envaudit.lock.files import LockError, env_dir, load_lock
+    from envaudit.lock.files import env_dir, load_lock
     from envaudit.lock.verify import compare, installed_distributions, python_version, render
 
-    try:
+    with _reported():
         locked = load_lock(env_dir(env, locks_dir))
         interpreter = python or sys.executable
         installed = installed_distributions(interpreter)
@@ -255,8 +263,6 @@ def verify_env(
             store or FetchConfig.from_environment().store,
             python_version(interpreter),
         )
-    except LockError as exc:
-        _lock_error(exc)
     typer.echo(render(drift, exact=exact))
     raise typer.Exit(EXIT_FAILED if drift.failed(exact) else EXIT_OK)
 
@@ -524,7 +530,7 @@ def audit(
         _error("give either --gpu or --device, not both")
     devices: list[tuple[str | None, str | None]] = [(g, None) for g in gpu or []]
     if not devices:
-        devices = [(None, device or "cpu")]
+        devices = [(None, device if device is not None else "cpu")]
     chosen = _runtime_choice(runtime, "pick")
     options = RunOptions(
         env=env, over=over, workload_timeout_s=_finite(timeout, "--timeout"), resume=resume
@@ -601,19 +607,13 @@ def upstreams(
 ) -> None:
     """Pinned versions and commits vs what registries and remotes have now."""
     from envaudit.lock.config import FetchConfig
-    from envaudit.lock.files import LockError
     from envaudit.lock.upstreams import check_upstreams, render, write_upstreams
 
     config = FetchConfig.from_environment(offline=offline)
-    try:
+    with _reported():
         with _progress("asking the index and git remotes", quiet=offline) as progress:
             report = check_upstreams(locks_dir, config, offline, progress)
         write_upstreams(report, out)
-    except LockError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        if exc.hint:
-            typer.echo(f"hint: {exc.hint}", err=True)
-        raise typer.Exit(exc.exit_code) from None
     typer.echo(render(report))
     typer.echo(f"written to {out}")
 

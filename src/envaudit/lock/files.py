@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from envaudit.errors import EnvauditError
 from envaudit.schema.locks import EnvSpec, Lock
+from envaudit.schema.names import name_problem, shown
 from envaudit.schema.paths import write_text_atomically
 
 LOCKS_DIR = Path("locks")
@@ -22,11 +23,15 @@ class LockError(EnvauditError):
 
 
 def env_dir(env: str, locks_dir: Path = LOCKS_DIR) -> Path:
+    """locks_dir/env, refused (exit 2) unless `env` is a plain name with an env.toml there."""
+    problem = name_problem(env)
     folder = locks_dir / env
-    if not (folder / "env.toml").is_file():
+    if problem is not None or not (folder / "env.toml").is_file():
         known = sorted(p.parent.name for p in locks_dir.glob("*/env.toml"))
         raise LockError(
-            f"no environment {env!r}: {folder / 'env.toml'} does not exist",
+            f"{shown(env)} is not an environment name: {problem}"
+            if problem
+            else f"no environment {env!r}: {folder / 'env.toml'} does not exist",
             hint=f"known environments: {', '.join(known) or 'none'}",
         )
     return folder

@@ -13,10 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from envaudit.dataset.traceset import DatasetRootError, load_traceset
 from envaudit.errors import EnvauditError
 from envaudit.runtime.devices import require_gpu
 from envaudit.runtime.jobs import RunRequest, check_output, check_report, device_of, find_solution
 from envaudit.runtime.registry import RunOptions, get_runtime, run_job
+from envaudit.schema.names import shown
 from envaudit.schema.results import kept_lines, read_lines
 
 REFERENCE_CACHE = "reference-cache"
@@ -84,13 +86,17 @@ def check_audit(plan: AuditPlan) -> None:
     check_output(plan.out, "--out", folder=True)
     check_report(plan.out / "results.jsonl", "--out")
     check_output(plan.out / REFERENCE_CACHE, "--out", folder=True)
-    if plan.suite is not None:
-        suites = plan.data_root / "suites"
-        if not (suites / f"{plan.suite}.json").is_file():
-            known = sorted(p.stem for p in suites.glob("*.json"))
-            raise EnvauditError(
-                f"no suite {plan.suite} in {suites}", hint=f"known suites: {', '.join(known)}"
-            )
+    try:
+        ts = load_traceset(plan.data_root)
+    except DatasetRootError as exc:
+        raise EnvauditError(
+            str(exc), hint="pass --data-root pointing at a folder holding definitions/"
+        ) from None
+    if plan.suite is not None and plan.suite != "all" and plan.suite not in ts.suites:
+        raise EnvauditError(
+            f"no suite {shown(plan.suite)} in {plan.data_root / 'suites'}",
+            hint=f"known suites: {', '.join(sorted({*ts.suites, 'all'}))}",
+        )
     envs_of(plan)  # every named solution exists
 
 

@@ -20,6 +20,7 @@ from envaudit.dataset.traceset import DatasetRootError, TraceSet, load_traceset
 from envaudit.errors import EnvauditError
 from envaudit.runtime.devices import require_gpu
 from envaudit.schema.models import Solution
+from envaudit.schema.names import shown
 from envaudit.schema.results import (
     NotResultLines,
     check_result_file,
@@ -51,15 +52,26 @@ class RunRequest:
 def find_solution(name: str, solutions_root: Path) -> tuple[Path, Solution]:
     """solutions/<name>/solution.json (or a path to a solution.json / its folder)."""
     candidates = [Path(name), Path(name) / "solution.json", solutions_root / name / "solution.json"]
-    path = next((p for p in candidates if p.is_file()), None)
+    path = next((p for p in candidates if _is_file(p)), None) if name.strip() else None
     if path is None:
         known = sorted(p.parent.name for p in solutions_root.glob("*/solution.json"))
-        hint = f" Known: {', '.join(known)}" if known else ""
-        raise RunRequestError(f"no solution {name} under {solutions_root}/.{hint}")
+        raise RunRequestError(
+            f"no solution {shown(name)} under {solutions_root}/",
+            hint=f"known solutions: {', '.join(known)}" if known else None,
+        )
     try:
-        return path.resolve(), Solution.model_validate(json.loads(path.read_text()))
-    except (json.JSONDecodeError, ValidationError) as exc:
-        raise RunRequestError(f"{path}: not a valid solution: {exc}") from None
+        return path.resolve(), Solution.model_validate(json.loads(path.read_bytes()))
+    except (ValueError, ValidationError) as exc:  # not UTF-8, not JSON, not a solution
+        raise RunRequestError(f"{path}: not a valid solution.json: {exc}"[:2000]) from None
+    except OSError as exc:
+        raise RunRequestError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:  # a name too long for the file system, ...
+        return False
 
 
 def select_workloads(ts: TraceSet, definition: str, req: RunRequest) -> list[str]:
@@ -69,12 +81,13 @@ def select_workloads(ts: TraceSet, definition: str, req: RunRequest) -> list[str
         if unknown:
             raise RunRequestError(f"workload {unknown[0]} is not a workload of {definition}")
         return list(req.workloads)
-    if req.suite:
+    if req.suite is not None:
         try:
             members = ts.suite_uuids(req.suite)
         except KeyError:
             raise RunRequestError(
-                f"no suite {req.suite} in {ts.root}/suites (have: {', '.join(ts.suites)})"
+                f"no suite {shown(req.suite)} in {ts.root}/suites",
+                hint=f"suites: {', '.join(sorted({*ts.suites, 'all'}))}",
             ) from None
         return [u for u in own if u in members]
     return own

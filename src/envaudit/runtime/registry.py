@@ -16,6 +16,7 @@ from envaudit.lock.config import FetchConfig
 from envaudit.runtime.jobs import Job, RunRequest, RunRequestError, plan_job
 from envaudit.runtime.launchers import Launcher
 from envaudit.runtime.supervisor import DEFAULT_WORKLOAD_TIMEOUT_S, BatchResult, run_batch
+from envaudit.schema.names import name_problem, shown
 
 
 @dataclass(frozen=True)
@@ -91,8 +92,15 @@ def runtimes() -> dict[str, Runtime]:
 def get_runtime(name: str, env: str | None = None) -> Runtime:
     known = runtimes()
     if name not in known:
-        raise RunRequestError(f"no runtime {name!r}", hint=f"choose one of: {', '.join(known)}")
+        raise RunRequestError(
+            f"no runtime {shown(name)}", hint=f"choose one of: {', '.join(known)}"
+        )
     runtime = known[name]
+    if env is not None and name_problem(env) is not None:
+        raise RunRequestError(
+            f"--env {shown(env)} is not an environment name: {name_problem(env)}",
+            hint="name a folder of locks/ (`envaudit lock --all --check` lists them)",
+        )
     if env is not None and not runtime.takes_env:
         raise RunRequestError(
             f"--env does not apply to the {name} runtime (it runs this interpreter as it is)",

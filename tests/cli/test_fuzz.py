@@ -1,0 +1,200 @@
+"""Every command with generated bad arguments: no traceback, never exit 0, exit 1 or 2.
+
+Each command has a base of good arguments (a toy TraceSet root, a correct solution, the shipped
+locks) and slots; every slot is filled in turn with each bad value of its kind, the rest staying
+good, so each case reaches the code that reads that argument. Bad values are of four kinds:
+paths (missing, a folder where a file is expected, a binary file, a file where a folder is
+expected, a place under a file), numbers (-1, 0, nan, inf, huge, text), names (unknown, with
+slashes or '..') and devices. Cases stay cheap: no network (--offline where a command has it),
+no build (--dry-run), no workload run (each is refused before any work).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+
+import pytest
+from typer.testing import CliRunner
+
+from envaudit.cli import app
+from tests.conftest import REPO, UUID_BLOB, write_toy_root
+from tests.harness.test_faults import write_solution
+
+# Placeholders filled in per test from the `places` fixture.
+MISSING = "{missing}"  # nothing there
+FOLDER = "{folder}"  # an existing folder
+BINARY = "{binary}"  # a file of bytes that are not UTF-8
+TEXT = "{text}"  # a UTF-8 file that is not what any command reads
+UNDER_FILE = "{under_file}"  # a place whose parent is a file
+EMPTY = "{empty}"  # an empty file
+
+FILE_INPUTS = [MISSING, FOLDER, BINARY, TEXT, EMPTY, UNDER_FILE]
+# Beside a good input, `merge` takes a text or empty file with a warning naming it (by design,
+# report/merge.py: every readable line is accounted for); only unreadable ones stop it.
+UNREADABLE = [MISSING, FOLDER, BINARY, UNDER_FILE]
+FOLDER_INPUTS = [MISSING, BINARY, TEXT, UNDER_FILE]
+FILE_OUTPUTS = [FOLDER, UNDER_FILE]
+REPORT_OUTPUTS = [FOLDER, UNDER_FILE, BINARY, TEXT]  # a report appends: existing bytes matter
+FOLDER_OUTPUTS = [BINARY, UNDER_FILE]
+NUMBERS = ["-1", "0", "-0", "nan", "inf", "-inf", "1e400", "abc", ""]
+NAMES = ["nosuch", "../nosuch", "a/b", "..", ".", "/", "", "-", "x" * 300, "nosuch\u00e9"]
+ENV_NAMES = [*NAMES, "../locks/torch-cpu", "torch-cpu/"]
+SOLUTION_NAMES = [*NAMES, BINARY, TEXT, FOLDER]
+GPUS = ["GPU-00000000-0000-0000-0000-000000000000", "GPU-", "0", "cuda:0", "MIG-x", ""]
+DEVICES = ["gpu", "cuda", "cuda:0", "CPU", "", "nosuch"]
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where in a command's good argv the bad values go (`{bad}`), and which values."""
+
+    command: str
+    argv: tuple[str, ...]
+    values: tuple[str, ...]
+
+
+RUN = ("run", "--solution", "correct", "--runtime", "host", "--device", "cpu")
+RUN_PLACES = ("--data-root", "{root}", "--solutions-root", "{solutions}")
+RUN_OUT = ("--report", "{report}", "--reference-cache", "{refcache}")
+AUDIT = ("audit", "--runtime", "host", "--device", "cpu", "--solution", "correct")
+AUDIT_PLACES = (*RUN_PLACES, "--out", "{out}")
+LOCKS = ("--locks-dir", "{locks}")
+STORE = ("--store", "{store}")
+
+
+def _slots() -> list[Slot]:
+    def slot(command: str, values: list[str], *argv: str) -> Slot:
+        return Slot(command, argv, tuple(values))
+
+    bad = "{bad}"
+    run_good = (*RUN_PLACES, *RUN_OUT)
+    local = ("--runtime", "local", "--env", bad)
+    torch = "torch-cpu"
+    return [
+        slot("check-inputs", FOLDER_INPUTS, "check-inputs", "--data-root", bad),
+        slot("check-inputs", NAMES, "check-inputs", "--data-root", "{root}", "--definition", bad),
+        slot("doctor", FOLDER_INPUTS, "doctor", "--locks-dir", bad),
+        slot("lock", ENV_NAMES, "lock", bad, "--check", *LOCKS),
+        slot("lock", ENV_NAMES, "lock", bad, "--no-build", *LOCKS),
+        slot("lock", FOLDER_INPUTS, "lock", torch, "--check", "--locks-dir", bad),
+        slot("lock", FOLDER_INPUTS, "lock", "--all", "--check", "--locks-dir", bad),
+        slot("fetch", ENV_NAMES, "fetch", bad, "--offline", *STORE, *LOCKS),
+        slot("fetch", FOLDER_OUTPUTS, "fetch", torch, "--offline", "--store", bad, *LOCKS),
+        slot("fetch", FOLDER_INPUTS, "fetch", torch, "--offline", *STORE, "--locks-dir", bad),
+        slot("verify-env", ENV_NAMES, "verify-env", bad, *LOCKS, *STORE),
+        slot("verify-env", FILE_INPUTS, "verify-env", torch, "--python", bad, *LOCKS),
+        slot("verify-env", FOLDER_INPUTS, "verify-env", torch, "--locks-dir", bad),
+        slot("base build", NAMES, "base", "build", bad),
+        slot("build", ENV_NAMES, "build", "--env", bad, "--dry-run", *LOCKS),
+        slot("build", SOLUTION_NAMES, "build", "--solution", bad, "--dry-run", *LOCKS),
+        slot("build", FOLDER_INPUTS, "build", "--env", torch, "--dry-run", "--locks-dir", bad),
+        slot("run", SOLUTION_NAMES, "run", "--solution", bad, *RUN[3:], *run_good),
+        slot("run", NAMES, *RUN, "--workload", bad, *run_good),
+        slot("run", NAMES, *RUN, "--suite", bad, *run_good),
+        slot("run", NAMES, *RUN[:3], "--runtime", bad, "--device", "cpu", *run_good),
+        slot("run", ENV_NAMES, *RUN[:3], *local, *RUN[5:], *run_good),
+        slot("run", GPUS, *RUN[:5], "--gpu", bad, *run_good),
+        slot("run", DEVICES, *RUN[:5], "--device", bad, *run_good),
+        slot("run", NUMBERS, *RUN, "--timeout", bad, *run_good),
+        slot("run", FOLDER_INPUTS, *RUN, "--data-root", bad, *RUN_PLACES[2:], *RUN_OUT),
+        slot("run", FOLDER_INPUTS, *RUN, *RUN_PLACES[:2], "--solutions-root", bad, *RUN_OUT),
+        slot("run", REPORT_OUTPUTS, *RUN, *RUN_PLACES, "--report", bad, *RUN_OUT[2:]),
+        slot("run", REPORT_OUTPUTS, *RUN, "--resume", *RUN_PLACES, "--report", bad),
+        slot("run", FOLDER_OUTPUTS, *RUN, *RUN_PLACES, *RUN_OUT[:2], "--reference-cache", bad),
+        slot("audit", SOLUTION_NAMES, *AUDIT[:6], "--solution", bad, *AUDIT_PLACES),
+        slot("audit", NAMES, *AUDIT, "--suite", bad, *AUDIT_PLACES),
+        slot("audit", NAMES, *AUDIT[:1], "--runtime", bad, *AUDIT[3:], *AUDIT_PLACES),
+        slot("audit", ENV_NAMES, *AUDIT[:1], *local, *AUDIT[3:], *AUDIT_PLACES),
+        slot("audit", GPUS, *AUDIT[:3], "--gpu", bad, *AUDIT[5:], *AUDIT_PLACES),
+        slot("audit", DEVICES, *AUDIT[:3], "--device", bad, *AUDIT[5:], *AUDIT_PLACES),
+        slot("audit", NAMES, *AUDIT, "--executor", bad, *AUDIT_PLACES),
+        slot("audit", NUMBERS, *AUDIT, "--timeout", bad, *AUDIT_PLACES),
+        slot("audit", FOLDER_INPUTS, *AUDIT, "--data-root", bad, *AUDIT_PLACES[2:]),
+        slot("audit", FOLDER_INPUTS, *AUDIT, *AUDIT_PLACES[:2], "--solutions-root", bad,
+             *AUDIT_PLACES[4:]),
+        slot("audit", FOLDER_OUTPUTS, *AUDIT, *AUDIT_PLACES[:4], "--out", bad),
+        slot("merge", FILE_INPUTS, "merge", bad, "--out", "{out}"),
+        slot("merge", UNREADABLE, "merge", "{results}", bad, "--out", "{out}"),
+        slot("merge", FOLDER_OUTPUTS, "merge", "{results}", "--out", bad),
+        slot("merge", FOLDER_INPUTS, "merge", "{results}", "--out", "{out}", "--data-root", bad),
+        slot("upstreams", FOLDER_INPUTS, "upstreams", "--offline", "--locks-dir", bad,
+             "--out", "{upstreams}"),
+        slot("upstreams", FILE_OUTPUTS, "upstreams", "--offline", *LOCKS, "--out", bad),
+    ]  # fmt: skip
+
+
+# Faults this test found in code outside this change's reach, left to its owner: command ->
+# what is wrong. Strict, so a fix shows up as an unexpected pass.
+OPEN = {"doctor": "doctor --locks-dir that is not a folder exits 0 (cli doctor, runtime/doctor.py)"}
+
+
+def _cases() -> list[object]:
+    cases = []
+    for slot in _slots():
+        at = slot.argv.index("{bad}")
+        option = slot.argv[at - 1] if at and slot.argv[at - 1].startswith("--") else "arg"
+        for value in slot.values:
+            argv = tuple(value if a == "{bad}" else a for a in slot.argv)
+            name = f"{slot.command} {option}={value[:20]!r}"
+            reason = OPEN.get(slot.command)
+            marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+            cases.append(pytest.param(argv, id=name, marks=marks))
+    return cases
+
+
+@pytest.fixture(scope="module")
+def places(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    base = tmp_path_factory.mktemp("fuzz")
+    shutil.copytree(REPO / "locks", base / "locks")  # a command that gets through writes here
+    root = write_toy_root(base / "data")
+    write_solution(base / "solutions", "correct")
+    (base / "folder").mkdir()
+    (base / "binary").write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe\xfa" * 8)
+    (base / "text").write_text("# some notes\nnot what any command reads\n")
+    (base / "empty").write_text("")
+    line = {
+        "schema_version": 1,
+        "definition": "toy_scale",
+        "solution": "correct",
+        "workload": {"uuid": UUID_BLOB},
+        "status": "PASSED",
+        "context": {"device_id": "cpu"},
+        "timestamp": "2026-01-01T00:00:00+00:00",
+    }
+    (base / "results.jsonl").write_text(json.dumps(line) + "\n")
+    return {
+        "{root}": str(root),
+        "{solutions}": str(base / "solutions"),
+        "{locks}": str(base / "locks"),
+        "{store}": str(base / "store"),
+        "{report}": str(base / "out" / "r.jsonl"),
+        "{refcache}": str(base / "refcache"),
+        "{out}": str(base / "out" / "report"),
+        "{results}": str(base / "results.jsonl"),
+        "{upstreams}": str(base / "out" / "upstreams.json"),
+        MISSING: str(base / "missing"),
+        FOLDER: str(base / "folder"),
+        BINARY: str(base / "binary"),
+        TEXT: str(base / "text"),
+        EMPTY: str(base / "empty"),
+        UNDER_FILE: str(base / "text" / "below"),
+        "{cache}": str(base / "cache"),
+    }
+
+
+@pytest.mark.parametrize("argv", _cases())
+def test_bad_arguments_are_refused_without_a_traceback(
+    argv: tuple[str, ...], places: dict[str, str]
+) -> None:
+    filled = [places.get(a, a) for a in argv]
+    variables = {"ENVAUDIT_CACHE": places["{cache}"], "ENVAUDIT_STORE": places["{store}"]}
+    result = CliRunner().invoke(app, filled, env=variables)
+    shown = f"envaudit {' '.join(filled)}\n{result.output}"
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
+        shown,
+        result.exception,
+    )
+    assert "Traceback" not in result.output, shown
+    assert result.exit_code in (1, 2), shown
