@@ -272,3 +272,16 @@ def test_a_report_that_is_not_result_lines(
     words = ["not UTF-8 JSON lines"] if content.startswith(b"\x89") else ["not JSON lines"]
     assert_refused(invoke(argv), str(report), *words)
     assert_untouched(scene, before)
+
+
+def test_a_cache_folder_that_is_a_file(scene: dict[str, Path]) -> None:
+    """ENVAUDIT_CACHE (job folders, environments) that cannot be a folder: refused up front."""
+    cache = scene["tmp"] / "cache-file"
+    cache.write_text("x")
+    before = tree_digest(scene["tmp"])
+    variables = {"ENVAUDIT_CACHE": str(cache)}
+    result = invoke(run_argv(scene, "--device", "cpu"), env=variables)
+    assert_refused(result, "ENVAUDIT_CACHE", str(cache))
+    result = invoke(audit_argv(scene, "--device", "cpu"), env=variables)
+    assert_refused(result, "ENVAUDIT_CACHE", str(cache))
+    assert_untouched(scene, before)

@@ -16,7 +16,14 @@ from pathlib import Path
 from envaudit.dataset.traceset import DatasetRootError, load_traceset
 from envaudit.errors import EnvauditError
 from envaudit.runtime.devices import require_gpu
-from envaudit.runtime.jobs import RunRequest, check_output, check_report, device_of, find_solution
+from envaudit.runtime.jobs import (
+    RunRequest,
+    check_cache,
+    check_output,
+    check_report,
+    device_of,
+    find_solution,
+)
 from envaudit.runtime.registry import RunOptions, get_runtime, run_job
 from envaudit.schema.names import shown
 from envaudit.schema.results import kept_lines, read_lines
@@ -86,6 +93,7 @@ def check_audit(plan: AuditPlan) -> None:
     check_output(plan.out, "--out", folder=True)
     check_report(plan.out / "results.jsonl", "--out")
     check_output(plan.out / REFERENCE_CACHE, "--out", folder=True)
+    check_cache()
     try:
         ts = load_traceset(plan.data_root)
     except DatasetRootError as exc:

@@ -27,6 +27,7 @@ from envaudit.schema.results import (
     distributions_path,
     logs_folder,
 )
+from envaudit.settings import cache_root
 
 
 class RunRequestError(EnvauditError):
@@ -139,6 +140,11 @@ def check_output(path: Path, what: str, folder: bool = False) -> None:
             " (permissions or a read-only file system)",
             hint="name a place you can write to",
         )
+
+
+def check_cache() -> None:
+    """The cache folder (job folders, environments, staged harness copies) can be written."""
+    check_output(cache_root(), "the cache folder (ENVAUDIT_CACHE)", folder=True)
 
 
 def check_report(path: Path, what: str) -> None:
@@ -273,6 +279,7 @@ def plan_job(req: RunRequest, runtime: str) -> Job:
     tag = "cpu" if device == "cpu" else device_id
     report = req.report or Path("results") / f"{solution.name}.{tag}.jsonl"
     check_report(report, "--report" if req.report else "the report")
+    check_cache()
     if req.reference_cache is not None:
         check_output(req.reference_cache, "--reference-cache", folder=True)
     return Job(
