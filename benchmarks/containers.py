@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import statistics
 import subprocess
@@ -38,17 +39,24 @@ def timed(argv: list[str], cwd: Path | None = None) -> float:
     return time.monotonic() - started
 
 
+METADATA = re.compile(
+    r"#\(nop\)\s+(ENV|LABEL|USER|WORKDIR|CMD|ENTRYPOINT|EXPOSE|ARG|ONBUILD|STOPSIGNAL"
+    r"|HEALTHCHECK|SHELL|VOLUME|MAINTAINER)\b"
+)
+
+
 def layer_bytes(engine: Engine, tag: str) -> list[tuple[str, int]]:
-    """(layer digest, bytes) of an image, oldest first: history entries that made a layer."""
+    """(layer digest, bytes) of an image, oldest first: the history entries that made a layer
+    (not metadata instructions, not steps that changed nothing), paired with its digests."""
     image = engine.image(tag)
     assert image is not None
-    sizes = [size for created, size in engine.layer_sizes(tag) if not _empty(created, size)]
-    return list(zip(image.layers, sizes, strict=False))
-
-
-def _empty(created: str, size: int) -> bool:
-    metadata = ("ENV", "LABEL", "USER", "WORKDIR", "CMD", "ENTRYPOINT")
-    return size == 0 and any(f"#(nop) {word}" in created for word in metadata)
+    entries = engine.layer_sizes(tag)
+    sizes = [size for created, size in entries if size > 0 or not METADATA.search(created)]
+    if len(sizes) != len(image.layers):  # a step that changed nothing made no layer
+        sizes = [size for _, size in entries if size > 0]
+    if len(sizes) != len(image.layers):
+        raise SystemExit(f"{tag}: {len(sizes)} history layers for {len(image.layers)} digests")
+    return list(zip(image.layers, sizes, strict=True))
 
 
 def variant_locks(root: Path) -> Path:

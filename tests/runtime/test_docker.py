@@ -258,3 +258,12 @@ def test_job_paths_map_into_the_container_beside_gpu_mounts(
     assert launcher.seen_as(tmp_path / "refcache") == "/envaudit/reference-cache"
     assert launcher.seen_as(job.definition_file).startswith("/envaudit/data/definitions/")
     assert launcher.seen_as(job.solution_file) == "/envaudit/solution/solution.json"
+
+
+def test_flashmla_build_says_everything_it_cannot_reach(engine_env: dict[str, str]) -> None:
+    env = {**engine_env, "ENVAUDIT_GIT_BASES": ""}
+    code, out = invoke(["build", "--solution", "flashmla-13.3"], env)
+    assert code == 2, out
+    assert "not in the store" in out and "envaudit fetch flashmla-13.3" in out
+    assert "deepseek-ai/FlashMLA at 9241ae3ef9bac614dd25e45e507e089f888280e0" in out
+    assert "ENVAUDIT_GIT_BASES" in out

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from envaudit.errors import EXIT_USAGE, EnvauditError
-from envaudit.image.base import BaseRecipe, build_base, load_recipe
+from envaudit.image.base import BaseRecipe, build_base, load_recipe, why_not_buildable
 from envaudit.image.context import StagedFile, planned_files, stage_context
 from envaudit.image.dockerfile import render_dockerfile
 from envaudit.image.engine import Engine, ImageInfo
@@ -109,6 +109,13 @@ def build_image(
     existing = existing_image(engine, plan)
     if existing is not None and not no_cache:
         return BuildResult(plan.env, plan.tag, existing, False, time.monotonic() - started)
+    problems = preflight(build, engine, config)
+    if problems:
+        raise EnvauditError(
+            f"the image of {plan.env} cannot be built here:\n"
+            + "\n".join(f"  - {p}" for p in problems),
+            hint="each line names what is missing; `envaudit doctor` lists what this machine has",
+        )
     base_built = False
     labels = dict(plan.labels)
     if build.recipe is not None:
@@ -137,6 +144,34 @@ def build_image(
         base_built,
         staged,
     )
+
+
+def preflight(build: BuildPlan, engine: Engine, config: FetchConfig) -> list[str]:
+    """Everything the build would stop on, found before it starts: the base, the store, the
+    sources' repositories."""
+    plan = build.image
+    problems = []
+    if build.recipe is not None and engine.image(build.recipe.tag) is None:
+        reason = why_not_buildable(build.recipe)
+        if reason is not None:
+            problems.append(f"base {build.recipe.name} is not built and cannot be made: {reason}")
+    store = Store(config.store)
+    absent = [a for _, a in plan.staged_artifacts() if not store.has(a)]
+    if absent:
+        size = sum(a.size for a in absent) / 1e6
+        problems.append(
+            f"{len(absent)} artifact(s) ({size:.0f} MB) are not in the store {store.root}, e.g."
+            f" {absent[0].filename}: run `envaudit fetch {plan.env}`"
+        )
+    for source in plan.sources:
+        if source.kind == "git":
+            git = build.git_sources.get(source.name, "?")
+            if not config.git_remotes(git):
+                problems.append(
+                    f"source {source.name}: {git} at {source.rev} cannot be reached: no git"
+                    " base is configured (ENVAUDIT_GIT_BASES)"
+                )
+    return problems
 
 
 def _contexts_root() -> Path:

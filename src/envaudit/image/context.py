@@ -125,7 +125,9 @@ def _stage_source(
             tree = Path(tmp) / "tree"
             shutil.rmtree(tree, ignore_errors=True)
             try:
-                git_checkout(source.name, remote, source.rev, dict(source.submodules), tree)
+                git_checkout(
+                    source.name, remote, source.rev, dict(source.submodules), tree, config.git_bases
+                )
             except SourceUnavailable as exc:
                 errors.append(str(exc))
                 continue

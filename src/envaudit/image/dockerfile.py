@@ -98,6 +98,8 @@ def _build_env(source: SourceStage, plan: ImagePlan) -> list[tuple[str, str]]:
     variables: list[tuple[str, str]] = [("SOURCE_DATE_EPOCH", "315532800")]
     if plan.cuda_home is not None:
         variables.append(("CUDA_HOME", plan.cuda_home))
+        # host compiles of CUTLASS include cuda/std/..., which torch adds only for nvcc
+        variables.append(("CPLUS_INCLUDE_PATH", f"{plan.cuda_home}/include/cccl"))
     if source.cuda_arch_list:
         variables.append(("TORCH_CUDA_ARCH_LIST", ";".join(source.cuda_arch_list)))
     folder = f"{ENV_FILES}/{source.name}"

@@ -8,6 +8,8 @@ environment (or command-line flags), the way uv and pip are configured.
   <base>/sha256/<hash>.
 - ENVAUDIT_GIT_BASES: git hosts or mirror folders; a source's `owner/name` is cloned from
   `<base>/owner/name`, trying each base in order.
+- ENVAUDIT_OFFLINE=1: use only the store (what `--offline` does), e.g. for an audit that must
+  not download.
 - ENVAUDIT_INDEX_URL, then UV_DEFAULT_INDEX / UV_INDEX_URL / PIP_INDEX_URL: a PEP 691 simple
   index; without any, uv's and pip's own default index.
 """
@@ -65,7 +67,7 @@ class FetchConfig:
                 )
                 or DEFAULT_INDEX
             ).rstrip("/"),
-            offline=offline,
+            offline=offline or os.environ.get("ENVAUDIT_OFFLINE") == "1",
         )
 
     def git_remotes(self, git: str) -> list[str]:

@@ -21,6 +21,7 @@ import docker.types
 import requests.exceptions
 
 from envaudit.errors import EXIT_USAGE, EnvauditError
+from envaudit.image.base import why_not_buildable
 from envaudit.image.build import build_image, build_overlay, existing_image, plan_build
 from envaudit.image.engine import Engine, EngineError
 from envaudit.image.overlay import overlay_tag
@@ -292,6 +293,14 @@ class ContainerRuntime(Runtime):
         build = plan_build(env, options.locks_dir)
         if existing_image(engine, build.image) is not None:
             return None
+        if build.recipe is not None and engine.image(build.recipe.tag) is None:
+            reason = why_not_buildable(build.recipe)
+            if reason is not None:  # say so before fetching gigabytes for nothing
+                raise EnvauditError(
+                    f"the image of {env} needs the base {build.recipe.name}, which is not in the"
+                    f" engine and cannot be made here: {reason}",
+                    hint="build or load that base, or run over an imported stack (--over)",
+                )
         fetch_env(env, options, progress)
         done = build_image(
             build, engine, options.config, on_step=progress.on_step, on_base_line=progress.on_line

@@ -13,6 +13,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,9 +23,8 @@ from envaudit.lock.config import FetchConfig, uv_binary
 from envaudit.lock.files import LockError, env_dir
 from envaudit.lock.offline import (
     create_venv,
-    cuda_home,
-    expose_cudart,
     install_from_store,
+    install_toolchain,
     uv_environment,
 )
 from envaudit.lock.resolve import current_lock
@@ -37,6 +37,7 @@ from envaudit.schema.locks import Artifact, Lock
 from envaudit.settings import cache_root
 
 MARKER = ".envaudit-complete"
+TOOLCHAIN = "toolchain"
 
 
 @dataclass(frozen=True)
@@ -56,9 +57,10 @@ class LocalEnvironment:
 
 
 def installable(lock: Lock) -> list[tuple[str, str, Artifact]]:
-    """(name, version, artifact) installed into the environment: runtime and CUDA packages, and
-    the built wheels of sources (their sdists are build inputs, not installed)."""
-    chosen = [(p.name, p.version, p.artifact) for p in lock.packages if p.role != "build"]
+    """(name, version, artifact) installed into the environment: runtime packages and the built
+    wheels of sources (their sdists are build inputs, not installed). The CUDA toolchain goes
+    into a prefix of its own (`toolchain_of`)."""
+    chosen = [(p.name, p.version, p.artifact) for p in lock.runtime_packages()]
     for source in lock.sources:
         if source.wheel is None:
             raise LockError(
@@ -84,9 +86,14 @@ def ensure_environment(
     return _describe(lock, root)
 
 
+def toolchain_of(lock: Lock) -> list[tuple[str, str, Artifact]]:
+    return [(p.name, p.version, p.artifact) for p in lock.toolchain_packages()]
+
+
 def _build(lock: Lock, store: Store, root: Path) -> None:
     packages = installable(lock)
-    absent = [a for _, _, a in packages if not store.has(a)]
+    toolchain = toolchain_of(lock)
+    absent = [a for _, _, a in [*packages, *toolchain] if not store.has(a)]
     if absent:
         names = ", ".join(a.filename for a in absent[:5]) + (" ..." if len(absent) > 5 else "")
         raise LockError(
@@ -97,14 +104,18 @@ def _build(lock: Lock, store: Store, root: Path) -> None:
     failure = f"building the local environment of {lock.env} failed"
     python = create_venv(root, lock.python, env, failure)
     install_from_store(python, store, packages, env, failure)
-    home = cuda_home(root)
-    if home is not None:
-        expose_cudart(home)
+    if toolchain and lock.cuda is not None:
+        prefix = root / TOOLCHAIN
+        install_toolchain(prefix, lock.cuda.prefix_subdir, python, store, toolchain, env, failure)
     (root / MARKER).write_text(lock.closure_hash + "\n")
 
 
 def _describe(lock: Lock, root: Path) -> LocalEnvironment:
-    return LocalEnvironment(root=root, python=root / "bin" / "python", cuda_home=cuda_home(root))
+    """The toolchain prefix's nvidia/cu* folder is CUDA_HOME; never on the library path."""
+    home = None
+    if lock.cuda is not None and (root / TOOLCHAIN / lock.cuda.prefix_subdir / "bin").is_dir():
+        home = root / TOOLCHAIN / lock.cuda.prefix_subdir
+    return LocalEnvironment(root=root, python=root / "bin" / "python", cuda_home=home)
 
 
 @contextmanager
@@ -115,6 +126,23 @@ def _exclusive(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def require_python(version: str, env: str) -> None:
+    """The lock's Python must be installed here (uv downloads none): checked before fetching."""
+    done = subprocess.run(
+        [uv_binary(), "python", "find", "--system", version],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"},
+        check=False,
+    )
+    if done.returncode != 0:
+        raise LockError(
+            f"the local environment of {env} needs Python {version}, which is not installed here",
+            hint=f"install Python {version}, or run it in a container (--runtime docker), or in"
+            " another lock (--env)",
+        )
 
 
 class LocalRuntime(Runtime):
@@ -133,6 +161,7 @@ class LocalRuntime(Runtime):
         root = cache_root() / "envs" / lock.closure_hash
         if (root / MARKER).is_file():
             return None
+        require_python(lock.python, env)
         fetch_env(env, options, progress)
         ensure_environment(lock, options.config)
         return f"made the local environment of {env} ({lock.closure_hash[:16]})"

@@ -37,7 +37,7 @@ RUN python3 -m venv --without-pip /opt/envaudit/venv \
 COPY --from=cuda-toolchain /opt/envaudit/toolchain/ /opt/envaudit/toolchain/
 RUN mkdir -p $(dirname /opt/cuda) && ln -s $(ls -d /opt/envaudit/toolchain/nvidia/cu1*) /opt/cuda
 ADD sources/flash-mla.tar /src/flash-mla/
-ENV SOURCE_DATE_EPOCH="315532800" CUDA_HOME="/opt/cuda" TORCH_CUDA_ARCH_LIST="9.0a" FLASH_MLA_DISABLE_SM100="1" FLASH_MLA_SKIP_REG_SPILL_CHECK="1"
+ENV SOURCE_DATE_EPOCH="315532800" CUDA_HOME="/opt/cuda" CPLUS_INCLUDE_PATH="/opt/cuda/include/cccl" TORCH_CUDA_ARCH_LIST="9.0a" FLASH_MLA_DISABLE_SM100="1" FLASH_MLA_SKIP_REG_SPILL_CHECK="1"
 RUN cd /src/flash-mla && /opt/envaudit/installer/bin/pip --python /opt/envaudit/venv/bin/python wheel --no-deps --no-build-isolation --no-index --no-cache-dir --disable-pip-version-check -w /out . > /build.log 2>&1 || { tail -n 60 /build.log; exit 1; }
 
 FROM installer AS layer-built-flash-mla
