@@ -180,7 +180,7 @@ def lock(
                     f" {sealed.closure_hash[:16]} -> {path}"
                 )
             except LockError as exc:
-                if check and exc.exit_code == 1:
+                if check and exc.exit_code == EXIT_FAILED:
                     stale += 1
                     typer.echo(f"{name}: refused: {exc}")
                     continue

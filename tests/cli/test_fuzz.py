@@ -42,6 +42,8 @@ NUMBERS = ["-1", "0", "-0", "nan", "inf", "-inf", "1e400", "abc", ""]
 NAMES = ["nosuch", "../nosuch", "a/b", "..", ".", "/", "", "-", "x" * 300, "nosuch\u00e9"]
 ENV_NAMES = [*NAMES, "../locks/torch-cpu", "torch-cpu/"]
 SOLUTION_NAMES = [*NAMES, BINARY, TEXT, FOLDER]
+# Environments under the fuzz's copy of locks/ that are broken one way each (made by `places`).
+BROKEN_ENVS = ["binary-toml", "bad-toml", "empty-toml", "no-lock", "binary-lock", "list-lock"]
 GPUS = ["GPU-00000000-0000-0000-0000-000000000000", "GPU-", "0", "cuda:0", "MIG-x", ""]
 DEVICES = ["gpu", "cuda", "cuda:0", "CPU", "", "nosuch"]
 
@@ -79,6 +81,10 @@ def _slots() -> list[Slot]:
         slot("lock", ENV_NAMES, "lock", bad, "--check", *LOCKS),
         slot("lock", ENV_NAMES, "lock", bad, "--no-build", *LOCKS),
         slot("lock", FOLDER_INPUTS, "lock", torch, "--check", "--locks-dir", bad),
+        slot("lock", BROKEN_ENVS, "lock", bad, "--check", *LOCKS),
+        slot("fetch", BROKEN_ENVS, "fetch", bad, "--offline", *STORE, *LOCKS),
+        slot("verify-env", BROKEN_ENVS, "verify-env", bad, *LOCKS, *STORE),
+        slot("build", BROKEN_ENVS, "build", "--env", bad, "--dry-run", *LOCKS),
         slot("lock", FOLDER_INPUTS, "lock", "--all", "--check", "--locks-dir", bad),
         slot("fetch", ENV_NAMES, "fetch", bad, "--offline", *STORE, *LOCKS),
         slot("fetch", FOLDER_OUTPUTS, "fetch", torch, "--offline", "--store", bad, *LOCKS),
@@ -148,6 +154,19 @@ def _cases() -> list[object]:
 def places(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     base = tmp_path_factory.mktemp("fuzz")
     shutil.copytree(REPO / "locks", base / "locks")  # a command that gets through writes here
+    spec = (REPO / "locks" / "torch-cpu" / "env.toml").read_bytes()
+    broken = {
+        "binary-toml": {"env.toml": b"\xff\xfe\x00toml"},
+        "bad-toml": {"env.toml": b"python = ["},
+        "empty-toml": {"env.toml": b""},
+        "no-lock": {"env.toml": spec},
+        "binary-lock": {"env.toml": spec, "lock.json": b"\x89\xff\x00"},
+        "list-lock": {"env.toml": spec, "lock.json": b"[]"},
+    }
+    for env, files in broken.items():
+        (base / "locks" / env).mkdir()
+        for name, data in files.items():
+            (base / "locks" / env / name).write_bytes(data)
     root = write_toy_root(base / "data")
     write_solution(base / "solutions", "correct")
     (base / "folder").mkdir()

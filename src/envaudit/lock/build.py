@@ -19,6 +19,7 @@ from pathlib import Path
 
 from packaging.utils import parse_wheel_filename
 
+from envaudit.errors import EXIT_FAILED
 from envaudit.lock import offline
 from envaudit.lock.config import FetchConfig, uv_binary
 from envaudit.lock.files import LockError, load_spec
@@ -305,7 +306,7 @@ def _run_build(source: LockedSource, tree: Path, env: dict[str, str], out: Path,
         raise LockError(
             f"source {source.name}: the build failed (uv build exited {done.returncode});"
             f" last {LOG_TAIL_LINES} lines of the build log:\n{tail}",
-            exit_code=1,
+            exit_code=EXIT_FAILED,
         )
     wheels = sorted(out.glob("*.whl"))
     if len(wheels) != 1:

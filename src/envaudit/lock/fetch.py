@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from envaudit.errors import EXIT_FAILED
 from envaudit.lock.config import FetchConfig
 from envaudit.lock.files import LockError
 from envaudit.lock.store import Store
@@ -198,7 +199,7 @@ def _from_mirror(
                 download(store, artifact, what, url, "mirror", progress)
                 return "mirror"
             except LockError as exc:
-                if exc.exit_code == 1:
+                if exc.exit_code == EXIT_FAILED:
                     raise
         return None
     for candidate in (Path(mirror) / artifact.filename, Path(mirror) / "sha256" / artifact.sha256):
@@ -229,7 +230,7 @@ def _index_url_for(artifact: Artifact, package: str, config: FetchConfig) -> str
                 raise LockError(
                     f"{package}: the index lists {artifact.filename} with sha256"
                     f" {entry['hashes']['sha256']}, the lock says {artifact.sha256}; refused",
-                    exit_code=1,
+                    exit_code=EXIT_FAILED,
                 )
             return str(urllib.parse.urljoin(page, entry["url"]))
     return None

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from envaudit.errors import EnvauditError
+from envaudit.errors import EXIT_FAILED, EnvauditError
 from envaudit.schema.locks import EnvSpec, Lock
 from envaudit.schema.names import name_problem, shown
 from envaudit.schema.paths import write_text_atomically
@@ -40,15 +40,17 @@ def env_dir(env: str, locks_dir: Path = LOCKS_DIR) -> Path:
 def load_spec(folder: Path) -> EnvSpec:
     path = folder / "env.toml"
     try:
-        raw = tomllib.loads(path.read_text())
+        raw = tomllib.loads(path.read_bytes().decode("utf-8"))
     except OSError as exc:
         raise LockError(f"{path}: cannot read: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise LockError(f"{path}: not UTF-8 text: {exc}", exit_code=EXIT_FAILED) from exc
     except tomllib.TOMLDecodeError as exc:
-        raise LockError(f"{path}: not valid TOML: {exc}", exit_code=1) from exc
+        raise LockError(f"{path}: not valid TOML: {exc}", exit_code=EXIT_FAILED) from exc
     try:
         return EnvSpec.model_validate(raw)
     except ValidationError as exc:
-        raise LockError(f"{path}: {_describe(exc)}", exit_code=1) from exc
+        raise LockError(f"{path}: {_describe(exc)}", exit_code=EXIT_FAILED) from exc
 
 
 def load_lock(folder: Path) -> Lock:
@@ -56,19 +58,21 @@ def load_lock(folder: Path) -> Lock:
     path = folder / "lock.json"
     if not path.is_file():
         raise LockError(
-            f"{path} does not exist", exit_code=1, hint=f"run `envaudit lock {folder.name}`"
+            f"{path} does not exist",
+            exit_code=EXIT_FAILED,
+            hint=f"run `envaudit lock {folder.name}`",
         )
     try:
         lock = Lock.model_validate(json.loads(path.read_text()))
     except (OSError, ValueError) as exc:
         detail = _describe(exc) if isinstance(exc, ValidationError) else str(exc)
-        raise LockError(f"{path}: {detail}", exit_code=1) from exc
+        raise LockError(f"{path}: {detail}", exit_code=EXIT_FAILED) from exc
     actual = lock.computed_closure_hash()
     if actual != lock.closure_hash:
         raise LockError(
             f"{path}: closure_hash {lock.closure_hash} does not match the content"
             f" ({actual}): the file was edited by hand",
-            exit_code=1,
+            exit_code=EXIT_FAILED,
             hint=f"regenerate it with `envaudit lock {folder.name}`",
         )
     return lock

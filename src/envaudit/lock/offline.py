@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from envaudit.errors import EXIT_FAILED
 from envaudit.lock.config import uv_binary
 from envaudit.lock.files import LockError
 from envaudit.lock.store import Store
@@ -93,7 +94,7 @@ def install_toolchain(
     if not (home / "bin").is_dir():
         raise LockError(
             f"{failure}: the CUDA toolchain's wheels left no {subdir}/bin in {prefix}",
-            exit_code=1,
+            exit_code=EXIT_FAILED,
             hint="cuda.components must include nvidia-cuda-nvcc of the declared cuda.version",
         )
     expose_cudart(home)

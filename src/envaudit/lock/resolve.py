@@ -16,6 +16,7 @@ from urllib.parse import unquote, urlparse
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import parse_wheel_filename
 
+from envaudit.errors import EXIT_FAILED
 from envaudit.lock.config import FetchConfig, uv_binary
 from envaudit.lock.files import LockError, load_lock, load_spec
 from envaudit.schema.locks import (
@@ -101,7 +102,7 @@ def resolve_toolchain(spec: EnvSpec, config: FetchConfig) -> list[LockedPackage]
         raise LockError(
             f"CUDA toolchain: no wheel for {spec.platform} of {', '.join(sorted(sdists))};"
             " toolchain components are installed from wheels only",
-            exit_code=1,
+            exit_code=EXIT_FAILED,
         )
     return packages
 
@@ -119,7 +120,7 @@ def current_lock(folder: Path, bases_dir: Path = BASES_DIR) -> Lock:
     if reasons:
         raise LockError(
             f"{folder / 'lock.json'} is stale: " + "; ".join(reasons),
-            exit_code=1,
+            exit_code=EXIT_FAILED,
             hint=f"run `envaudit lock {folder.name}`",
         )
     return lock
@@ -180,7 +181,7 @@ def resolve_pylock(
         if done.returncode != 0:
             raise LockError(
                 "uv could not resolve the requirements:\n" + done.stderr.strip()[-3000:],
-                exit_code=1,
+                exit_code=EXIT_FAILED,
             )
         return tomllib.loads(out.read_text())
 
@@ -313,7 +314,7 @@ def source_file_hashes(folder: Path, source: str, names: Iterable[str]) -> dict[
             raise LockError(
                 f"{folder / 'env.toml'}: source {source} names file {name}, which is not in"
                 f" {folder}",
-                exit_code=1,
+                exit_code=EXIT_FAILED,
             )
         hashes[name] = sha256_file(path)
     return hashes
@@ -357,19 +358,19 @@ def _locked_base(spec: EnvSpec, bases_dir: Path) -> LockedBase:
         known = sorted(p.stem for p in bases_dir.glob("*.toml"))
         raise LockError(
             f"base recipe {spec.base.recipe!r}: {recipe} does not exist",
-            exit_code=1,
+            exit_code=EXIT_FAILED,
             hint=f"known recipes: {', '.join(known) or 'none'}",
         )
     try:
         declared = tomllib.loads(recipe.read_text())
     except tomllib.TOMLDecodeError as exc:
-        raise LockError(f"{recipe}: not valid TOML: {exc}", exit_code=1) from exc
+        raise LockError(f"{recipe}: not valid TOML: {exc}", exit_code=EXIT_FAILED) from exc
     provides = declared.get("python")
     if provides is not None and str(provides) != spec.python:
         raise LockError(
             f"base recipe {spec.base.recipe!r} provides Python {provides}, but env.toml asks"
             f" for {spec.python}",
-            exit_code=1,
+            exit_code=EXIT_FAILED,
             hint="choose a base whose Python is the env's (containers/bases/*.toml)",
         )
     return LockedBase(recipe=spec.base.recipe, recipe_sha256=sha256_file(recipe))

@@ -17,6 +17,7 @@ import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from envaudit.errors import EXIT_FAILED
 from envaudit.lock.config import FetchConfig
 from envaudit.lock.fetch import fetch_artifact
 from envaudit.lock.files import LockError
@@ -136,7 +137,7 @@ def _ensure_commit(name: str, url: str, rev: str, dest: Path, env: dict[str, str
         return
     _git(["fetch", "--quiet", "origin", rev], env, dest)
     if _git(["cat-file", "-e", f"{rev}^{{commit}}"], env, dest)[0] != 0:
-        raise LockError(f"source {name}: commit {rev} is not in {url}", exit_code=1)
+        raise LockError(f"source {name}: commit {rev} is not in {url}", exit_code=EXIT_FAILED)
 
 
 def _check_submodules(
@@ -158,14 +159,14 @@ def _check_submodules(
                 continue  # perhaps nested in a submodule: decided after the update
             raise LockError(
                 f"source {name}: declared submodule {path!r} does not exist at {rev}",
-                exit_code=1,
+                exit_code=EXIT_FAILED,
                 hint="remove it from submodules in env.toml, or fix its path",
             )
         if have != want:
             raise LockError(
                 f"source {name}: submodule {path!r} is at {have} at {rev}, but env.toml declares"
                 f" {want}; refused",
-                exit_code=1,
+                exit_code=EXIT_FAILED,
                 hint=f"declare {have}, or choose the rev that records {want}",
             )
 
@@ -187,7 +188,7 @@ def ensure_in_store(
     try:
         origin = fetch_artifact(store, artifact, what, package, config)
     except LockError as exc:
-        if exc.exit_code == 1:
+        if exc.exit_code == EXIT_FAILED:
             raise
         raise SourceUnavailable(str(exc)) from exc
     if origin is None:

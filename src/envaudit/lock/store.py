@@ -18,6 +18,7 @@ import time
 from contextlib import AbstractContextManager
 from pathlib import Path
 
+from envaudit.errors import EXIT_FAILED
 from envaudit.lock.files import LockError
 from envaudit.schema.locks import Artifact
 from envaudit.schema.paths import exclusive_lock, sha256_file
@@ -28,7 +29,7 @@ class HashMismatch(LockError):
         super().__init__(
             f"{what}: {artifact.filename} from {origin} has sha256 {actual}, the lock says"
             f" {artifact.sha256}; refused",
-            exit_code=1,
+            exit_code=EXIT_FAILED,
         )
 
 

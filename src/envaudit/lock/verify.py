@@ -34,6 +34,7 @@ from typing import Any, Literal
 from packaging.utils import parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from envaudit.errors import EXIT_USAGE
 from envaudit.lock.files import LockError
 from envaudit.lock.store import Store
 from envaudit.schema.locks import Artifact, Lock, normalize_name
@@ -174,7 +175,7 @@ def python_version(python: str) -> str:
 def _python_error(python: str, detail: str) -> LockError:
     return LockError(
         f"--python {python}: {detail}",
-        exit_code=2,
+        exit_code=EXIT_USAGE,
         hint="pass --python with the interpreter of the environment to verify",
     )
 
@@ -298,7 +299,7 @@ def wheel_record(wheel: Path, want: LockedDist) -> dict[str, str]:
     except (OSError, zipfile.BadZipFile, UnicodeDecodeError) as exc:
         raise LockError(
             f"{wheel} ({want.artifact.filename}) is not a readable wheel: {exc}",
-            exit_code=2,
+            exit_code=EXIT_USAGE,
             hint="remove it from the store and fetch it again",
         ) from exc
     rows = csv.reader(io.StringIO(text))
