@@ -107,6 +107,8 @@ def doctor(
     `audit` picks."""
     from envaudit.runtime.doctor import diagnose
 
+    if not locks_dir.is_dir():
+        _error(f"--locks-dir {locks_dir} is not a folder", "point it at the folder of <env>/")
     with _reported():
         checks = diagnose(locks_dir)
     width = max(len(c.name) for c in checks)

@@ -71,3 +71,17 @@ def test_two_lines_of_one_key_resume_and_merge_keep_the_same_one(tmp_path: Path)
         assert code == (0 if kept == "PASSED" else 1), (stamp, out)
         merged = merge_files([report])
         assert [line["status"] for line in merged.lines] == [kept], stamp
+
+
+def test_run_resume_that_skips_failed_lines_still_fails(tmp_path: Path) -> None:
+    """`run --resume` with every workload already in the report judges the lines it kept."""
+    root = write_toy_root(tmp_path / "data")
+    solutions = tmp_path / "solutions"
+    write_solution(solutions, "returns_nan")
+    argv = ["run", "--solution", "returns_nan", "--runtime", "host", "--device", "cpu"]
+    argv += ["--data-root", str(root), "--solutions-root", str(solutions)]
+    argv += ["--report", str(tmp_path / "r.jsonl")]
+    assert CliRunner().invoke(app, argv).exit_code == 1
+    again = CliRunner().invoke(app, [*argv, "--resume"])
+    assert "skipped" in again.output
+    assert again.exit_code == 1, again.output

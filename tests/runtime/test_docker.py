@@ -267,3 +267,40 @@ def test_flashmla_build_says_everything_it_cannot_reach(engine_env: dict[str, st
     assert "not in the store" in out and "envaudit fetch flashmla-13.3" in out
     assert "deepseek-ai/FlashMLA at 9241ae3ef9bac614dd25e45e507e089f888280e0" in out
     assert "ENVAUDIT_GIT_BASES" in out
+
+
+def test_a_failing_build_step_is_quoted_with_the_build_s_last_lines(
+    engine_env: dict[str, str], tmp_path: Path
+) -> None:
+    base = plan_build("torch-cpu").image.base
+    (tmp_path / "Dockerfile").write_text(f"FROM {base}\nRUN echo about to fail && false\n")
+    with pytest.raises(EngineError) as caught:
+        Engine.connect().build(tmp_path, "envaudit-test/failing:1", {})
+    text = str(caught.value)
+    assert caught.value.exit_code == 1
+    assert "Step 2/2 : RUN echo about to fail && false" in text and "about to fail" in text
+
+
+def test_an_image_under_the_lock_s_tag_from_anything_else_is_refused(
+    engine_env: dict[str, str], tmp_path: Path
+) -> None:
+    import shutil
+
+    locks = tmp_path / "locks"
+    shutil.copytree(REPO / "locks" / "torch-cpu", locks / "torch-cpu-impostor")
+    spec = locks / "torch-cpu-impostor" / "env.toml"
+    spec.write_text(spec.read_text().replace("CPU torch", "another CPU torch"))
+    code, out = invoke(["lock", "torch-cpu-impostor", "--locks-dir", str(locks)], engine_env)
+    assert code == 0, out
+    plan = plan_build("torch-cpu-impostor", locks).image
+    engine = Engine.connect()
+    base = engine.image(plan.base)
+    assert base is not None
+    repository, tag = plan.tag.split(":")
+    engine.client.images.get(base.id).tag(repository, tag)
+    try:
+        code, out = invoke(["build", "--env", "torch-cpu-impostor", "--locks-dir", str(locks)], {})
+        assert code == 2, out
+        assert "does not match the lock" in out and plan.closure_hash in out
+    finally:
+        engine.client.images.remove(plan.tag)

@@ -18,7 +18,7 @@ from envaudit.errors import EXIT_USAGE, EnvauditError
 from envaudit.image.base import BaseRecipe, build_base, load_recipe, why_not_buildable
 from envaudit.image.context import StagedFile, planned_files, stage_context
 from envaudit.image.dockerfile import render_dockerfile
-from envaudit.image.engine import Engine, ImageInfo
+from envaudit.image.engine import BuildOutcome, Engine, ImageInfo
 from envaudit.image.overlay import (
     OverlayPlan,
     overlay_tag,
@@ -133,12 +133,24 @@ def build_image(
             plan, Store(config.store), config, Path(tmp), build.env_dir, build.git_sources
         )
         outcome = engine.build(Path(tmp), plan.tag, labels, no_cache=no_cache, on_step=on_step)
+    return _built(plan.env, plan.tag, outcome, started, base_built, staged)
+
+
+def _built(
+    env: str,
+    tag: str,
+    outcome: BuildOutcome,
+    started: float,
+    base_built: bool,
+    staged: list[StagedFile],
+) -> BuildResult:
+    seconds = time.monotonic() - started
     return BuildResult(
-        plan.env,
-        plan.tag,
+        env,
+        tag,
         outcome.image,
         True,
-        time.monotonic() - started,
+        seconds,
         outcome.steps,
         outcome.cached_steps,
         base_built,
@@ -255,14 +267,4 @@ def build_overlay(
             for _, _, artifact in plan.added.packages:
                 shutil.copyfile(store.path_of(artifact), folder / artifact.filename)
         outcome = engine.build(context, plan.tag, plan.labels, no_cache=no_cache)
-    result = BuildResult(
-        env,
-        plan.tag,
-        outcome.image,
-        True,
-        time.monotonic() - started,
-        outcome.steps,
-        outcome.cached_steps,
-        base_built,
-    )
-    return result, plan
+    return _built(env, plan.tag, outcome, started, base_built, []), plan

@@ -26,7 +26,7 @@ def print_run_summary(
 ) -> bool:
     """Print one row per workload of this run; return True when any workload failed."""
     console = console or Console(highlight=False, width=120)
-    wanted = result.written
+    wanted = result.written | set(result.skipped)  # --resume: the kept lines count too
     latest = {}
     for _, line in read_lines(report):
         if line and line.get("solution") == solution:

@@ -10,15 +10,13 @@ copy of its declared files (runtime/staging.py).
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from envaudit.errors import EXIT_FAILED
 from envaudit.lock.config import FetchConfig, uv_binary
 from envaudit.lock.files import LockError, env_dir
 from envaudit.lock.offline import (
@@ -34,6 +32,7 @@ from envaudit.runtime.launchers import Launcher, ProcessLauncher
 from envaudit.runtime.registry import Progress, RunOptions, Runtime, fetch_env
 from envaudit.runtime.staging import staged_harness
 from envaudit.schema.locks import Artifact, Lock
+from envaudit.schema.paths import exclusive_lock
 from envaudit.settings import cache_root
 
 MARKER = ".envaudit-complete"
@@ -65,7 +64,7 @@ def installable(lock: Lock) -> list[tuple[str, str, Artifact]]:
         if source.wheel is None:
             raise LockError(
                 f"source {source.name} of {lock.env} has no built wheel in lock.json",
-                exit_code=1,
+                exit_code=EXIT_FAILED,
                 hint=f"`envaudit lock {lock.env}` builds it; `envaudit fetch {lock.env}` says"
                 " what is missing",
             )
@@ -79,7 +78,7 @@ def ensure_environment(
     """The environment of this lock, built from the store if it is not there yet."""
     root = (cache or cache_root()) / "envs" / lock.closure_hash
     root.parent.mkdir(parents=True, exist_ok=True)
-    with _exclusive(root.parent / f"{lock.closure_hash}.lock"):
+    with exclusive_lock(root.parent / f"{lock.closure_hash}.lock"):
         if not (root / MARKER).is_file():
             shutil.rmtree(root, ignore_errors=True)
             _build(lock, Store(config.store), root)
@@ -116,16 +115,6 @@ def _describe(lock: Lock, root: Path) -> LocalEnvironment:
     if lock.cuda is not None and (root / TOOLCHAIN / lock.cuda.prefix_subdir / "bin").is_dir():
         home = root / TOOLCHAIN / lock.cuda.prefix_subdir
     return LocalEnvironment(root=root, python=root / "bin" / "python", cuda_home=home)
-
-
-@contextmanager
-def _exclusive(path: Path) -> Iterator[None]:
-    with path.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def require_python(version: str, env: str) -> None:
