@@ -142,10 +142,19 @@ def job_folder(root: Path) -> Iterator[Path]:
 
 
 def unique_log(folder: Path, index: int) -> Path:
-    """A worker log name no other run can take: time, this process, worker number."""
+    """A worker log that no other worker writes: created here, exclusively, under a name of the
+    time, this process and the worker number (a counter settles two in one second)."""
     folder.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-    return folder / f"worker-{stamp}-{os.getpid()}-{index}.log"
+    for attempt in range(1000):
+        extra = f"-{attempt}" if attempt else ""
+        path = folder / f"worker-{stamp}-{os.getpid()}-{index}{extra}.log"
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        except FileExistsError:
+            continue
+        return path
+    raise EnvauditError(f"no free worker log name in {folder}")
 
 
 def run_batch(
