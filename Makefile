@@ -64,9 +64,11 @@ audit: bootstrap check-inputs
 build: bootstrap
 	.venv/bin/envaudit build $(if $(SOLUTION),--solution $(SOLUTION),--all)
 
-# The committed report, from the committed H100 result lines (README).
+# The committed report: the dev audit of every solution on one H200, in containers
+# (docs/results/h200/containers/README.md). The H100 lines are kept as history in docs/results/h100.
+REPORT_LINES := docs/results/h200/containers/audit-dev.jsonl
 report: bootstrap
-	.venv/bin/envaudit merge docs/results/h100/*.jsonl --out docs/
+	.venv/bin/envaudit merge $(REPORT_LINES) --out docs/
 
 clean:
 	rm -rf .venv .pytest_cache .mypy_cache .ruff_cache

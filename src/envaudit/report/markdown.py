@@ -101,17 +101,16 @@ def _provenance(summary: Mapping[str, Any]) -> str:
 
 def _reproduce(summary: Mapping[str, Any]) -> str:
     rows = ["## How to reproduce\n", "One command per environment and GPU that produced lines:\n"]
-    seen: set[tuple[str, str, str]] = set()
+    seen: set[tuple[str, str, str, str]] = set()
     for block in summary["definitions"].values():
         for device, dblock in block["devices"].items():
             for entry in dblock["solutions"]:
-                key = (str(entry["runtime"]), entry["env"], device)
-                if key in seen:
-                    continue
-                seen.add(key)
-    for runtime, env, device in sorted(seen):
+                over = str(entry.get("over") or "")
+                seen.add((str(entry["runtime"]), entry["env"], device, over))
+    for runtime, env, device, over in sorted(seen):
         target = f"--gpu {device}" if device.startswith("GPU-") else "--device cpu"
         extra = "" if runtime == "host" else f" --env {env}"
+        extra += f" --over {over}" if over else ""
         rows.append(
             f"- {env} on {device[:12]}: `envaudit run --solution <solution> --runtime {runtime}"
             f"{extra} {target} --suite dev --graph-timing`"

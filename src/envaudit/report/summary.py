@@ -157,6 +157,7 @@ def _solution_block(
         "closure_hash": closure,
         "runtime": context.get("runtime"),
         "image_id": context.get("image_id"),
+        "over": (context.get("env_check") or {}).get("overlay_on"),
         "solution_hashes": sorted({str(ln.get("solution_hash")) for ln in lines}),
         "declared_env_check": _env_check(lines),
         "workloads": {
