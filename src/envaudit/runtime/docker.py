@@ -22,7 +22,13 @@ import requests.exceptions
 
 from envaudit.errors import EXIT_USAGE, EnvauditError
 from envaudit.image.base import why_not_buildable
-from envaudit.image.build import build_image, build_overlay, existing_image, plan_build
+from envaudit.image.build import (
+    build_image,
+    build_overlay,
+    existing_image,
+    image_matches,
+    plan_build,
+)
 from envaudit.image.engine import Engine, EngineError
 from envaudit.image.overlay import overlay_tag
 from envaudit.image.plan import HARNESS_MOUNT, LABEL_PREFIX, USER
@@ -314,6 +320,11 @@ class ContainerRuntime(Runtime):
         if options.over is not None:
             tag = overlay_tag(build.image.env, build.image.closure_hash, options.over)
             image = engine.image(tag)
+            if image is not None and not image_matches(image, build.image):
+                raise EnvauditError(
+                    f"image {tag} does not match the lock of {build.image.env}",
+                    hint=f"remove it (`docker rmi {tag}`) and build it again with --over",
+                )
             if image is not None:
                 overlay = {
                     "overlay_on": options.over,
