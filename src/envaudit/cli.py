@@ -122,12 +122,6 @@ def doctor(
 LocksDir = Annotated[Path, typer.Option("--locks-dir", help="Folder of <env>/env.toml.")]
 
 
-def _lock_error(exc: Exception) -> NoReturn:
-    """Print a LockError the way every command does and exit with its code."""
-    assert isinstance(exc, EnvauditError)
-    _render(exc)
-
-
 @app.command()
 def lock(
     envs: Annotated[
@@ -220,7 +214,7 @@ def fetch(
         with byte_progress() as progress:
             report = fetch_lock(locked, config, progress, verify=verify)
     except LockError as exc:
-        _lock_error(exc)
+        _render(exc)
     for message in report.quarantined:
         typer.echo(f"quarantined: {message}", err=True)
     for filename, origin in report.fetched:

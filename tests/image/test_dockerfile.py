@@ -15,6 +15,7 @@ from envaudit.image.dockerfile import render_dockerfile
 from envaudit.image.plan import plan_image
 from envaudit.schema.locks import Lock, seal
 from tests.conftest import REPO
+from tests.schema.test_locks import lock_body
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("ENVAUDIT_UPDATE_GOLDEN") == "1"
@@ -54,19 +55,16 @@ def sample_lock(extra: list[dict] | None = None, sources: list[dict] | None = No
         "build_env": {"FLASH_MLA_SKIP_REG_SPILL_CHECK": "1", "FLASH_MLA_DISABLE_SM100": "1"},
         "cuda_arch_list": ["9.0a"],
     }
-    body = {
-        "env": "sample",
-        "spec_sha256": "a" * 64,
-        "python": "3.12",
-        "platform": "x86_64-manylinux_2_28",
-        "base": {"recipe": "noble-minbase", "recipe_sha256": "b" * 64},
-        "cuda": {"version": "13.3", "home": "/opt/cuda"},
-        "packages": packages,
-        "sources": sources if sources is not None else [source],
-        "env_vars": {"OMP_NUM_THREADS": "2"},
-        "resolver": "uv test",
-    }
-    return seal(body)
+    return seal(
+        lock_body(
+            packages,
+            env="sample",
+            spec_sha256="a" * 64,
+            base={"recipe": "noble-minbase", "recipe_sha256": "b" * 64},
+            sources=sources if sources is not None else [source],
+            env_vars={"OMP_NUM_THREADS": "2"},
+        )
+    )
 
 
 def check_golden(name: str, text: str) -> None:

@@ -30,9 +30,7 @@ from envaudit.lock.config import FetchConfig
 from envaudit.lock.files import env_dir, load_spec
 from envaudit.lock.resolve import current_lock
 from envaudit.lock.store import Store
-from envaudit.lock.verify import _LIST_SCRIPT as LIST_SCRIPT
-from envaudit.lock.verify import _parse_listing as parse_listing
-from envaudit.lock.verify import compare
+from envaudit.lock.verify import LIST_SCRIPT, compare, parse_listing
 from envaudit.settings import cache_root
 
 CLOSURE_LABEL = f"{LABEL_PREFIX}.closure-hash"
@@ -192,20 +190,6 @@ def _contexts_root() -> Path:
     root = cache_root() / "contexts"
     root.mkdir(parents=True, exist_ok=True)
     return root
-
-
-def build_env_image(
-    env: str,
-    engine: Engine,
-    config: FetchConfig,
-    locks_dir: Path = Path("locks"),
-    no_cache: bool = False,
-    on_step: Callable[[int, int, str], None] | None = None,
-    on_base_line: Callable[[str], None] | None = None,
-) -> BuildResult:
-    """Plan and build the image of one env (a no-op when it exists)."""
-    build = plan_build(env, locks_dir)
-    return build_image(build, engine, config, no_cache, on_step, on_base_line)
 
 
 def build_overlay(

@@ -122,7 +122,7 @@ def _build_stage(source: SourceStage, plan: ImagePlan) -> str:
         lines.append(f"COPY {source.files_folder}/ {ENV_FILES}/{source.name}/")
     lines.append(f"ADD {source.archive} /src/{source.name}/")
     variables = _build_env(source, plan)
-    lines.append("ENV " + " ".join(f"{k}={_env_value(v)}" for k, v in variables))
+    lines.append("ENV " + " ".join(f"{k}={env_value(v)}" for k, v in variables))
     lines.append(
         f"RUN cd /src/{source.name} && {INSTALLER}/bin/pip --python {VENV}/bin/python wheel"
         " --no-deps --no-build-isolation --no-index --no-cache-dir --disable-pip-version-check"
@@ -167,13 +167,18 @@ def _final(plan: ImagePlan) -> str:
         ("HOME", "/tmp/home"),
         *plan.env_vars,
     ]
-    lines.append("ENV " + " \\\n    ".join(f"{k}={_env_value(v)}" for k, v in variables))
+    lines.append(env_instruction(variables))
     lines.append(f'RUN ["{VENV}/bin/python", "-c", "import sys; print(sys.version)"]')
     lines.append(f"USER {USER}")
     lines.append("WORKDIR /tmp")
     return "\n".join(lines)
 
 
-def _env_value(value: str) -> str:
+def env_instruction(variables: list[tuple[str, str]]) -> str:
+    """One ENV instruction, a variable per line."""
+    return "ENV " + " \\\n    ".join(f"{k}={env_value(v)}" for k, v in variables)
+
+
+def env_value(value: str) -> str:
     """A value for ENV: JSON quoting is what the Dockerfile parser accepts for any string."""
     return json.dumps(value)

@@ -8,6 +8,7 @@ exceptions do not travel further up.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -188,8 +189,6 @@ class Engine:
 
     def label(self, source: str, tag: str, labels: dict[str, str]) -> ImageInfo:
         """A new tag of `source` carrying these labels (a one-line build, no context)."""
-        import io
-
         dockerfile = io.BytesIO(f"FROM {source}\n".encode())
         with _engine_call(f"labelling {tag}"):
             for chunk in self.client.api.build(

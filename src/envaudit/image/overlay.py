@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envaudit.errors import EXIT_FAILED, EnvauditError
-from envaudit.image.dockerfile import PIP_OFFLINE, _env_value
+from envaudit.image.dockerfile import PIP_OFFLINE, env_instruction
 from envaudit.image.plan import HARNESS_MOUNT, LABEL_PREFIX, USER, WheelLayer
 from envaudit.lock.verify import Drift
 from envaudit.schema.locks import Lock
@@ -131,7 +131,7 @@ def render_overlay_dockerfile(plan: OverlayPlan) -> str:
         ("HOME", "/tmp/home"),
         *plan.env_vars,
     ]
-    lines.append("ENV " + " \\\n    ".join(f"{k}={_env_value(v)}" for k, v in variables))
+    lines.append(env_instruction(variables))
     lines.append(f'RUN ["{plan.interpreter}", "-c", "import sys; print(sys.version)"]')
     # An imported stack has only the folders its recipe names: give it a scratch folder.
     lines.append("RUN mkdir -p /tmp /var/tmp && chmod 1777 /tmp /var/tmp")

@@ -46,7 +46,7 @@ NO_RECORD = "no RECORD installed"
 
 # Runs inside the target interpreter: stdlib only, and as old a Python 3 as importlib.metadata.
 # The marker keeps a sitecustomize that prints to stdout from corrupting the answer.
-_LIST_SCRIPT = f"""
+LIST_SCRIPT = f"""
 import csv, io, json, sys
 from importlib import metadata
 found = []
@@ -141,7 +141,7 @@ def installed_distributions(python: str, records: bool = True) -> list[Installed
     with tempfile.TemporaryDirectory(prefix="envaudit-verify-") as cwd:
         try:
             done = subprocess.run(
-                [python, "-c", _LIST_SCRIPT, *(["records"] if records else [])],
+                [python, "-c", LIST_SCRIPT, *(["records"] if records else [])],
                 capture_output=True,
                 text=True,
                 cwd=cwd,
@@ -152,7 +152,7 @@ def installed_distributions(python: str, records: bool = True) -> list[Installed
             raise _python_error(python, f"cannot run it: {exc}") from exc
     if done.returncode != 0:
         raise _python_error(python, f"it exited {done.returncode}: {done.stderr.strip()[-2000:]}")
-    return _parse_listing(python, done.stdout)
+    return parse_listing(python, done.stdout)
 
 
 def python_version(python: str) -> str:
@@ -180,7 +180,7 @@ def _python_error(python: str, detail: str) -> LockError:
     )
 
 
-def _parse_listing(python: str, stdout: str) -> list[InstalledDist]:
+def parse_listing(python: str, stdout: str) -> list[InstalledDist]:
     lines = [line for line in stdout.splitlines() if line.startswith(MARKER)]
     if not lines:
         raise _python_error(python, "it printed no list of distributions")

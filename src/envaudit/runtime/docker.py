@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,15 +44,24 @@ LOG_CAP_BYTES = 1 << 20
 JOB_LABEL = "dev.envaudit.job"
 TMPFS_SIZE = os.environ.get("ENVAUDIT_CONTAINER_TMPFS", "8g")
 PIDS_LIMIT = 8192
+POLL_INTERVAL_S = 0.5
 DRIVER_DIR_DEFAULT = "/usr/local/nvidia"
 
 
 class ContainerHandle:
+    """A worker in a container. Asking the engine for its state is an API call: it is asked at
+    most every POLL_INTERVAL_S, not at the supervisor's pace, so a timed kernel does not share
+    the host with a stream of engine requests."""
+
     def __init__(self, container: Any) -> None:
         self.container = container
         self.oom = False
+        self.asked = 0.0
 
     def poll(self) -> int | None:
+        if time.monotonic() - self.asked < POLL_INTERVAL_S:
+            return None
+        self.asked = time.monotonic()
         try:
             self.container.reload()
         except docker.errors.NotFound:
@@ -118,12 +128,13 @@ class ContainerLauncher:
         raise EnvauditError(f"{path} is outside every folder mounted into the container")
 
     def check_readable(self) -> None:
-        """Every file the worker reads must be readable by its user, or the job fails with a
-        permission error that is the machine's fault, not the solution's: refuse it up front."""
+        """Every file of the job the worker reads must be readable by its user, or the job fails
+        with a permission error that is the machine's fault, not the solution's: refuse it up
+        front. (The driver folder a GPU brings is the machine's own: not walked.)"""
         user = container_user()
         uid, gid = (int(part) for part in user.split(":"))
         blocked: list[Path] = []
-        for host, _, writable in [*self.mounts, *self.gpu.mounts]:
+        for host, _, writable in self.mounts:
             if not writable:
                 blocked += unreadable_files(host, uid, gid, limit=5 - len(blocked))
         if blocked:

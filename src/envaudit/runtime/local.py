@@ -72,11 +72,16 @@ def installable(lock: Lock) -> list[tuple[str, str, Artifact]]:
     return chosen
 
 
+def environment_root(lock: Lock, cache: Path | None = None) -> Path:
+    """Where the environment of this lock is built (by closure hash)."""
+    return (cache or cache_root()) / "envs" / lock.closure_hash
+
+
 def ensure_environment(
     lock: Lock, config: FetchConfig, cache: Path | None = None
 ) -> LocalEnvironment:
     """The environment of this lock, built from the store if it is not there yet."""
-    root = (cache or cache_root()) / "envs" / lock.closure_hash
+    root = environment_root(lock, cache)
     root.parent.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(root.parent / f"{lock.closure_hash}.lock"):
         if not (root / MARKER).is_file():
@@ -147,7 +152,7 @@ class LocalRuntime(Runtime):
 
     def ensure(self, env: str, options: RunOptions, progress: Progress) -> str | None:
         lock = current_lock(env_dir(env, options.locks_dir))
-        root = cache_root() / "envs" / lock.closure_hash
+        root = environment_root(lock)
         if (root / MARKER).is_file():
             return None
         require_python(lock.python, env)
