@@ -96,6 +96,21 @@ SOLUTIONS = {
     "gpu_only": ("def run(x, lengths, scale):\n    return scaled(x, lengths, scale)", False),
 }
 
+# Stands for a JIT-compiling library: caches a "kernel" where Triton would (not a fault).
+JIT_SOLUTION = {
+    "jit_cache": (
+        """
+        import os, pathlib
+        def run(x, lengths, scale):
+            kernel = pathlib.Path(os.environ["TRITON_CACHE_DIR"]) / "kernel.bin"
+            if not kernel.exists():
+                kernel.write_text(str(os.getpid()))
+            return scaled(x, lengths, scale)
+        """,
+        False,
+    )
+}
+
 # solution -> expected status for (3-row blob workload, 2-row random workload)
 EXPECTED = {
     "correct": ("PASSED", "PASSED"),

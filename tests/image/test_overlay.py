@@ -1,5 +1,6 @@
-"""An env's image over an imported machine stack: refused when the stack holds another version of
-a locked package or another Python, and otherwise adds exactly what the stack lacks."""
+"""An env's image over an imported machine stack: refused when the stack holds another Python or
+another version of the lock's torch stack; otherwise adds exactly what the stack lacks and
+replaces what it holds at another version."""
 
 from __future__ import annotations
 
@@ -45,6 +46,15 @@ def test_a_stack_lacking_a_package_gets_it_from_the_store() -> None:
     assert "--require-hashes" in text and "--no-index" in text
     assert overlay.labels["dev.envaudit.overlay-on"] == "gpu-host-stack"
     assert overlay.tag.endswith("-on-gpu-host-stack")
+
+
+def test_a_package_at_another_version_outside_the_torch_stack_is_replaced() -> None:
+    overlay = plan({**STACK, "numpy": "2.4.0", "safetensors": "0.8.0"})
+    assert overlay.added is not None
+    assert [(p[0], p[1]) for p in overlay.added.packages] == [("numpy", "2.5.2")]
+    assert overlay.verified["replaced"] == ["numpy 2.4.0 -> 2.5.2"]
+    assert overlay.verified["added"] == 0
+    assert "# replaced: numpy 2.4.0 -> 2.5.2" in render_overlay_dockerfile(overlay)
 
 
 def test_a_stack_holding_the_whole_lock_adds_nothing() -> None:

@@ -304,3 +304,15 @@ def test_an_image_under_the_lock_s_tag_from_anything_else_is_refused(
         assert "does not match the lock" in out and plan.closure_hash in out
     finally:
         engine.client.images.remove(plan.tag)
+
+
+def test_compile_caches_go_to_the_env_s_folder_cold_then_warm(
+    engine_env: dict[str, str], tmp_path: Path
+) -> None:
+    from tests.runtime.test_jit import audit_twice, check_cold_then_warm
+
+    cache = tmp_path / "cache"
+    env = {**engine_env, "ENVAUDIT_CACHE": str(cache)}
+    lines = audit_twice(tmp_path, ["--runtime", "docker", "--env", "torch-cpu"], env)
+    check_cold_then_warm(lines, cache)
+    assert all(x["context"]["runtime"] == "docker" for x in lines)

@@ -4,9 +4,12 @@ Where the lock's own base cannot be made (a GPU machine with no registry and no 
 archive), its image can be built over the machine's own stack, but only when that stack holds
 the lock's packages: the stack's interpreter is listed inside the base image and compared with
 the lock (verify-env's comparison, versions only: the stack's files are not the store's wheels).
-A package at another version refuses the base (exit 1); a package the stack lacks is installed
-over it from the store, by hash, offline. The image records the base, its manifest and the
-comparison, so every line run in it says what it ran on.
+The stack must hold the lock's Python and its torch stack (torch, triton and the CUDA libraries
+torch pins) at the locked versions, or the base is refused (exit 1): reusing them is the point of
+an overlay. A package the stack lacks is installed over it from the store, by hash, offline; any
+other package the stack holds at another version is replaced the same way (pip uninstalls the
+stack's copy in the image, never on the machine). The image records the base, its manifest and
+the comparison, replacements by name, so every line run in it says what it ran on.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 
 from envaudit.errors import EXIT_FAILED, EnvauditError
 from envaudit.image.dockerfile import PIP_OFFLINE, env_instruction
-from envaudit.image.plan import HARNESS_MOUNT, LABEL_PREFIX, USER, WheelLayer
+from envaudit.image.plan import HARNESS_MOUNT, LABEL_PREFIX, TORCH_STACK, USER, WheelLayer
 from envaudit.lock.verify import Drift
 from envaudit.schema.locks import Lock
 
@@ -60,25 +63,29 @@ def plan_overlay(
     stack_path: tuple[str, ...] = (),
 ) -> OverlayPlan:
     """The overlay of `lock` on a base whose interpreter compared as `drift`; refused when the
-    base holds another Python or another version of a locked package."""
-    if drift.python is not None or drift.different:
+    base holds another Python or another version of the lock's torch stack."""
+    contradicting = [d for d in drift.different if TORCH_STACK.match(d.name)]
+    if drift.python is not None or contradicting:
         found = [f"Python {drift.python[1]} (locked {drift.python[0]})"] if drift.python else []
-        found += [f"{d.name} {d.installed} (locked {d.locked})" for d in drift.different]
+        found += [f"{d.name} {d.installed} (locked {d.locked})" for d in contradicting]
         raise EnvauditError(
             f"the base {recipe} cannot carry {lock.env}: it holds {'; '.join(found[:8])}",
             EXIT_FAILED,
             hint=f"build {lock.env} on its own base, or choose a lock that matches this stack",
         )
     missing = {d.name for d in drift.missing}
+    replaced = {d.name: d for d in drift.different}
+    wanted = missing | set(replaced)
     added = tuple(
-        (p.name, p.version, p.artifact) for p in lock.runtime_packages() if p.name in missing
+        (p.name, p.version, p.artifact) for p in lock.runtime_packages() if p.name in wanted
     )
-    built = [s for s in lock.sources if s.wheel is not None and s.name in missing]
+    built = [s for s in lock.sources if s.wheel is not None and s.name in wanted]
     added += tuple((s.name, s.version or "", s.wheel) for s in built if s.wheel is not None)
     verified = {
         "locked": drift.locked,
         "present": len(drift.matching),
-        "added": len(added),
+        "added": len(added) - len(replaced),
+        "replaced": [f"{d.name} {d.installed} -> {d.locked}" for d in replaced.values()],
         "extra_in_base": len(drift.extra),
         "file_hashes": "not checked (the stack's files are not the store's wheels)",
     }
@@ -113,6 +120,7 @@ def render_overlay_dockerfile(plan: OverlayPlan) -> str:
         f" {plan.recipe}",
         f"# the stack holds {plan.verified['present']} of the lock's {plan.verified['locked']}"
         f" packages at the locked versions; {plan.verified['added']} are added below",
+        *(f"# replaced: {r}" for r in plan.verified.get("replaced", [])),
         f"FROM {plan.base}",
     ]
     if plan.added is not None:

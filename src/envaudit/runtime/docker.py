@@ -34,12 +34,14 @@ from envaudit.image.engine import Engine, EngineError
 from envaudit.image.overlay import overlay_tag
 from envaudit.image.plan import HARNESS_MOUNT, LABEL_PREFIX, USER
 from envaudit.runtime.devices import Gpu, device_nodes, require_gpu
+from envaudit.runtime.jit import jit_cache_folder, jit_environment, prepare_jit_cache
 from envaudit.runtime.jobs import Job
 from envaudit.runtime.launchers import Launcher, WorkerHandle
 from envaudit.runtime.registry import Progress, RunOptions, Runtime, fetch_env
 from envaudit.runtime.staging import staged_harness
 
 MOUNT = "/envaudit"
+JIT_MOUNT = f"{MOUNT}/jit"
 LOG_CAP_BYTES = 1 << 20
 JOB_LABEL = "dev.envaudit.job"
 TMPFS_SIZE = os.environ.get("ENVAUDIT_CONTAINER_TMPFS", "8g")
@@ -104,6 +106,7 @@ class ContainerLauncher:
         job: Job,
         environment: dict[str, str],
         gpu: GpuPassing,
+        jit_folder: Path | None = None,
     ) -> None:
         self.engine = engine
         self.image_id = image_id
@@ -119,6 +122,8 @@ class ContainerLauncher:
             with contextlib.suppress(PermissionError):
                 job.reference_cache.chmod(0o777)  # the worker is not the host's user
             self.mounts.append((job.reference_cache, f"{MOUNT}/reference-cache", True))
+        if jit_folder is not None:
+            self.mounts.append((jit_folder, JIT_MOUNT, True))
         remove_orphaned_containers(engine)
 
     def seen_as(self, path: Path) -> str:
@@ -369,7 +374,11 @@ class ContainerRuntime(Runtime):
         if job.device.startswith("cuda"):
             passing = gpu_passing(engine, require_gpu(job.context.device_id))
         environment.update(passing.environment)
+        jit_folder = jit_cache_folder(build.image.env, build.image.closure_hash)
+        jit_state = prepare_jit_cache(jit_folder, shared_with_other_users=True)
+        environment.update(jit_environment(JIT_MOUNT))
         job = job.with_context(
+            jit_cache=jit_state,
             env=build.image.env,
             closure_hash=build.image.closure_hash,
             image_id=image.id,
@@ -383,6 +392,6 @@ class ContainerRuntime(Runtime):
                 **overlay,
             },
         )
-        launcher = ContainerLauncher(engine, image.id, job, environment, passing)
+        launcher = ContainerLauncher(engine, image.id, job, environment, passing, jit_folder)
         launcher.check_readable()
         return job, launcher

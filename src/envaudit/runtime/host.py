@@ -17,6 +17,7 @@ from typing import Any
 
 from envaudit.lock.files import LockError, env_dir, load_lock
 from envaudit.lock.verify import compare, drift_record, installed_distributions, python_version
+from envaudit.runtime.jit import jit_cache_folder, jit_environment, prepare_jit_cache
 from envaudit.runtime.jobs import Job
 from envaudit.runtime.launchers import Launcher, ProcessLauncher
 from envaudit.runtime.registry import RunOptions, Runtime
@@ -46,8 +47,12 @@ class HostRuntime(Runtime):
     def prepare(self, job: Job, options: RunOptions) -> tuple[Job, Launcher]:
         self.require()
         check = env_check(job.context.env, options.locks_dir)
-        job = job.with_context(env_check=check, closure_hash=check.get("lock_closure_hash"))
-        env = {**os.environ, **job.device_env}
+        closure = check.get("lock_closure_hash")
+        folder = jit_cache_folder(job.context.env, closure)
+        job = job.with_context(
+            env_check=check, closure_hash=closure, jit_cache=prepare_jit_cache(folder)
+        )
+        env = {**os.environ, **job.device_env, **jit_environment(str(folder))}
         return job, ProcessLauncher(sys.executable, env)
 
 

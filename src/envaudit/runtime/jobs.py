@@ -179,6 +179,8 @@ class RunContext:
     image_digest: str | None = None
     gpu_access: str | None = None
     env_check: Mapping[str, Any] | None = None
+    jit_cache: str | None = None
+    """"cold" when the job's compile cache folder (runtime/jit.py) was empty, else "warm"."""
 
     def record(self) -> dict[str, Any]:
         found: dict[str, Any] = {
@@ -191,6 +193,8 @@ class RunContext:
         }
         if self.gpu_access is not None:
             found["gpu_access"] = self.gpu_access
+        if self.jit_cache is not None:
+            found["jit_cache"] = self.jit_cache
         if self.env_check is not None:
             found["env_check"] = dict(self.env_check)
         if self.declared_env != self.env:

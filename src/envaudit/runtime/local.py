@@ -27,6 +27,7 @@ from envaudit.lock.offline import (
 )
 from envaudit.lock.resolve import current_lock
 from envaudit.lock.store import Store
+from envaudit.runtime.jit import jit_cache_folder, jit_environment, prepare_jit_cache
 from envaudit.runtime.jobs import Job
 from envaudit.runtime.launchers import Launcher, ProcessLauncher
 from envaudit.runtime.registry import Progress, RunOptions, Runtime, fetch_env
@@ -165,9 +166,11 @@ class LocalRuntime(Runtime):
         env is used, with it the line records both."""
         lock = current_lock(env_dir(job.env_to_run(options.env), options.locks_dir))
         local = ensure_environment(lock, options.config)
+        folder = jit_cache_folder(lock.env, lock.closure_hash)
         job = job.with_context(
             env=lock.env,
             closure_hash=lock.closure_hash,
+            jit_cache=prepare_jit_cache(folder),
             env_check={
                 "lock_closure_hash": lock.closure_hash,
                 "matches": True,
@@ -175,5 +178,10 @@ class LocalRuntime(Runtime):
             },
         )
         inherited = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-        env = {**inherited, **job.device_env, **local.variables(lock)}
+        env = {
+            **inherited,
+            **job.device_env,
+            **local.variables(lock),
+            **jit_environment(str(folder)),
+        }
         return job, ProcessLauncher(str(local.python), env)

@@ -1,0 +1,55 @@
+"""Where JIT-compiling libraries keep what they compile, for one job.
+
+Triton, TorchInductor, FlashInfer, CuTe DSL (FA4, quack) and TileLang compile kernels at their
+first call and cache the result under the user's home folder unless told otherwise. A shared home
+folder would let one environment's compiled kernels (another library version, another compiler)
+be found by another's, and a container's home is a throw-away tmpfs. So every job gets one cache
+folder per environment closure, `<cache>/jit/<env>-<closure16>`, and every library's variable
+points into it: mounted read-write into a container, used as is by a process on this machine.
+
+What a job started with (an empty folder: "cold"; a filled one: "warm") goes on its lines, so a
+cold-cache and a warm-cache run of one solution can be compared.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from envaudit.settings import cache_root
+
+# The variable each library reads, and its folder inside the job's cache folder.
+JIT_CACHE_VARIABLES: dict[str, str] = {
+    "XDG_CACHE_HOME": "xdg",  # libraries that follow the XDG layout (~/.cache/<name>)
+    "TRITON_CACHE_DIR": "triton",
+    "TORCHINDUCTOR_CACHE_DIR": "inductor",
+    "FLASHINFER_WORKSPACE_BASE": "flashinfer",
+    "CUTE_DSL_CACHE_DIR": "cute-dsl",
+    "TILELANG_CACHE_DIR": "tilelang",
+    "TILELANG_TMP_DIR": "tilelang-tmp",
+    "TVM_FFI_CACHE_DIR": "tvm-ffi",
+}
+
+
+def jit_cache_folder(env: str | None, closure_hash: str | None) -> Path:
+    """The cache folder of one environment on this machine."""
+    name = f"{env}-{closure_hash[:16]}" if env and closure_hash else (env or "no-env")
+    return cache_root() / "jit" / name
+
+
+def jit_environment(folder: str) -> dict[str, str]:
+    """The variables that send every library's compile cache into `folder` (as the worker sees
+    it)."""
+    return {variable: f"{folder}/{sub}" for variable, sub in JIT_CACHE_VARIABLES.items()}
+
+
+def prepare_jit_cache(folder: Path, shared_with_other_users: bool = False) -> str:
+    """Create the folder and its subfolders; "cold" when nothing was cached yet, else "warm"."""
+    folder.mkdir(parents=True, exist_ok=True)
+    state = "warm" if any(p.is_file() for p in folder.rglob("*")) else "cold"
+    for sub in JIT_CACHE_VARIABLES.values():
+        (folder / sub).mkdir(exist_ok=True)
+        if shared_with_other_users:  # a container's worker is not this machine's user
+            (folder / sub).chmod(0o777)
+    if shared_with_other_users:
+        folder.chmod(0o777)
+    return state
