@@ -60,7 +60,16 @@ def test_a_package_at_another_version_outside_the_torch_stack_is_replaced() -> N
 def test_a_stack_holding_the_whole_lock_adds_nothing() -> None:
     overlay = plan({**STACK, "safetensors": "0.8.0"})
     assert overlay.added is None
-    assert "COPY" not in render_overlay_dockerfile(overlay)
+    assert "COPY wheels/added" not in render_overlay_dockerfile(overlay)
+
+
+def test_the_lock_s_toolchain_is_installed_and_is_cuda_home_not_the_stack_s() -> None:
+    overlay = plan({**STACK, "safetensors": "0.8.0"})
+    assert overlay.toolchain is not None and overlay.verified["toolchain"] == 2
+    text = render_overlay_dockerfile(overlay)
+    assert "--target /opt/envaudit/toolchain" in text
+    assert 'CUDA_HOME="/opt/cuda"' in text and "/usr/local/cuda" not in text
+    assert ":/opt/cuda/bin:/opt/gcc/bin:" in text
 
 
 @pytest.mark.parametrize(

@@ -9,10 +9,13 @@ from typing import Any
 from envaudit.report.merge import merge_files
 from envaudit.report.summary import SolutionInfo, build_summary, preferred_solutions
 
-GPU_A, GPU_B = (
+GPU_A, GPU_A2, GPU_B = (
     "GPU-aaaaaaaa-0000-0000-0000-000000000000",
+    "GPU-aaaaaaa2-0000-0000-0000-000000000000",  # a second card of GPU_A's model
     "GPU-bbbbbbbb-0000-0000-0000-000000000000",
 )
+NAMES = {GPU_A: "NVIDIA H100 80GB HBM3", GPU_A2: "NVIDIA H100 80GB HBM3", GPU_B: "NVIDIA H200"}
+MODEL_A, MODEL_B = "NVIDIA H100 80GB HBM3, driver 580.159.04", "NVIDIA H200, driver 580.159.04"
 SOLUTIONS = {
     "d-torch": SolutionInfo("d-torch", "d", "me", "torch-2.11-cu130", True),
     "d-fast": SolutionInfo("d-fast", "d", "me", "fast-env", False),
@@ -42,7 +45,12 @@ def line(
         "message": "",
         "timing": timing if status == "PASSED" else None,
         "context": {"runtime": "host", "env": env, "closure_hash": closure, "device_id": gpu},
-        "environment": {"gpu_uuid": gpu, "gpu_name": "NVIDIA H100 80GB HBM3", "harness_hash": "h"},
+        "environment": {
+            "gpu_uuid": gpu,
+            "gpu_name": NAMES[gpu],
+            "driver": "580.159.04",
+            "harness_hash": "h",
+        },
         "timestamp": stamp,
     }
 
@@ -94,8 +102,8 @@ def test_gpus_and_environments_are_never_mixed(tmp_path: Path) -> None:
     merged, summary = summarize([write(tmp_path / "r.jsonl", lines)])
     assert len(merged.lines) == 5
     devices = summary["definitions"]["d"]["devices"]
-    assert set(devices) == {GPU_A, GPU_B}
-    on_a = {(s["solution"], s["env"]): s for s in devices[GPU_A]["solutions"]}
+    assert set(devices) == {MODEL_A, MODEL_B}
+    on_a = {(s["solution"], s["env"]): s for s in devices[MODEL_A]["solutions"]}
     assert set(on_a) == {
         ("d-torch", "torch-2.11-cu130"),
         ("d-fast", "torch-2.11-cu130"),
@@ -103,11 +111,34 @@ def test_gpus_and_environments_are_never_mixed(tmp_path: Path) -> None:
     }
     assert on_a[("d-fast", "torch-2.11-cu130")]["geomean_speedup"]["primary"] == 2.0
     assert on_a[("d-fast", "other-env")]["geomean_speedup"]["primary"] == 4.0
-    on_b = {s["solution"]: s for s in devices[GPU_B]["solutions"]}
+    on_b = {s["solution"]: s for s in devices[MODEL_B]["solutions"]}
     assert on_b["d-fast"]["geomean_speedup"]["primary"] == 4.0
     preferred = preferred_solutions(summary)["choices"]["d"]
-    assert preferred[GPU_A]["choice"]["env"] == "other-env"
-    assert preferred[GPU_A]["runner_up"]["solution"] == "d-fast"
+    assert preferred[MODEL_A]["choice"]["env"] == "other-env"
+    assert preferred[MODEL_A]["runner_up"]["solution"] == "d-fast"
+
+
+def test_cards_of_one_model_are_one_group_naming_each_card(tmp_path: Path) -> None:
+    later = "2026-11-30T12:00:00+00:00"
+    lines = [
+        line("d-torch", "w1", 2.0),
+        line("d-torch", "w2", 2.0),
+        line("d-fast", "w1", 1.0),
+        line("d-fast", "w2", 1.0, gpu=GPU_A2),  # the re-run on a second card adds w2
+        line("d-fast", "w1", 0.5, gpu=GPU_A2, stamp=later),  # and the newest w1 counts
+    ]
+    _, summary = summarize([write(tmp_path / "r.jsonl", lines)])
+    assert set(summary["definitions"]["d"]["devices"]) == {MODEL_A}
+    assert summary["devices"][MODEL_A]["uuids"] == [GPU_A2, GPU_A]
+    fast = next(
+        s
+        for s in summary["definitions"]["d"]["devices"][MODEL_A]["solutions"]
+        if s["solution"] == "d-fast"
+    )
+    assert fast["gpus"] == [GPU_A2]
+    rows = {r["uuid"]: r for r in fast["per_workload"]}
+    assert rows["w1"]["device"] == GPU_A2 and rows["w1"]["speedup_eager"] == 4.0
+    assert rows["w2"]["speedup_eager"] == 2.0 and fast["workloads"]["total"] == 2
 
 
 def test_preference_needs_every_workload_passed(tmp_path: Path) -> None:
@@ -118,17 +149,17 @@ def test_preference_needs_every_workload_passed(tmp_path: Path) -> None:
         line("d-fast", "w2", 0.1, status="TIMEOUT"),
     ]
     _, summary = summarize([write(tmp_path / "r.jsonl", lines)])
-    choice = preferred_solutions(summary)["choices"]["d"][GPU_A]
+    choice = preferred_solutions(summary)["choices"]["d"][MODEL_A]
     assert choice["choice"]["solution"] == "d-torch" and choice["runner_up"] is None
     fast = next(
         s
-        for s in summary["definitions"]["d"]["devices"][GPU_A]["solutions"]
+        for s in summary["definitions"]["d"]["devices"][MODEL_A]["solutions"]
         if s["solution"] == "d-fast"
     )
     assert fast["workloads"] == {"total": 2, "passed": 1, "failed": {"TIMEOUT": 1}}
     lines = [line("d-torch", "w1", 2.0, status="RUNTIME_ERROR")]
     _, summary = summarize([write(tmp_path / "none.jsonl", lines)])
-    assert preferred_solutions(summary)["choices"]["d"][GPU_A]["choice"] == "none"
+    assert preferred_solutions(summary)["choices"]["d"][MODEL_A]["choice"] == "none"
 
 
 def test_truncated_last_line_is_reported_and_the_rest_merged(tmp_path: Path) -> None:
@@ -174,7 +205,7 @@ def test_empty_input_and_bad_lines_are_reported_with_line_numbers(tmp_path: Path
     assert {ln["solution"] for ln in merged.lines} == {"d-torch", "d-fast"}
     fast = next(
         s
-        for s in summary["definitions"]["d"]["devices"][GPU_A]["solutions"]
+        for s in summary["definitions"]["d"]["devices"][MODEL_A]["solutions"]
         if s["solution"] == "d-fast"
     )
     assert fast["workloads"]["failed"] == {"EXPLODED": 1}
@@ -193,7 +224,9 @@ def test_lines_measured_outside_the_declared_env_are_marked(tmp_path: Path) -> N
     inside = line("d-torch", "w1", 2.0)
     inside["context"]["env_check"] = {"matches": True, "missing": [], "different": []}
     _, summary = summarize([write(tmp_path / "r.jsonl", [outside, inside])])
-    entries = {s["solution"]: s for s in summary["definitions"]["d"]["devices"][GPU_A]["solutions"]}
+    entries = {
+        s["solution"]: s for s in summary["definitions"]["d"]["devices"][MODEL_A]["solutions"]
+    }
     assert entries["d-fast"]["declared_env_check"]["matches"] is False
     assert entries["d-torch"]["declared_env_check"]["matches"] is True
     text = render_markdown(summary, preferred_solutions(summary), [], "envaudit merge", "now")

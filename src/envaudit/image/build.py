@@ -236,19 +236,20 @@ def build_overlay(
     with tempfile.TemporaryDirectory(prefix=f"{env}-", dir=_contexts_root()) as tmp:
         context = Path(tmp)
         (context / "Dockerfile").write_text(render_overlay_dockerfile(plan))
-        if plan.added is not None:
-            store = Store(config.store)
-            absent = [a for _, _, a in plan.added.packages if not store.has(a)]
-            if absent:
-                raise EnvauditError(
-                    f"the base {recipe.name} lacks {len(absent)} package(s) of {env} and the"
-                    f" store lacks their wheels: {', '.join(a.filename for a in absent[:5])}",
-                    hint=f"carry them into the store, then `envaudit fetch {env} --offline`",
-                )
-            folder = context / plan.added.folder
+        layers = [layer for layer in (plan.added, plan.toolchain) if layer is not None]
+        store = Store(config.store)
+        absent = [a for layer in layers for _, _, a in layer.packages if not store.has(a)]
+        if absent:
+            raise EnvauditError(
+                f"the base {recipe.name} lacks {len(absent)} package(s) of {env} and the"
+                f" store lacks their wheels: {', '.join(a.filename for a in absent[:5])}",
+                hint=f"carry them into the store, then `envaudit fetch {env} --offline`",
+            )
+        for layer in layers:
+            folder = context / layer.folder
             folder.mkdir(parents=True)
-            (folder / "requirements.txt").write_text(plan.added.requirements())
-            for _, _, artifact in plan.added.packages:
+            (folder / "requirements.txt").write_text(layer.requirements())
+            for _, _, artifact in layer.packages:
                 shutil.copyfile(store.path_of(artifact), folder / artifact.filename)
         outcome = engine.build(context, plan.tag, plan.labels, no_cache=no_cache)
     return _built(env, plan.tag, outcome, started, base_built, []), plan

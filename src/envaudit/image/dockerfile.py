@@ -86,8 +86,16 @@ def _toolchain_stage(layer: WheelLayer) -> str:
         f"# the CUDA toolchain ({names}), a prefix of its own, not on the run-time path\n"
         "FROM installer AS cuda-toolchain\n"
         f"COPY {layer.folder}/ /tmp/wheels/\n"
-        f"RUN {INSTALLER}/bin/pip install {PIP_OFFLINE} --target {TOOLCHAIN} \\\n"
-        "    --find-links /tmp/wheels -r /tmp/wheels/requirements.txt \\\n"
+        f"RUN {toolchain_install(f'{INSTALLER}/bin/pip', '/tmp/wheels')}"
+    )
+
+
+def toolchain_install(pip: str, wheels: str) -> str:
+    """The shell step that installs a toolchain layer's wheels (in `wheels`) into TOOLCHAIN;
+    the runtime wheel's libcudart gets the unversioned name linkers look for."""
+    return (
+        f"{pip} install {PIP_OFFLINE} --target {TOOLCHAIN} \\\n"
+        f"    --find-links {wheels} -r {wheels}/requirements.txt \\\n"
         f" && home=$(ls -d {TOOLCHAIN}/nvidia/cu1*) \\\n"
         ' && if [ -e "$home/lib/libcudart.so.13" ]; then'
         ' ln -sf libcudart.so.13 "$home/lib/libcudart.so"; fi'
@@ -143,8 +151,13 @@ def _built_stage(source: SourceStage) -> str:
 
 def _cuda_home_link(plan: ImagePlan) -> str:
     assert plan.cuda_home is not None
-    home = shlex.quote(plan.cuda_home)
-    return f"RUN mkdir -p $(dirname {home}) && ln -s $(ls -d {TOOLCHAIN}/nvidia/cu1*) {home}"
+    return f"RUN {cuda_home_link(plan.cuda_home)}"
+
+
+def cuda_home_link(cuda_home: str) -> str:
+    """The lock's CUDA_HOME, a link to the toolchain prefix's nvidia/cu* folder."""
+    home = shlex.quote(cuda_home)
+    return f"mkdir -p $(dirname {home}) && ln -s $(ls -d {TOOLCHAIN}/nvidia/cu1*) {home}"
 
 
 def _final(plan: ImagePlan) -> str:

@@ -20,7 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envaudit.errors import EXIT_FAILED, EnvauditError
-from envaudit.image.dockerfile import PIP_OFFLINE, env_instruction
+from envaudit.image.dockerfile import (
+    PIP_OFFLINE,
+    cuda_home_link,
+    env_instruction,
+    toolchain_install,
+)
 from envaudit.image.plan import HARNESS_MOUNT, LABEL_PREFIX, TORCH_STACK, USER, WheelLayer
 from envaudit.lock.verify import Drift
 from envaudit.schema.locks import Lock
@@ -42,6 +47,9 @@ class OverlayPlan:
     labels: dict[str, str] = field(default_factory=dict)
     path: tuple[str, ...] = ()
     """Folders of the stack put on PATH after the venv's (compilers, CUDA)."""
+    toolchain: WheelLayer | None = None
+    """The lock's own CUDA toolchain (role `cuda`), installed as in the lock's own image."""
+    cuda_home: str | None = None
 
     @property
     def tag(self) -> str:
@@ -73,7 +81,8 @@ def plan_overlay(
             EXIT_FAILED,
             hint=f"build {lock.env} on its own base, or choose a lock that matches this stack",
         )
-    missing = {d.name for d in drift.missing}
+    tools = tuple((p.name, p.version, p.artifact) for p in lock.toolchain_packages())
+    missing = {d.name for d in drift.missing} - {name for name, _, _ in tools}
     replaced = {d.name: d for d in drift.different}
     wanted = missing | set(replaced)
     added = tuple(
@@ -86,6 +95,7 @@ def plan_overlay(
         "present": len(drift.matching),
         "added": len(added) - len(replaced),
         "replaced": [f"{d.name} {d.installed} -> {d.locked}" for d in replaced.values()],
+        "toolchain": len(tools),
         "extra_in_base": len(drift.extra),
         "file_hashes": "not checked (the stack's files are not the store's wheels)",
     }
@@ -109,6 +119,8 @@ def plan_overlay(
         env_vars=(*stack_env, *sorted(lock.env_vars.items())),
         labels=labels,
         path=stack_path,
+        toolchain=WheelLayer("toolchain", tools, target="toolchain") if tools else None,
+        cuda_home=lock.cuda.home if lock.cuda is not None and tools else None,
     )
 
 
@@ -129,8 +141,17 @@ def render_overlay_dockerfile(plan: OverlayPlan) -> str:
             f"RUN {shlex.quote(plan.interpreter)} -m pip install {PIP_OFFLINE}"
             " --find-links /tmp/wheels -r /tmp/wheels/requirements.txt && rm -rf /tmp/wheels",
         ]
+    toolchain_bin: list[str] = []
+    if plan.toolchain is not None and plan.cuda_home is not None:
+        folder = f"/tmp/{plan.toolchain.folder}"
+        lines += [
+            f"COPY {plan.toolchain.folder}/ {folder}/",
+            f"RUN {toolchain_install(f'{shlex.quote(plan.interpreter)} -m pip', folder)}"
+            f" \\\n && rm -rf {folder} && {cuda_home_link(plan.cuda_home)}",
+        ]
+        toolchain_bin = [f"{plan.cuda_home}/bin"]
     variables = [
-        ("PATH", ":".join([venv_bin, *plan.path, PATH_TAIL])),
+        ("PATH", ":".join([venv_bin, *toolchain_bin, *plan.path, PATH_TAIL])),
         ("VIRTUAL_ENV", venv),
         ("LD_LIBRARY_PATH", DRIVER_LIBS),
         ("PYTHONPATH", HARNESS_MOUNT),
@@ -139,6 +160,9 @@ def render_overlay_dockerfile(plan: OverlayPlan) -> str:
         ("HOME", "/tmp/home"),
         *plan.env_vars,
     ]
+    if plan.cuda_home is not None:  # the lock's toolchain, not the stack's
+        variables = [(k, v) for k, v in variables if k != "CUDA_HOME"]
+        variables.append(("CUDA_HOME", plan.cuda_home))
     lines.append(env_instruction(variables))
     lines.append(f'RUN ["{plan.interpreter}", "-c", "import sys; print(sys.version)"]')
     # An imported stack has only the folders its recipe names: give it a scratch folder.

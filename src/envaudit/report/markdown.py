@@ -45,8 +45,9 @@ def render_markdown(
 
 
 def _gpu_label(summary: Mapping[str, Any], device: str) -> str:
-    name = summary["devices"].get(device, {}).get("name", device)
-    return f"{name} ({device[:12]})" if device.startswith("GPU-") else str(name)
+    uuids = summary["devices"].get(device, {}).get("uuids") or []
+    cards = ", ".join(u[:12] for u in uuids if u.startswith(("GPU-", "MIG-")))
+    return f"{device} ({cards})" if cards else device
 
 
 def _overview(summary: Mapping[str, Any], preferred: Mapping[str, Any]) -> str:
@@ -77,10 +78,11 @@ def _provenance(summary: Mapping[str, Any]) -> str:
     if summary.get("measured_between"):
         first, last = summary["measured_between"]
         rows.append(f"Measured between {first} and {last}.\n")
-    rows += ["| GPU | name | driver | compute capability |", "|---|---|---|---|"]
-    for uuid, gpu in summary["devices"].items():
+    rows += ["| GPU model | cards (UUID) | compute capability |", "|---|---|---|"]
+    for model, gpu in summary["devices"].items():
         cc = gpu.get("compute_capability")
-        rows.append(f"| `{uuid}` | {gpu['name']} | {gpu.get('driver') or '–'} | {cc or '–'} |")
+        cards = ", ".join(f"`{u}`" for u in gpu.get("uuids") or []) or "–"
+        rows.append(f"| {model} | {cards} | {cc or '–'} |")
     rows += [
         "",
         "| env | closure hash | runtime | image | python | torch | triton | distributions |",
@@ -103,10 +105,11 @@ def _reproduce(summary: Mapping[str, Any]) -> str:
     rows = ["## How to reproduce\n", "One command per environment and GPU that produced lines:\n"]
     seen: set[tuple[str, str, str, str]] = set()
     for block in summary["definitions"].values():
-        for device, dblock in block["devices"].items():
+        for dblock in block["devices"].values():
             for entry in dblock["solutions"]:
                 over = str(entry.get("over") or "")
-                seen.add((str(entry["runtime"]), entry["env"], device, over))
+                for device in entry.get("gpus") or ["cpu"]:
+                    seen.add((str(entry["runtime"]), entry["env"], device, over))
     for runtime, env, device, over in sorted(seen):
         target = f"--gpu {device}" if device.startswith("GPU-") else "--device cpu"
         extra = "" if runtime == "host" else f" --env {env}"

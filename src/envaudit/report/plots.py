@@ -74,27 +74,31 @@ def render_plots(summary: Mapping[str, Any], out: Path) -> dict[Path, bytes]:
                     continue
                 gpu = _gpu_name(devices, device)
                 fig = _speedup_figure(definition, gpu, device, dblock["solutions"])
-                stem = f"{_safe(definition)}.{short_gpu(gpu, device)}"
+                stem = f"{_safe(definition)}.{short_gpu(device)}"
                 rendered.update(_render(fig, target / stem))
         for device in _roofline_devices(summary):
             gpu = _gpu_name(devices, device)
             fig = _roofline_figure(gpu, device, _roofline_entries(summary, device))
-            rendered.update(_render(fig, target / f"roofline.{short_gpu(gpu, device)}"))
+            rendered.update(_render(fig, target / f"roofline.{short_gpu(device)}"))
     return rendered
 
 
-def short_gpu(name: str, uuid: str) -> str:
-    """A filesystem-safe GPU tag: the model (``h100``) and the UUID's first 8 hex digits, so two
-    cards of one model never overwrite each other's figures."""
-    words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w and w not in _VENDORS]
-    model = words[0] if words else "gpu"
-    tail = re.sub(r"^(gpu|mig)-", "", uuid.lower())
-    digits = re.sub(r"[^0-9a-f]", "", tail)[:8] or _safe(uuid)[:8]
-    return f"{model}-{digits}" if model != digits else model
+def short_gpu(model: str) -> str:
+    """A filesystem-safe tag of a GPU model key (summary.gpu_model_of): model, memory, driver,
+    e.g. ``h200-140gib-580.159.04``, so two models (or drivers) never overwrite each other's
+    figures and two cards of one model share theirs."""
+    text = model.lower().replace(" gib", "gib").replace("driver ", "")
+    words = [w for w in re.split(r"[^a-z0-9.]+", text) if w and w not in _VENDORS]
+    return "-".join(words).strip(".") or "gpu"
 
 
 def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "unnamed"
+
+
+def _where(gpu: str, device: str) -> str:
+    """The model key names the GPU already; anything else gets the name beside it."""
+    return device if gpu in device else f"{gpu} ({device})"
 
 
 def _gpu_name(devices: Mapping[str, Any], device: str) -> str:
@@ -188,7 +192,7 @@ def _speedup_figure(
     failures = _draw_bars(ax, others, slots, log)
     _style_speedup_axes(ax, workloads, log, _lowest(slots))
     _failure_reasons(ax, failures, log)
-    ax.set_title(f"{definition}\n{gpu} ({device})", fontsize=10)
+    ax.set_title(f"{definition}\n{_where(gpu, device)}", fontsize=10)
     _speedup_legend(fig, ax)
     return fig
 
@@ -393,7 +397,7 @@ def _roofline_figure(gpu: str, device: str, bars: Sequence[_RooflineBar]) -> Fig
     ax.set_xlim(0.0, max([1.0] + [b.fraction * 1.08 for b in bars]))
     ax.set_xlabel("median roofline fraction over passed workloads (achieved / attainable)")
     ax.grid(axis="x", linewidth=0.5, alpha=0.5, zorder=0)
-    ax.set_title(f"Roofline fraction per solution\n{gpu} ({device})", fontsize=10)
+    ax.set_title(f"Roofline fraction per solution\n{_where(gpu, device)}", fontsize=10)
     handles = [
         Patch(color=PALETTE[0], label="solution"),
         Patch(color=BASELINE_COLOUR, label="baseline"),

@@ -1,10 +1,12 @@
 """summary.json and preferred-solutions.json from merged lines.
 
-Figures are grouped by definition, then by GPU (never mixed across GPUs), then by solution *in
-one environment* (env name and closure hash): a solution measured in two environments appears
-twice. Speedups compare a solution with its definition's baseline on the same GPU, each in its
-own environment, workload by workload, and are aggregated as a geometric mean over the
-workloads both passed.
+Figures are grouped by definition, then by GPU model (name, memory and driver: never mixed
+across models), then by solution *in one environment* (env name and closure hash): a solution
+measured in two environments appears twice. Two GPUs of one model are one group, so a re-run on
+a second card adds to the report instead of splitting it: per workload the newest line counts,
+and every row names the GPU (UUID) its figures came from. Speedups compare a solution with its
+definition's baseline on the same GPU model, each in its own environment, workload by workload,
+and are aggregated as a geometric mean over the workloads both passed.
 """
 
 from __future__ import annotations
@@ -54,8 +56,35 @@ def _median(line: Mapping[str, Any], mode: str) -> float | None:
 
 
 def device_of(line: Mapping[str, Any]) -> str:
+    """The physical device: a GPU's UUID, or cpu."""
     env = line.get("environment") or {}
     return str(env.get("gpu_uuid") or (line.get("context") or {}).get("device_id") or "cpu")
+
+
+def gpu_model_of(line: Mapping[str, Any]) -> str:
+    """The group a line's figures belong to: the GPU's name, memory and driver (cpu for CPU
+    lines), e.g. "NVIDIA H200, 140 GiB, driver 580.159.04"."""
+    env = line.get("environment") or {}
+    if device_of(line) == "cpu" or not env.get("gpu_name"):
+        return device_of(line) if device_of(line) == "cpu" else f"unknown GPU {device_of(line)}"
+    parts = [str(env["gpu_name"])]
+    if isinstance(env.get("memory_bytes"), int):
+        parts.append(f"{env['memory_bytes'] / 2**30:.0f} GiB")
+    if env.get("driver"):
+        parts.append(f"driver {env['driver']}")
+    return ", ".join(parts)
+
+
+def _newest_per_workload(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One line per workload: with a workload run on several GPUs of one model, the newest."""
+    newest: dict[str, dict[str, Any]] = {}
+    for line in lines:
+        uuid = str(line["workload"]["uuid"])
+        if uuid not in newest or str(line.get("timestamp") or "") > str(
+            newest[uuid].get("timestamp") or ""
+        ):
+            newest[uuid] = line
+    return list(newest.values())
 
 
 def env_of(line: Mapping[str, Any]) -> tuple[str, str | None]:
@@ -73,15 +102,18 @@ def build_summary(
     )
     for line in merged.lines:
         env, closure = env_of(line)
-        groups[line["definition"]][device_of(line)][(line["solution"], env, closure)].append(line)
+        groups[line["definition"]][gpu_model_of(line)][(line["solution"], env, closure)].append(
+            line
+        )
     summary_defs: dict[str, Any] = {}
     for definition in sorted(groups):
         baseline = next(
             (s.name for s in solutions.values() if s.definition == definition and s.baseline), None
         )
         devices = {}
-        for device in sorted(groups[definition]):
-            devices[device] = _device_block(groups[definition][device], baseline)
+        for model in sorted(groups[definition]):
+            entries = {k: _newest_per_workload(v) for k, v in groups[definition][model].items()}
+            devices[model] = _device_block(entries, baseline)
         summary_defs[definition] = {
             "baseline": baseline,
             "op_type": (definitions.get(definition) or {}).get("op_type"),
@@ -159,6 +191,7 @@ def _solution_block(
         "image_id": context.get("image_id"),
         "over": (context.get("env_check") or {}).get("overlay_on"),
         "solution_hashes": sorted({str(ln.get("solution_hash")) for ln in lines}),
+        "gpus": sorted({device_of(ln) for ln in lines}),
         "declared_env_check": _env_check(lines),
         "workloads": {
             "total": len(lines),
@@ -198,6 +231,7 @@ def _workload_row(line: Mapping[str, Any], base: Mapping[str, Any] | None) -> di
     row: dict[str, Any] = {
         "uuid": line["workload"]["uuid"],
         "label": line["workload"].get("label"),
+        "device": device_of(line),
         "status": line["status"],
         "eager_median_ms": _round(_median(line, "eager")),
         "graph_median_ms": _round(_median(line, "graph")),
@@ -228,18 +262,22 @@ def _roofline(line: Mapping[str, Any]) -> float | None:
 
 
 def _devices(lines: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Every GPU model measured, with the UUIDs of its cards."""
     found: dict[str, Any] = {}
     for line in lines:
         env = line.get("environment") or {}
-        found.setdefault(
-            device_of(line),
+        entry = found.setdefault(
+            gpu_model_of(line),
             {
                 "name": env.get("gpu_name") or "cpu",
                 "driver": env.get("driver"),
                 "compute_capability": env.get("compute_capability"),
                 "memory_bytes": env.get("memory_bytes"),
+                "uuids": [],
             },
         )
+        if device_of(line) not in entry["uuids"]:
+            entry["uuids"] = sorted([*entry["uuids"], device_of(line)])
     return dict(sorted(found.items()))
 
 

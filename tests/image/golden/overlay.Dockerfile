@@ -3,15 +3,21 @@
 FROM envaudit-base/gpu-host-stack:0123
 COPY wheels/added/ /tmp/wheels/
 RUN /opt/torch/.venv/bin/python -m pip install --no-index --no-deps --require-hashes --no-cache-dir --disable-pip-version-check --no-warn-script-location --find-links /tmp/wheels -r /tmp/wheels/requirements.txt && rm -rf /tmp/wheels
-ENV PATH="/opt/torch/.venv/bin:/opt/gcc/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+COPY wheels/toolchain/ /tmp/wheels/toolchain/
+RUN /opt/torch/.venv/bin/python -m pip install --no-index --no-deps --require-hashes --no-cache-dir --disable-pip-version-check --no-warn-script-location --target /opt/envaudit/toolchain \
+    --find-links /tmp/wheels/toolchain -r /tmp/wheels/toolchain/requirements.txt \
+ && home=$(ls -d /opt/envaudit/toolchain/nvidia/cu1*) \
+ && if [ -e "$home/lib/libcudart.so.13" ]; then ln -sf libcudart.so.13 "$home/lib/libcudart.so"; fi \
+ && rm -rf /tmp/wheels/toolchain && mkdir -p $(dirname /opt/cuda) && ln -s $(ls -d /opt/envaudit/toolchain/nvidia/cu1*) /opt/cuda
+ENV PATH="/opt/torch/.venv/bin:/opt/cuda/bin:/opt/gcc/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
     VIRTUAL_ENV="/opt/torch/.venv" \
     LD_LIBRARY_PATH="/usr/local/nvidia/lib64" \
     PYTHONPATH="/opt/envaudit/harness" \
     PYTHONNOUSERSITE="1" \
     PYTHONDONTWRITEBYTECODE="1" \
     HOME="/tmp/home" \
-    CUDA_HOME="/usr/local/cuda" \
-    OMP_NUM_THREADS="2"
+    OMP_NUM_THREADS="2" \
+    CUDA_HOME="/opt/cuda"
 RUN ["/opt/torch/.venv/bin/python", "-c", "import sys; print(sys.version)"]
 RUN mkdir -p /tmp /var/tmp && chmod 1777 /tmp /var/tmp
 USER 10001:10001

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# On the GPU machine, over several device calls of one lease: bring the engine up and import the
+# machine's stack, take in the wheels carried in parts, then audit library solutions in their
+# own images over that stack. Each call runs one step; state lives outside the repository copy
+# (SCRATCH, default /root/ea) and survives only while the machine stays held.
+#   scripts/gpu/library-session.sh up OUT                  engine, envaudit's Python deps, base
+#   scripts/gpu/library-session.sh stash OUT FOLDER...     copy carried parts into the stash
+#   scripts/gpu/library-session.sh store OUT               join and verify the parts, fill the store
+#   scripts/gpu/library-session.sh audit OUT ENV_OVERRIDE|- SOLUTION...
+#                                                          build the images missing, run the dev
+#                                                          suite of each solution (in ENV_OVERRIDE
+#                                                          when given), lines to OUT/<name>.jsonl
+# Carry scratch/docker-engine and scratch/gpu-wheels with `up`, and with `stash` the parts of one
+# tar of store entries (files named by their sha256, as in the store), cut by `split -b` into
+# part-NN files, with wheels.tar.sha256 beside the first: fewer calls than one folder per wheel.
+# `store` rejoins the parts, checks the tar's hash and every entry's, and fills the store.
+# OUT/steps.txt gets the wall time of every step.
+set -u
+cmd=$1 out=$2
+shift 2
+mkdir -p "$out"
+scratch=${SCRATCH:-/root/ea}
+steps="$out/steps.txt"
+step() {  # step NAME COMMAND...: run, time, log to OUT/NAME.txt
+  local name=$1 t0 rc
+  shift
+  t0=$(date +%s.%N)
+  "$@" >>"$out/$name.txt" 2>&1
+  rc=$?
+  echo "$name rc=$rc $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s" | tee -a "$steps"
+  return $rc
+}
+export ENVAUDIT_STORE=$scratch/store
+setup() {
+  eval "$(scripts/gpu/docker-up.sh "$scratch/d" scratch/docker-engine/docker-engine.tar.xz)" || exit 1
+  export PYTHONPATH=$PWD/src:$scratch/pylib
+  export ENVAUDIT_CACHE=$scratch/cache ENVAUDIT_OFFLINE=1
+  export ENVAUDIT_NVIDIA_DRIVER_DIR=/usr/local/nvidia PYTHONUNBUFFERED=1
+}
+case $cmd in
+  up)
+    step engine setup
+    setup
+    step pylib python3 -m pip install --quiet --no-deps --no-index --target "$scratch/pylib" \
+      scratch/gpu-wheels/*.whl
+    step doctor python3 -m envaudit doctor
+    step base python3 -m envaudit base build gpu-host-stack
+    ;;
+  stash)
+    mkdir -p "$scratch/stash"
+    for folder in "$@"; do step "stash-$(basename "$folder")" cp -r "$folder"/. "$scratch/stash/"; done
+    du -sh "$scratch/stash" | tee -a "$steps"
+    ;;
+  store)
+    stash=$scratch/stash
+    cat "$stash"/part-* >"$stash/wheels.tar"
+    [ "$(sha256sum "$stash/wheels.tar" | cut -c1-64)" = "$(cat "$stash/wheels.tar.sha256")" ] \
+      || { echo "the rejoined tar does not match its sha256" | tee -a "$steps"; exit 1; }
+    mkdir -p "$ENVAUDIT_STORE/sha256"
+    step untar tar -C "$ENVAUDIT_STORE/sha256" -xf "$stash/wheels.tar" || exit 1
+    for f in "$ENVAUDIT_STORE"/sha256/*; do
+      [ "$(sha256sum "$f" | cut -c1-64)" = "$(basename "$f")" ] || { echo "bad entry $f" | tee -a "$steps"; rm -f "$f"; }
+    done
+    rm -rf "$stash"
+    ls "$ENVAUDIT_STORE/sha256" | wc -l | sed 's/$/ artifacts in the store/' | tee -a "$steps"
+    ;;
+  audit)
+    setup
+    env=$1
+    shift
+    uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1)
+    args=(--runtime docker --over gpu-host-stack --gpu "$uuid" --suite dev
+      --timeout 600 --out "$out/audit-${env//[^a-z0-9.]/_}")
+    [ "$env" != - ] && args+=(--env "$env")
+    for s in "$@"; do args+=(--solution "$s"); done
+    step "audit-${env//[^a-z0-9.]/_}" python3 -m envaudit audit "${args[@]}"
+    docker images --format '{{.Repository}}:{{.Tag}} {{.ID}} {{.Size}}' >"$out/images.txt"
+    ;;
+  *)
+    echo "unknown step $cmd" >&2
+    exit 2
+    ;;
+esac
