@@ -12,15 +12,7 @@ out=$1 budget=$2
 shift 2
 mkdir -p "$out"
 steps="$out/steps.txt"
-step() {  # step NAME COMMAND...: run, time, log
-  local name=$1 t0 rc
-  shift
-  t0=$(date +%s.%N)
-  "$@" >>"$out/$name.txt" 2>&1
-  rc=$?
-  echo "$name rc=$rc $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s" | tee -a "$steps"
-  return $rc
-}
+source "$(dirname "$0")/steps.sh"
 scratch=${ENGINE_SCRATCH:-/root/ead}
 eval "$(scripts/gpu/docker-up.sh "$scratch" scratch/docker-engine/docker-engine.tar.xz)"
 python3 -m pip install --quiet --no-deps --no-index --target /root/envaudit-pylib \

@@ -21,15 +21,7 @@ shift 2
 mkdir -p "$out"
 scratch=${SCRATCH:-/root/ea}
 steps="$out/steps.txt"
-step() {  # step NAME COMMAND...: run, time, log to OUT/NAME.txt
-  local name=$1 t0 rc
-  shift
-  t0=$(date +%s.%N)
-  "$@" >>"$out/$name.txt" 2>&1
-  rc=$?
-  echo "$name rc=$rc $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s" | tee -a "$steps"
-  return $rc
-}
+source "$(dirname "$0")/steps.sh"
 export ENVAUDIT_STORE=$scratch/store
 setup() {
   eval "$(scripts/gpu/docker-up.sh "$scratch/d" scratch/docker-engine/docker-engine.tar.xz)" || exit 1
