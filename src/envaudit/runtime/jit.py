@@ -24,6 +24,7 @@ JIT_CACHE_VARIABLES: dict[str, str] = {
     "TORCHINDUCTOR_CACHE_DIR": "inductor",
     "FLASHINFER_WORKSPACE_BASE": "flashinfer",
     "CUTE_DSL_CACHE_DIR": "cute-dsl",
+    "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR": "flash-attention",  # used when FA4's own cache is on
     "TILELANG_CACHE_DIR": "tilelang",
     "TILELANG_TMP_DIR": "tilelang-tmp",
     "TVM_FFI_CACHE_DIR": "tvm-ffi",
