@@ -64,8 +64,10 @@ case $cmd in
     args=(--runtime docker --over gpu-host-stack --gpu "$uuid" --suite dev
       --timeout 600 --out "$out/audit-${env//[^a-z0-9.]/_}")
     [ "$env" != - ] && args+=(--env "$env")
+    [ -n "${RESUME:-}" ] && args+=(--resume)
     for s in "$@"; do args+=(--solution "$s"); done
-    step "audit-${env//[^a-z0-9.]/_}" python3 -m envaudit audit "${args[@]}"
+    step "audit-${env//[^a-z0-9.]/_}" ${AUDIT_TIMEOUT:+timeout "$AUDIT_TIMEOUT"} \
+      python3 -m envaudit audit "${args[@]}"
     docker images --format '{{.Repository}}:{{.Tag}} {{.ID}} {{.Size}}' >"$out/images.txt"
     ;;
   *)

@@ -1,6 +1,6 @@
-"""`make report` (`envaudit merge docs/results/h200/containers/audit-dev.jsonl --out docs/`)
-reproduces the committed report byte for byte, apart from the generation time (and the --out
-folder named in the command line)."""
+"""`make report` (`envaudit merge $(REPORT_LINES) --out docs/`, the result files the Makefile
+names) reproduces the committed report byte for byte, apart from the generation time (and the
+--out folder named in the command line)."""
 
 from __future__ import annotations
 
@@ -20,9 +20,15 @@ def _masked(path: Path) -> bytes:
     return VOLATILE.sub(b"<generated>", path.read_bytes())
 
 
+def report_lines() -> list[str]:
+    found = re.search(r"^REPORT_LINES := (.+)$", (REPO / "Makefile").read_text(), re.MULTILINE)
+    assert found, "the Makefile names no REPORT_LINES"
+    return found.group(1).split()
+
+
 def test_committed_report_regenerates_byte_for_byte(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(REPO)  # the command names its inputs by their paths in the repo
-    inputs = ["docs/results/h200/containers/audit-dev.jsonl"]
+    inputs = report_lines()
     out = tmp_path / "docs"
     result = CliRunner().invoke(app, ["merge", *inputs, "--out", str(out)])
     assert result.exit_code == 0, result.output
