@@ -9,7 +9,10 @@
 #   scripts/gpu/library-session.sh audit OUT ENV_OVERRIDE|- SOLUTION...
 #                                                          build the images missing, run the dev
 #                                                          suite of each solution (in ENV_OVERRIDE
-#                                                          when given), lines to OUT/<name>.jsonl
+#                                                          when given), lines to OUT/audit-<env>/
+#   scripts/gpu/library-session.sh pack OUT DEST           each audit's result files to DEST (few
+#                                                          files, as the device tool wants) and
+#                                                          the logs, less reference caches, in a tar
 # Carry scratch/docker-engine and scratch/gpu-wheels with `up`, and with `stash` the parts of one
 # tar of store entries (files named by their sha256, as in the store), cut by `split -b` into
 # part-NN files, with wheels.tar.sha256 beside the first: fewer calls than one folder per wheel.
@@ -69,6 +72,16 @@ case $cmd in
     step "audit-${env//[^a-z0-9.]/_}" ${AUDIT_TIMEOUT:+timeout "$AUDIT_TIMEOUT"} \
       python3 -m envaudit audit "${args[@]}"
     docker images --format '{{.Repository}}:{{.Tag}} {{.ID}} {{.Size}}' >"$out/images.txt"
+    ;;
+  pack)
+    dest=$1
+    mkdir -p "$dest"
+    for d in "$out"/audit-*/; do
+      n=$(basename "$d")
+      cp "$d/results.jsonl" "$dest/$n.jsonl"
+      cp "$d/results.distributions.jsonl" "$dest/$n.distributions.jsonl" 2>/dev/null
+    done
+    tar -C "$out" -czf "$dest/logs.tgz" --exclude=reference-cache --exclude='*.jsonl' .
     ;;
   *)
     echo "unknown step $cmd" >&2
