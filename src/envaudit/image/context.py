@@ -125,12 +125,19 @@ def _stage_source(
             tree = Path(tmp) / "tree"
             shutil.rmtree(tree, ignore_errors=True)
             try:
-                git_checkout(
+                checkout = git_checkout(
                     source.name, remote, source.rev, dict(source.submodules), tree, config.git_bases
                 )
             except SourceUnavailable as exc:
                 errors.append(str(exc))
                 continue
+            if checkout.absent:
+                raise EnvauditError(
+                    f"source {source.name}: {remote} lacks {', '.join(checkout.absent[:3])}"
+                    f" of {source.rev}; an image does not build from an incomplete tree",
+                    hint=f"`envaudit lock {{env}} --rebuild {source.name}` builds the wheel from"
+                    " it and records the files left out; the image then installs that wheel",
+                )
             with tarfile.open(archive, "w") as tar:
                 tar.add(tree, arcname=".")
             return

@@ -24,7 +24,13 @@ from envaudit.lock import offline
 from envaudit.lock.config import FetchConfig, uv_binary
 from envaudit.lock.files import LockError, load_spec
 from envaudit.lock.resolve import BASES_DIR, lock_env
-from envaudit.lock.sources import SourceUnavailable, ensure_in_store, git_checkout, sdist_tree
+from envaudit.lock.sources import (
+    Checkout,
+    SourceUnavailable,
+    ensure_in_store,
+    git_checkout,
+    sdist_tree,
+)
 from envaudit.lock.store import Store
 from envaudit.schema.locks import (
     Artifact,
@@ -158,7 +164,7 @@ def _build(
     tmp: Path,
     env_dir: Path | None = None,
 ) -> LockedSource:
-    tree = _obtain(source, spec, config, store, tmp / "src")
+    tree, absent = _obtain(source, spec, config, store, tmp / "src")
     python, home = _builder(lock, source, config, store, tmp)
     env = build_environment(source, python, env_dir, home)
     wheel_file = _run_build(source, tree, env, tmp / "dist", tmp / "build.log")
@@ -166,7 +172,11 @@ def _build(
         filename=wheel_file.name, size=wheel_file.stat().st_size, sha256=sha256_file(wheel_file)
     )
     store.copy_in(wheel_file, wheel, f"{source.name} built wheel", "build")
-    update: dict[str, object] = {"wheel": wheel, "status": "built"}
+    update: dict[str, object] = {
+        "wheel": wheel,
+        "status": "built",
+        "absent_files": list(absent) or None,
+    }
     if source.kind == "git":
         update["version"] = str(parse_wheel_filename(wheel.filename)[1])
     return source.model_copy(update=update)
@@ -174,17 +184,21 @@ def _build(
 
 def _obtain(
     source: LockedSource, spec: SourceSpec | None, config: FetchConfig, store: Store, dest: Path
-) -> Path:
+) -> tuple[Path, tuple[str, ...]]:
+    """The source tree, and the files of its commits the repository lacked (git only)."""
     if source.kind == "git":
         assert spec is not None and spec.git is not None and source.rev is not None
-        return _checkout_from_remotes(source, spec.git, config, dest)
+        checkout = _checkout_from_remotes(source, spec.git, config, dest)
+        return checkout.path, checkout.absent
     if source.sdist is None:
         raise LockError(f"source {source.name}: lock.json records no sdist for it", 1)
     package = split_pin(spec.sdist)[0] if spec is not None and spec.sdist else source.name
-    return sdist_tree(store, source.sdist, package, config, dest)
+    return sdist_tree(store, source.sdist, package, config, dest), ()
 
 
-def _checkout_from_remotes(source: LockedSource, git: str, config: FetchConfig, dest: Path) -> Path:
+def _checkout_from_remotes(
+    source: LockedSource, git: str, config: FetchConfig, dest: Path
+) -> Checkout:
     """The first configured remote that has the repository; the reason when none does."""
     remotes = config.git_remotes(git)
     if not remotes:

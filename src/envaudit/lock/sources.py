@@ -1,6 +1,10 @@
 """Source trees for builds: a git checkout at the locked commit (submodules checked against the
 declared commits) or an sdist from the store, unpacked.
 
+A mirror that lacks some file of a pinned commit (a snapshot that left out a large media blob)
+still gives that commit: the tree is checked out without exactly those files (a sparse
+checkout), which the checkout names, so the lock records them beside the built wheel.
+
 Two kinds of failure are kept apart. A wrong declaration (a submodule at another commit, a rev
 the repository lacks) is the lock's fault: LockError, exit 1. An input that cannot be had from
 here (remote unreachable, artifact nowhere) is the machine's: SourceUnavailable, which leaves the
@@ -15,6 +19,7 @@ import subprocess
 import tarfile
 import zipfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from envaudit.errors import EXIT_FAILED
@@ -32,6 +37,14 @@ OWNER_NAME = re.compile(r"[:/]([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+?)(?:\.git)?/?$")
 
 class SourceUnavailable(Exception):
     """An input of a build cannot be obtained here; the message says exactly what failed."""
+
+
+@dataclass(frozen=True)
+class Checkout:
+    path: Path
+    absent: tuple[str, ...] = ()
+    """Files of the pinned commits that the repository lacks, left out of the tree (paths from
+    the top of the checkout)."""
 
 
 def is_local(url: str) -> bool:
@@ -86,7 +99,7 @@ def git_checkout(
     submodules: dict[str, str],
     dest: Path,
     bases: Sequence[str] = (),
-) -> Path:
+) -> Checkout:
     """Clone url into dest at rev with its submodules; every declared submodule is checked.
     With `bases` (ENVAUDIT_GIT_BASES), a submodule whose .gitmodules URL ends in owner/name is
     cloned from `<base>/owner/name` as the superproject is (the first base that holds it), so
@@ -102,11 +115,69 @@ def git_checkout(
     _check_submodules(name, rev, submodules, dest, env, checked_out=False)
     redirected = _redirect_submodules(dest, bases, env)
     env = git_environment(url, *redirected)
-    code, out = _git(["submodule", "update", "--init", "--recursive", "--quiet"], env, dest)
+    update = ["submodule", "update", "--init", "--recursive", "--quiet"]
+    code, out = _git(update, env, dest)
+    absent: list[str] = []
+    if code != 0:
+        absent = _check_out_without_missing_files(dest, submodules, env)
+        if absent:
+            code, out = _git(update, env, dest)
     if code != 0:
         raise SourceUnavailable(f"git submodule update at {rev} failed: {_last_line(out)}")
     _check_submodules(name, rev, submodules, dest, env, checked_out=True)
-    return dest
+    return Checkout(dest, tuple(absent))
+
+
+def _check_out_without_missing_files(
+    dest: Path, submodules: dict[str, str], env: dict[str, str]
+) -> list[str]:
+    """For each declared submodule whose repository lacks blobs of its pinned commit: a sparse
+    checkout of that commit without exactly those files. The files left out (empty when no
+    blob was missing: then the failure has another cause)."""
+    absent = []
+    for path, commit in sorted(submodules.items()):
+        repo = dest / path
+        if not (repo / ".git").exists():
+            continue
+        missing = missing_blobs(repo, commit, env)
+        if not missing:
+            continue
+        patterns = ["/*", *(f"!/{_glob_escaped(m)}" for m in missing)]
+        _git(["sparse-checkout", "set", "--no-cone", *patterns], env, repo)
+        code, out = _git(["checkout", "--quiet", "--detach", commit], env, repo)
+        if code != 0:
+            raise SourceUnavailable(f"git checkout {commit} in {path} failed: {_last_line(out)}")
+        absent += [f"{path}/{m}" for m in missing]
+    return absent
+
+
+def missing_blobs(repo: Path, commit: str, env: dict[str, str]) -> list[str]:
+    """Paths of the files of `commit` whose blobs the repository does not have."""
+    code, out = _git(["ls-tree", "-r", "-z", commit], env, repo)
+    if code != 0:
+        return []
+    entries = []
+    for record in out.split("\0"):
+        meta, _, path = record.partition("\t")
+        parts = meta.split()
+        if len(parts) == 3 and parts[1] == "blob":
+            entries.append((parts[2], path))
+    done = subprocess.run(
+        ["git", "cat-file", "--batch-check"],
+        cwd=repo,
+        env=env,
+        input="".join(f"{sha}\n" for sha, _ in entries),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=GIT_TIMEOUT_S,
+    )
+    gone = {line.split()[0] for line in done.stdout.splitlines() if line.endswith(" missing")}
+    return [path for sha, path in entries if sha in gone]
+
+
+def _glob_escaped(path: str) -> str:
+    return re.sub(r"([\\*?\[\]!#])", r"\\\1", path)
 
 
 def _redirect_submodules(repo: Path, bases: Sequence[str], env: dict[str, str]) -> list[str]:

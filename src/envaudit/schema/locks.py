@@ -316,6 +316,11 @@ class LockedSource(_Strict):
     cuda_arch_list: list[str] = Field(default_factory=list)
     files: dict[str, str] = Field(default_factory=dict, description="name -> sha256")
     wheel: Artifact | None = Field(None, description="The built wheel, once built.")
+    absent_files: list[str] | None = Field(
+        None,
+        description="Files of the pinned commits the repository lacked, left out of the tree the"
+        " wheel was built from (sources.py: a mirror missing a blob).",
+    )
     status: Literal["declared", "built"] = "declared"
     historical: HistoricalPin | None = Field(
         None, description="The original pins `rev` stands in for (from env.toml; never built)."
@@ -324,7 +329,7 @@ class LockedSource(_Strict):
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return _without_absent(handler(self), "historical")
+        return _without_absent(handler(self), "historical", "absent_files")
 
     def stand_in(self) -> str | None:
         """In words, when this source stands in for unreachable historical pins: what is built
