@@ -215,6 +215,8 @@ def test_compiler_error_fails_the_lock(places: Path, tinyext: tuple[Path, str, s
     result = envaudit(places, "lock", "broken")
     assert result.exit_code == 1
     assert "source tinyext: the build failed" in result.output and "error:" in result.output
+    (kept,) = (places / "cache" / "build-logs").glob("tinyext-*.log")
+    assert "error:" in kept.read_text() and "add.c" in kept.read_text()
 
 
 def test_declared_build_files_are_hashed_and_reach_the_build(

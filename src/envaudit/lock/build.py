@@ -12,9 +12,11 @@ nvidia-cuda-runtime (nvcc's release, for the headers) may differ from the one to
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 from packaging.utils import parse_wheel_filename
@@ -43,8 +45,11 @@ from envaudit.schema.locks import (
     split_pin,
 )
 from envaudit.schema.paths import sha256_file
+from envaudit.settings import cache_root
 
 LOG_TAIL_LINES = 40
+FIRST_ERRORS = 12
+ERROR_LINE = re.compile(r"(\berror\b|\bfatal\b)", re.IGNORECASE)
 
 
 def build_sources(
@@ -301,6 +306,16 @@ def expand_env_dir(source: LockedSource, env_dir: Path | None) -> dict[str, str]
     return expanded
 
 
+def keep_build_log(name: str, log: Path) -> Path:
+    """A failed build's whole log, out of the temporary build folder that is about to go: the
+    compiler's first error is usually far above the tail the message quotes."""
+    folder = cache_root() / "build-logs"
+    folder.mkdir(parents=True, exist_ok=True)
+    kept = folder / f"{name}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log"
+    shutil.copyfile(log, kept)
+    return kept
+
+
 def _run_build(source: LockedSource, tree: Path, env: dict[str, str], out: Path, log: Path) -> Path:
     """`uv build --wheel` against the builder; the one wheel it produced."""
     argv = [uv_binary(), "build", "--wheel", "--no-build-isolation", "--offline"]
@@ -316,10 +331,14 @@ def _run_build(source: LockedSource, tree: Path, env: dict[str, str], out: Path,
             check=False,
         )
     if done.returncode != 0:
-        tail = "\n".join(log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:])
+        lines = log.read_text(errors="replace").splitlines()
+        kept = keep_build_log(source.name, log)
+        errors = [ln for ln in lines[:-LOG_TAIL_LINES] if ERROR_LINE.search(ln)][:FIRST_ERRORS]
+        first = ("first error lines:\n" + "\n".join(errors) + "\n...\n") if errors else ""
         raise LockError(
             f"source {source.name}: the build failed (uv build exited {done.returncode});"
-            f" last {LOG_TAIL_LINES} lines of the build log:\n{tail}",
+            f" the whole log is kept in {kept}; {first}last {LOG_TAIL_LINES} lines:\n"
+            + "\n".join(lines[-LOG_TAIL_LINES:]),
             exit_code=EXIT_FAILED,
         )
     wheels = sorted(out.glob("*.whl"))
