@@ -19,10 +19,15 @@ endif
 
 bootstrap: $(VENV_STAMP)
 
-$(VENV_STAMP): pyproject.toml
+# FlashInfer-Bench itself, for the interop tests (tests/report/test_flashinfer_bench.py): its data
+# models and TraceSet need none of its CUDA dependencies (flashinfer-python, apache-tvm-ffi).
+FLASHINFER_BENCH := flashinfer-bench==0.1.2 docstring-parser==0.18.0
+
+$(VENV_STAMP): pyproject.toml Makefile
 	@command -v uv >/dev/null 2>&1 || python3 -m pip install --quiet uv
 	uv venv --quiet --allow-existing --python python3 .venv
 	uv pip install --quiet --python $(PY) -e '.[dev]'
+	uv pip install --quiet --python $(PY) --no-deps $(FLASHINFER_BENCH)
 	@touch $@
 
 lint: bootstrap
@@ -65,7 +70,7 @@ build: bootstrap
 	.venv/bin/envaudit build $(if $(SOLUTION),--solution $(SOLUTION),--all)
 
 # The committed report: the dev audit of every solution on one H200, in containers
-# (docs/results/h200/containers/README.md). The H100 lines are kept as history in docs/results/h100.
+# (docs/audit/README.md). Earlier lines are kept as history under docs/results/.
 REPORT_LINES := docs/results/h200/libraries/audit-dev.jsonl docs/results/h200/libraries/tilelang-0.1.12.jsonl
 report: bootstrap
 	.venv/bin/envaudit merge $(REPORT_LINES) --out docs/

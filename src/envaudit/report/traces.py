@@ -13,6 +13,13 @@ there, else on the same GPU model; it is timed the same way: when the baseline h
 timing (its capture failed), both sides use eager medians, so the speedup never compares a graph
 replay with an eager call. Without a passing baseline line, reference and speedup are 0.
 
+Statuses: FlashInfer-Bench knows seven; ours has two more, and its Evaluation allows correctness
+figures only on PASSED and INCORRECT_NUMERICAL. So INPUT_MUTATED is exported as RUNTIME_ERROR (the
+run broke the contract: it is never a candidate there), UNSUPPORTED_DEVICE as COMPILE_ERROR (no
+build for this device), and correctness figures on any other status move into the log. Our own
+status rides along in `environment.libs["envaudit_status"]` whenever theirs differs, and import
+restores it, so no line is dropped and none changes its verdict.
+
 Import (`trace_to_line`) is the converter `merge_files(paths, convert=...)` takes: a
 FlashInfer-Bench trace becomes one of our result lines with what the trace knows and None for
 the rest; a workload line (no evaluation) yields None, which merge reports as a finding.
@@ -21,6 +28,7 @@ the rest; a workload line (no evaluation) yields None, which merge reports as a 
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -51,7 +59,12 @@ LIB_KEYS = (
 # Our own entries in libs, which import turns back into the line's context.
 ENV_LIB = "envaudit_env"
 CLOSURE_LIB = "closure_hash"
+STATUS_LIB = "envaudit_status"
 PER_OUTPUT_KEYS = ("output", "status", "matched", "total", "required", "nonfinite")
+# Ours -> FlashInfer-Bench's, where it has no such status (module docstring).
+THEIR_STATUS = {"INPUT_MUTATED": "RUNTIME_ERROR", "UNSUPPORTED_DEVICE": "COMPILE_ERROR"}
+WITH_CORRECTNESS = ("PASSED", "INCORRECT_NUMERICAL")
+NOT_MEASURED = {"max_relative_error": math.nan, "max_absolute_error": math.nan}
 
 BaselineIndex = dict[tuple[str, str, str], Mapping[str, Any]]  # definition, scope, workload
 Scope = Callable[[Mapping[str, Any]], str]  # a line's GPU: its device or its GPU model
@@ -97,13 +110,27 @@ def render_traces(
 
 
 def _validate(trace: Mapping[str, Any], line: Mapping[str, Any]) -> None:
-    """Refuse the whole export on one bad trace (e.g. a status FlashInfer-Bench does not know):
-    nothing is written until every trace has passed."""
+    """Refuse the whole export on one bad trace: nothing is written until every trace has
+    passed our model and FlashInfer-Bench's rules, which are stricter (its seven statuses;
+    correctness only on PASSED and INCORRECT_NUMERICAL; performance only on PASSED)."""
+    where = line.get("_source") or f"{line['solution']} on {line['workload'].get('uuid')}"
     try:
         Trace.model_validate(trace)
     except ValidationError as exc:
-        where = line.get("_source") or f"{line['solution']} on {line['workload'].get('uuid')}"
         raise ValueError(f"{where}: not a valid FlashInfer-Bench trace: {exc}") from exc
+    evaluation = trace.get("evaluation") or {}
+    status = evaluation.get("status")
+    problems = []
+    if status in THEIR_STATUS:
+        problems.append(f"status {status} is not one of FlashInfer-Bench's")
+    if ("correctness" in evaluation) != (status in WITH_CORRECTNESS):
+        problems.append(f"correctness {'on' if 'correctness' in evaluation else 'missing from'}")
+    if ("performance" in evaluation) != (status == "PASSED"):
+        problems.append(f"performance {'on' if 'performance' in evaluation else 'missing from'}")
+    if problems:
+        raise ValueError(
+            f"{where}: not a valid FlashInfer-Bench trace: {'; '.join(problems)} (status {status})"
+        )
 
 
 def _trace_path(
@@ -193,16 +220,24 @@ def _workload(line: Mapping[str, Any], workloads: Mapping[str, Mapping[str, Any]
 
 
 def _evaluation(line: Mapping[str, Any], baseline: Mapping[str, Any] | None) -> dict[str, Any]:
-    evaluation: dict[str, Any] = {
-        "status": line["status"],
-        "log": _log(str(line.get("message") or "")),
-        "environment": _environment(line),
-        "timestamp": str(line.get("timestamp") or UNKNOWN),
-    }
+    ours = str(line["status"])
+    theirs = THEIR_STATUS.get(ours, ours)
+    message = str(line.get("message") or "")
+    environment = _environment(line)
+    if theirs != ours:
+        environment["libs"][STATUS_LIB] = ours
+        message = f"{ours}: {message}" if message else ours
     correctness = line.get("correctness")
-    if isinstance(correctness, Mapping):
-        evaluation["correctness"] = _correctness(correctness)
-    if line["status"] == "PASSED":
+    evaluation: dict[str, Any] = {"status": theirs, "environment": environment}
+    if theirs in WITH_CORRECTNESS:  # required there; NaN says "not measured"
+        figures = correctness if isinstance(correctness, Mapping) else NOT_MEASURED
+        evaluation["correctness"] = _correctness(figures)
+    elif isinstance(correctness, Mapping):  # their model forbids the block on this status
+        figures = json.dumps(_correctness(correctness), sort_keys=True, allow_nan=True)
+        message = f"{message}\ncorrectness: {figures}" if message else f"correctness: {figures}"
+    evaluation["log"] = _log(message)
+    evaluation["timestamp"] = str(line.get("timestamp") or UNKNOWN)
+    if ours == "PASSED":
         evaluation["performance"] = _performance(line, baseline)
     return evaluation
 
@@ -287,7 +322,7 @@ def trace_to_line(trace: Mapping[str, Any]) -> dict[str, Any] | None:
         },
         "solution": trace.get("solution"),
         "solution_hash": None,
-        "status": evaluation.get("status"),
+        "status": libs.get(STATUS_LIB) or evaluation.get("status"),
         "message": str(evaluation.get("log") or ""),
         "correctness": _our_correctness(evaluation.get("correctness")),
         "timing": _our_timing(evaluation.get("performance")),
@@ -320,7 +355,7 @@ def _our_timing(performance: Any) -> dict[str, Any] | None:
 def _our_context(libs: Mapping[str, str], hardware: str) -> dict[str, Any]:
     """Our own exports name their environment in libs; a foreign trace's environment is
     identified by its library versions, so two library sets never merge as one."""
-    plain = {k: v for k, v in libs.items() if k not in (ENV_LIB, CLOSURE_LIB)}
+    plain = {k: v for k, v in libs.items() if k not in (ENV_LIB, CLOSURE_LIB, STATUS_LIB)}
     joined = ";".join(f"{k}={v}" for k, v in sorted(plain.items()))
     return {
         "runtime": "flashinfer-bench",
@@ -332,6 +367,6 @@ def _our_context(libs: Mapping[str, str], hardware: str) -> dict[str, Any]:
 
 
 def _our_environment(libs: Mapping[str, str], hardware: str) -> dict[str, Any]:
-    plain = {k: v for k, v in libs.items() if k not in (ENV_LIB, CLOSURE_LIB)}
+    plain = {k: v for k, v in libs.items() if k not in (ENV_LIB, CLOSURE_LIB, STATUS_LIB)}
     gpu = hardware if hardware != "cpu" else None
     return {**plain, "gpu_name": gpu, "gpu_uuid": None}

@@ -1,0 +1,92 @@
+"""Our traces, read by the real FlashInfer-Bench (flashinfer-bench 0.1.2, installed by `make
+bootstrap` without its CUDA dependencies): real result lines of every status we produce (the
+fault solutions of tests/harness/test_faults.py, run on the CPU) are exported by `envaudit merge`
+and loaded with its own `TraceSet.from_path`; none is dropped, PASSED and INCORRECT_NUMERICAL keep
+their figures, and our own status survives the round trip back through merge."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from flashinfer_bench.data import TraceSet
+from typer.testing import CliRunner
+
+from envaudit.cli import app
+from envaudit.report.traces import STATUS_LIB, THEIR_STATUS
+from envaudit.schema.models import EvaluationStatus
+from tests.conftest import write_toy_root
+from tests.harness.test_faults import EXPECTED, write_solution
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
+    """(a FlashInfer-Bench root holding the toy definitions, workloads and our exported traces,
+    the result lines they came from)."""
+    base = tmp_path_factory.mktemp("fib")
+    root = write_toy_root(base / "data")
+    solutions = base / "solutions"
+    report = base / "results.jsonl"
+    for name in EXPECTED:
+        write_solution(solutions, name)
+        argv = ["run", "--solution", name, "--device", "cpu", "--data-root", str(root)]
+        argv += ["--solutions-root", str(solutions), "--report", str(report), "--timeout", "20"]
+        CliRunner().invoke(app, argv)
+    lines = [json.loads(x) for x in report.read_text().splitlines()]
+    out = base / "out"
+    argv = ["merge", str(report), "--out", str(out), "--data-root", str(root)]
+    argv += ["--solutions-root", str(solutions)]
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 0, result.output
+    fib = base / "fib"
+    shutil.copytree(root / "definitions", fib / "definitions")
+    shutil.copytree(root / "workloads", fib / "workloads")
+    shutil.copytree(out / "traces", fib / "traces")
+    return fib, lines
+
+
+def test_every_status_we_produce_is_exported(exported: tuple[Path, list[dict]]) -> None:
+    _, lines = exported
+    assert {line["status"] for line in lines} == {s.value for s in EvaluationStatus}
+
+
+def test_flashinfer_bench_loads_every_line(exported: tuple[Path, list[dict]]) -> None:
+    fib, lines = exported
+    traces = [t for found in TraceSet.from_path(str(fib)).traces.values() for t in found]
+    assert len(traces) == len(lines)
+    ours = sorted((x["solution"], x["workload"]["uuid"], x["status"]) for x in lines)
+    theirs = sorted(
+        (
+            t.solution,
+            t.workload.uuid,
+            t.evaluation.environment.libs.get(STATUS_LIB, t.evaluation.status.value),
+        )
+        for t in traces
+        if t.evaluation is not None
+    )
+    assert theirs == ours
+    for trace in traces:
+        assert trace.evaluation is not None
+        status = trace.evaluation.status.value
+        kept = trace.evaluation.environment.libs.get(STATUS_LIB)
+        assert kept is None or THEIR_STATUS[kept] == status
+        if status in ("PASSED", "INCORRECT_NUMERICAL"):
+            assert trace.evaluation.correctness is not None
+        if status == "PASSED":
+            assert trace.evaluation.performance is not None
+            assert trace.evaluation.performance.latency_ms > 0
+
+
+def test_our_statuses_come_back_through_merge(
+    exported: tuple[Path, list[dict]], tmp_path: Path
+) -> None:
+    fib, lines = exported
+    files = sorted((fib / "traces").rglob("*.jsonl"))
+    result = CliRunner().invoke(app, ["merge", *map(str, files), "--out", str(tmp_path / "back")])
+    assert result.exit_code == 0, result.output
+    back = [json.loads(x) for x in (tmp_path / "back" / "results.jsonl").read_text().splitlines()]
+    assert sorted((x["solution"], x["status"]) for x in back) == sorted(
+        (x["solution"], x["status"]) for x in lines
+    )
