@@ -149,7 +149,6 @@ CASES = [
     (absolute_path, "path-escapes-root", [UUID_BLOB, "is absolute"]),
     (missing_tensor_key, "missing-tensor", [UUID_BLOB, "'lens'", "has: lengths"]),
     (wrong_definition_field_type, "invalid-field", [DEFINITION, "tolerance.rule"]),
-    (random_int_without_init, "random-without-init", [UUID_RANDOM, "inputs.lengths", "init"]),
     (suite_names_missing_uuid, "unknown-workload", ["suites/smoke.json", "nope"]),
 ]
 
@@ -167,6 +166,17 @@ def test_break_is_reported_precisely(
     assert any(all(n in line for n in needles) for line in lines), out
     assert tree_digest(toy_root) == before, "check-inputs modified the root"
     assert "problems" in out.splitlines()[-1]
+
+
+def test_random_int_without_init_is_drawn_as_flashinfer_bench_does(toy_root: Path) -> None:
+    """FlashInfer-Bench's definitions carry no init rule: a warning, not a refusal."""
+    random_int_without_init(toy_root)
+    code, out = run_check(toy_root)
+    assert code == 0, out
+    assert f"warning[random-without-init] {WORKLOADS}:2: workload {UUID_RANDOM}" in out
+    assert "as FlashInfer-Bench draws it" in out
+    code, _ = run_check(toy_root, "--strict")
+    assert code == 1
 
 
 def test_constraint_on_random_input_is_deferred(toy_root: Path) -> None:

@@ -63,5 +63,9 @@ def test_blob_outside_root_is_refused(toy_root: Path, path: str) -> None:
 def test_random_rules() -> None:
     u = random_tensor((1000,), torch.float32, {"dist": "uniform", "low": -2, "high": -1}, 1)
     assert float(u.min()) >= -2 and float(u.max()) < -1
-    with pytest.raises(InputError, match="needs an init rule"):
-        random_tensor((3,), torch.int64, None, 1)
+    # without a rule, integers are drawn as FlashInfer-Bench draws them
+    ints = random_tensor((10000,), torch.int32, None, 1)
+    assert ints.dtype == torch.int32 and int(ints.min()) >= -1024 and int(ints.max()) < 1024
+    assert int(ints.min()) < -900 and int(ints.max()) > 900
+    small = random_tensor((10000,), torch.int8, None, 1)
+    assert int(small.min()) == -128 and int(small.max()) == 127

@@ -90,3 +90,29 @@ def test_our_statuses_come_back_through_merge(
     assert sorted((x["solution"], x["status"]) for x in back) == sorted(
         (x["solution"], x["status"]) for x in lines
     )
+
+
+def test_a_root_written_by_its_api_passes_check_inputs(tmp_path: Path) -> None:
+    """Its serializer leaves defaulted `type`s out (axes {"value": 128} or {}, random inputs
+    {}): check-inputs must read them as FlashInfer-Bench does."""
+    from flashinfer_bench.data import Definition, Trace, save_json_file, save_jsonl_file
+
+    ours = write_toy_root(tmp_path / "ours")
+    root = tmp_path / "theirs"
+    for path in sorted((ours / "definitions").rglob("*.json")):
+        raw = json.loads(path.read_text())
+        for axis in raw["axes"].values():  # as AxisConst(value=...) / AxisVar() would leave it
+            axis.pop("type")
+        save_json_file(Definition.model_validate(raw), root / path.relative_to(ours))
+    for path in sorted((ours / "workloads").rglob("*.jsonl")):
+        traces = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        for trace in traces:
+            for spec in trace["workload"]["inputs"].values():
+                if spec["type"] == "random":  # RandomInput()
+                    spec.pop("type")
+        save_jsonl_file([Trace.model_validate(t) for t in traces], root / path.relative_to(ours))
+    shutil.copytree(ours / "blob", root / "blob")
+    written = json.loads((root / "definitions/toy/toy_scale.json").read_text())
+    assert all("type" not in axis for axis in written["axes"].values())
+    result = CliRunner().invoke(app, ["check-inputs", "--data-root", str(root)])
+    assert result.exit_code == 0, result.output

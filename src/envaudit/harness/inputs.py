@@ -76,6 +76,19 @@ def input_seed(workload_seed: int, input_name: str) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
+def default_int_init(dtype: torch.dtype) -> dict[str, Any]:
+    """What FlashInfer-Bench draws for a random integer or boolean input without a rule (its
+    definitions have no `init`): bool fair coin flips, int8 the whole range, uint8 [0, 256),
+    other integers uniform in [-1024, 1024)."""
+    if dtype == torch.bool:
+        return {"dist": "bernoulli", "p": 0.5}
+    if dtype == torch.int8:
+        return {"dist": "randint", "low": -128, "high": 128}
+    if dtype == torch.uint8:
+        return {"dist": "randint", "low": 0, "high": 256}
+    return {"dist": "randint", "low": -1024, "high": 1024}
+
+
 def random_tensor(
     shape: tuple[int, ...], dtype: torch.dtype, init: Mapping[str, Any] | None, seed: int
 ) -> torch.Tensor:
@@ -83,9 +96,7 @@ def random_tensor(
     gen = torch.Generator(device="cpu").manual_seed(seed)
     is_float = dtype.is_floating_point
     if init is None:
-        if not is_float:
-            raise InputError(f"random {dtype} input needs an init rule in the definition")
-        init = DEFAULT_FLOAT_INIT
+        init = DEFAULT_FLOAT_INIT if is_float else default_int_init(dtype)
     dist = init["dist"]
     if dist == "normal":
         out = torch.randn(shape, generator=gen, dtype=torch.float32)

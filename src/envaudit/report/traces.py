@@ -233,8 +233,8 @@ def _evaluation(line: Mapping[str, Any], baseline: Mapping[str, Any] | None) -> 
         figures = correctness if isinstance(correctness, Mapping) else NOT_MEASURED
         evaluation["correctness"] = _correctness(figures)
     elif isinstance(correctness, Mapping):  # their model forbids the block on this status
-        figures = json.dumps(_correctness(correctness), sort_keys=True, allow_nan=True)
-        message = f"{message}\ncorrectness: {figures}" if message else f"correctness: {figures}"
+        text = json.dumps(_correctness(correctness), sort_keys=True, allow_nan=True)
+        message = f"{message}\ncorrectness: {text}" if message else f"correctness: {text}"
     evaluation["log"] = _log(message)
     evaluation["timestamp"] = str(line.get("timestamp") or UNKNOWN)
     if ours == "PASSED":

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import ast
 from enum import StrEnum
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from envaudit.schema.dtypes import DTYPE_ALIASES, ITEMSIZE
 
@@ -63,7 +64,25 @@ class AxisVar(Model):
     description: str | None = None
 
 
-Axis = Annotated[AxisConst | AxisVar, Field(discriminator="type")]
+def _implied_type(rule: dict[str, str]) -> Callable[[Any], Any]:
+    """FlashInfer-Bench's models default `type`, and its serializer (exclude_unset) leaves a
+    defaulted one out: {"value": 128} is a const axis, {} a var axis, {} a random input. Put the
+    type its union would infer back (the first key of `rule` present decides; "" = otherwise)."""
+
+    def implied(value: Any) -> Any:
+        if isinstance(value, dict) and "type" not in value:
+            kind = next((t for key, t in rule.items() if key and key in value), rule[""])
+            return {**value, "type": kind}
+        return value
+
+    return implied
+
+
+Axis = Annotated[
+    AxisConst | AxisVar,
+    Field(discriminator="type"),
+    BeforeValidator(_implied_type({"value": "const", "": "var"})),
+]
 
 
 class NormalInit(Model):
@@ -212,7 +231,11 @@ class SafetensorsInput(Model):
     """envaudit: where the tensor came from."""
 
 
-InputSpec = Annotated[RandomInput | ScalarInput | SafetensorsInput, Field(discriminator="type")]
+InputSpec = Annotated[
+    RandomInput | ScalarInput | SafetensorsInput,
+    Field(discriminator="type"),
+    BeforeValidator(_implied_type({"path": "safetensors", "value": "scalar", "": "random"})),
+]
 
 
 class Workload(Model):
