@@ -11,8 +11,8 @@ workloads, blob contents) are checked by `envaudit.dataset.checks`, which collec
 from __future__ import annotations
 
 import ast
-from enum import StrEnum
 from collections.abc import Callable
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
