@@ -116,3 +116,70 @@ def test_a_root_written_by_its_api_passes_check_inputs(tmp_path: Path) -> None:
     assert all("type" not in axis for axis in written["axes"].values())
     result = CliRunner().invoke(app, ["check-inputs", "--data-root", str(root)])
     assert result.exit_code == 0, result.output
+
+
+def test_its_traces_and_solutions_merge_without_loss(tmp_path: Path) -> None:
+    """A root written by FlashInfer-Bench (solutions/<author>/<op_type>/<def>/<name>.json,
+    traces with its own reference latency and speedup) merges and exports back unchanged in
+    what it said: author, reference latency, speedup, workload inputs."""
+    from flashinfer_bench.data import (
+        Correctness,
+        Environment,
+        Evaluation,
+        EvaluationStatus,
+        Performance,
+        Solution,
+        Trace,
+        save_json_file,
+        save_jsonl_file,
+    )
+
+    fib = write_toy_root(tmp_path / "fib")
+    solution = Solution.model_validate(
+        {
+            "name": "toy_scale-alice",
+            "definition": "toy_scale",
+            "author": "alice",
+            "spec": {"language": "python", "target_hardware": ["cuda"], "entry_point": "m.py::run"},
+            "sources": [{"path": "m.py", "content": "def run(x, lengths, scale): ..."}],
+        }
+    )
+    save_json_file(solution, fib / "solutions/alice/toy/toy_scale/toy_scale-alice.json")
+    workload = json.loads((fib / "workloads/toy/toy_scale.jsonl").read_text().splitlines()[1])
+    performance = Performance(latency_ms=0.25, reference_latency_ms=0.75, speedup_factor=3.0)
+    trace = Trace.model_validate(
+        {
+            "definition": "toy_scale",
+            "workload": workload["workload"],
+            "solution": "toy_scale-alice",
+            "evaluation": Evaluation(
+                status=EvaluationStatus.PASSED,
+                environment=Environment(hardware="NVIDIA B200", libs={"torch": "2.8.0"}),
+                timestamp="2025-10-01T12:00:00",
+                correctness=Correctness(max_relative_error=1e-3, max_absolute_error=5e-4),
+                performance=performance,
+            ),
+        }
+    )
+    source = fib / "traces/alice/toy/toy_scale.jsonl"
+    save_jsonl_file([trace], source)
+    out = tmp_path / "out"
+    argv = ["merge", str(source), "--out", str(out), "--data-root", str(fib)]
+    result = CliRunner().invoke(app, [*argv, "--solutions-root", str(fib / "solutions")])
+    assert result.exit_code == 0, result.output
+    (back,) = [
+        t for found in TraceSet.from_path(str(_root_of(fib, out))).traces.values() for t in found
+    ]
+    assert back.evaluation is not None and back.evaluation.performance == performance
+    assert back.workload.inputs == trace.workload.inputs
+    assert (out / "traces/alice/toy/toy_scale.jsonl").is_file()  # the author, not "unknown"
+
+
+def _root_of(data: Path, report: Path) -> Path:
+    """A FlashInfer-Bench root of the dataset's definitions and workloads and the report's
+    traces."""
+    root = report.parent / "fib-back"
+    shutil.copytree(data / "definitions", root / "definitions")
+    shutil.copytree(data / "workloads", root / "workloads")
+    shutil.copytree(report / "traces", root / "traces")
+    return root

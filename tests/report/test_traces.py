@@ -246,7 +246,16 @@ def test_flashinfer_bench_traces_merge_and_workload_lines_are_findings(tmp_path:
     }
     assert line["correctness"] == {"max_absolute_error": 0.0005, "max_relative_error": 0.001}
     assert line["timestamp"] == "2025-10-01T12:00:00"
-    assert line["workload"] == {"uuid": "w-1", "label": None, "axes": {"M": 8}}
+    assert line["workload"] == {
+        "uuid": "w-1",
+        "label": None,
+        "axes": {"M": 8},
+        "inputs": {"a": {"type": "random"}},
+    }
+    # exported again with no dataset and no baseline line: nothing the trace said is lost
+    again = line_to_trace(line, {}, None)["evaluation"]
+    assert again["performance"] == evaluation["performance"]
+    assert line_to_trace(line, {}, None)["workload"]["inputs"] == workload["inputs"]
 
 
 def test_an_invalid_trace_stops_the_export_before_writing(tmp_path: Path) -> None:

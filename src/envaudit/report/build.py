@@ -157,13 +157,17 @@ def _has_files(folder: Path) -> bool:
 
 
 def load_solutions(root: Path) -> dict[str, SolutionInfo]:
-    """name -> what the report needs of each solution.json (author, definition, env, baseline)."""
+    """name -> what the report needs of each solution (author, definition, env, baseline), from
+    our layout (`<name>/solution.json`) and FlashInfer-Bench's
+    (`<author>/<op_type>/<definition>/<name>.json`)."""
     found: dict[str, SolutionInfo] = {}
-    for path in sorted(root.glob("*/solution.json")):
+    for path in sorted(root.rglob("*.json")):
         try:
             raw: Mapping[str, Any] = json.loads(path.read_text())
         except (OSError, ValueError):
             continue  # check-inputs reports broken solution files; the report goes on without
+        if not isinstance(raw, Mapping) or not {"name", "definition", "spec"} <= raw.keys():
+            continue  # not a solution (a source file's data, a definition, ...)
         found[str(raw["name"])] = SolutionInfo(
             name=str(raw["name"]),
             definition=str(raw.get("definition")),

@@ -60,6 +60,9 @@ LIB_KEYS = (
 ENV_LIB = "envaudit_env"
 CLOSURE_LIB = "closure_hash"
 STATUS_LIB = "envaudit_status"
+# What an imported trace knew that our lines have no place for (its reference latency and
+# speedup), kept so that exporting it again loses nothing.
+FOREIGN = "flashinfer_bench"
 PER_OUTPUT_KEYS = ("output", "status", "matched", "total", "required", "nonfinite")
 # Ours -> FlashInfer-Bench's, where it has no such status (module docstring).
 THEIR_STATUS = {"INPUT_MUTATED": "RUNTIME_ERROR", "UNSUPPORTED_DEVICE": "COMPILE_ERROR"}
@@ -216,7 +219,11 @@ def _workload(line: Mapping[str, Any], workloads: Mapping[str, Mapping[str, Any]
     known = workloads.get(str(ours.get("uuid")))
     if known is not None:
         return dict(known)
-    return {"uuid": ours.get("uuid"), "axes": dict(ours.get("axes") or {}), "inputs": {}}
+    return {
+        "uuid": ours.get("uuid"),
+        "axes": dict(ours.get("axes") or {}),
+        "inputs": dict(ours.get("inputs") or {}),  # an imported trace's own
+    }
 
 
 def _evaluation(line: Mapping[str, Any], baseline: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -292,11 +299,12 @@ def _performance(line: Mapping[str, Any], baseline: Mapping[str, Any] | None) ->
         if mode in mine and mode in theirs:
             latency, reference = mine[mode], theirs[mode]
             break
-    return {
-        "latency_ms": latency,
-        "reference_latency_ms": reference,
-        "speedup_factor": reference / latency if latency and reference else 0.0,
-    }
+    speedup = reference / latency if latency and reference else 0.0
+    known = (line.get(FOREIGN) or {}).get("performance") or {}
+    if not reference and known.get("reference_latency_ms"):  # no baseline line: the trace's own
+        reference = float(known["reference_latency_ms"])
+        speedup = float(known.get("speedup_factor") or 0.0)
+    return {"latency_ms": latency, "reference_latency_ms": reference, "speedup_factor": speedup}
 
 
 # ---------------------------------------------------------------- import
@@ -319,6 +327,7 @@ def trace_to_line(trace: Mapping[str, Any]) -> dict[str, Any] | None:
             "uuid": workload.get("uuid"),
             "label": workload.get("label"),
             "axes": dict(workload.get("axes") or {}),
+            "inputs": dict(workload.get("inputs") or {}),
         },
         "solution": trace.get("solution"),
         "solution_hash": None,
@@ -329,6 +338,7 @@ def trace_to_line(trace: Mapping[str, Any]) -> dict[str, Any] | None:
         "context": _our_context(libs, hardware),
         "environment": _our_environment(libs, hardware),
         "timestamp": evaluation.get("timestamp"),
+        FOREIGN: {"performance": dict(evaluation.get("performance") or {})},
     }
 
 
