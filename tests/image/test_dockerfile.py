@@ -7,7 +7,6 @@ import hashlib
 import os
 from pathlib import Path
 
-import pytest
 from typer.testing import CliRunner
 
 from envaudit.cli import app
@@ -136,14 +135,25 @@ def test_unbuilt_source_gets_a_build_stage_with_its_pins() -> None:
     assert 'TORCH_CUDA_ARCH_LIST="9.0a"' in text and 'CUDA_HOME="/opt/cuda"' in text
 
 
-@pytest.mark.parametrize("env", ["flashmla-13.3"])
-def test_build_dry_run_of_flashmla_names_every_pin(env: str) -> None:
+def test_the_built_flashmla_image_installs_its_wheel_without_the_toolchain() -> None:
+    """flashmla-13.3's wheel is built and its toolchain build-only: the image installs the
+    wheel, with neither nvcc nor CUDA_HOME in it."""
     result = CliRunner().invoke(
-        app, ["build", "--solution", env, "--dry-run", "--locks-dir", str(REPO / "locks")]
+        app,
+        ["build", "--solution", "flashmla-13.3", "--dry-run", "--locks-dir", str(REPO / "locks")],
     )
     assert result.exit_code == 0, result.output
     text = result.output
-    assert "nvidia-cuda-nvcc==13.3.73" in text
-    assert 'FLASH_MLA_SKIP_REG_SPILL_CHECK="1"' in text
-    assert "9241ae3ef9bac614dd25e45e507e089f888280e0" in text
-    assert "147f5673d0c1c3dcf66f78d677fd647e4a020219" in text
+    assert "flash_mla-1.0.0+9241ae3-cp312-cp312-linux_x86_64.whl" in text
+    assert "nvidia-cuda-nvcc" not in text and "CUDA_HOME" not in text
+    assert "cuda-toolchain" not in text
+
+
+def test_a_build_only_toolchain_builds_the_sources_and_stays_out_of_the_image() -> None:
+    body = sample_lock().model_dump(mode="json", exclude={"closure_hash"})
+    body["cuda"]["build_only"] = True
+    text = render_dockerfile(plan_image(seal(body)))
+    build, final = text.split("# the environment sample")
+    assert "FROM installer AS cuda-toolchain" in build
+    assert "COPY --from=cuda-toolchain" in build and 'CUDA_HOME="/opt/cuda"' in build
+    assert "cuda-toolchain" not in final and "CUDA_HOME" not in final

@@ -11,6 +11,7 @@ import pytest
 from envaudit.errors import EnvauditError
 from envaudit.image.overlay import plan_overlay, render_overlay_dockerfile
 from envaudit.lock.verify import InstalledDist, compare
+from envaudit.schema.locks import seal
 from tests.image.test_dockerfile import check_golden, sample_lock
 
 
@@ -85,3 +86,13 @@ def test_a_stack_that_contradicts_the_lock_is_refused(
     with pytest.raises(EnvauditError) as caught:
         plan(stack, python)
     assert caught.value.exit_code == 1 and words in str(caught.value)
+
+
+def test_a_build_only_toolchain_is_not_installed_over_the_stack() -> None:
+    body = sample_lock(sources=[]).model_dump(mode="json", exclude={"closure_hash"})
+    body["cuda"]["build_only"] = True
+    lock = seal(body)
+    drift = compare(lock, installed(**STACK, safetensors="0.8.0"), None, "3.12")
+    overlay = plan_overlay(lock, "b", "gpu-host-stack", "/opt/torch/.venv/bin/python", "c", drift)
+    assert overlay.toolchain is None and overlay.cuda_home is None
+    assert "/opt/envaudit/toolchain" not in render_overlay_dockerfile(overlay)

@@ -168,10 +168,10 @@ def _final(plan: ImagePlan) -> str:
         lines.append(f"COPY --from=layer-built-{source.name} {VENV}/ {VENV}/")
     path = f"{VENV}/bin:{PATH}"
     variables = [("PATH", path), ("VIRTUAL_ENV", VENV)]
-    if plan.toolchain is not None:
+    if plan.toolchain is not None and plan.toolchain_at_run_time:
         lines.append(f"COPY --from=cuda-toolchain {TOOLCHAIN}/ {TOOLCHAIN}/")
         lines.append(_cuda_home_link(plan))
-    if plan.cuda_home is not None:
+    if plan.cuda_home is not None and plan.toolchain_at_run_time:
         variables.append(("CUDA_HOME", plan.cuda_home))
     variables += [
         ("PYTHONPATH", HARNESS_MOUNT),

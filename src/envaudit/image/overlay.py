@@ -83,6 +83,8 @@ def plan_overlay(
         )
     tools = tuple((p.name, p.version, p.artifact) for p in lock.toolchain_packages())
     missing = {d.name for d in drift.missing} - {name for name, _, _ in tools}
+    if lock.cuda is not None and lock.cuda.build_only:
+        tools = ()  # it built the sources (their wheels are in the lock); nothing runs it
     replaced = {d.name: d for d in drift.different}
     wanted = missing | set(replaced)
     added = tuple(

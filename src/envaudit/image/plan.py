@@ -95,6 +95,9 @@ class ImagePlan:
     cuda_home: str | None
     env_vars: tuple[tuple[str, str], ...]
     labels: dict[str, str] = field(default_factory=dict)
+    toolchain_at_run_time: bool = True
+    """False for a build-only toolchain (cuda.build_only): it builds the source stages, and the
+    final image has neither it nor CUDA_HOME."""
 
     @property
     def tag(self) -> str:
@@ -134,8 +137,10 @@ def plan_image(lock: Lock) -> ImagePlan:
         if packages
     ]
     cuda = tuple((p.name, p.version, p.artifact) for p in lock.packages if p.role == "cuda")
-    toolchain = WheelLayer("cuda-toolchain", cuda, target="toolchain") if cuda else None
     sources = tuple(_source_stage(s) for s in lock.sources if s.wheel is None)
+    at_run_time = not (lock.cuda is not None and lock.cuda.build_only)
+    needed = cuda and (at_run_time or sources)
+    toolchain = WheelLayer("cuda-toolchain", cuda, target="toolchain") if needed else None
     return ImagePlan(
         env=lock.env,
         closure_hash=lock.closure_hash,
@@ -146,8 +151,9 @@ def plan_image(lock: Lock) -> ImagePlan:
         layers=tuple(layers),
         toolchain=toolchain,
         sources=sources,
-        cuda_home=lock.cuda.home if lock.cuda is not None else None,
+        cuda_home=lock.cuda.home if lock.cuda is not None and toolchain is not None else None,
         env_vars=tuple(sorted(lock.env_vars.items())),
+        toolchain_at_run_time=at_run_time,
         labels={
             f"{LABEL_PREFIX}.env": lock.env,
             f"{LABEL_PREFIX}.closure-hash": lock.closure_hash,

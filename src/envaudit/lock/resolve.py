@@ -75,7 +75,9 @@ def lock_env(folder: Path, config: FetchConfig, bases_dir: Path = BASES_DIR) -> 
         "python": spec.python,
         "platform": spec.platform,
         "base": _locked_base(spec, bases_dir).model_dump(mode="json"),
-        "cuda": LockedCuda(version=spec.cuda.version, home=spec.cuda.home).model_dump()
+        "cuda": LockedCuda(
+            version=spec.cuda.version, home=spec.cuda.home, build_only=spec.cuda.build_only
+        ).model_dump()
         if spec.cuda
         else None,
         "packages": [p.model_dump(mode="json") for p in sorted_packages([*packages, *toolchain])],
@@ -331,19 +333,20 @@ class _Earlier:
 
 def _carry_wheel(source: LockedSource, earlier: _Earlier) -> LockedSource:
     """Keep a wheel built earlier when nothing that went into the build changed: the source's
-    inputs and the CUDA toolchain. A git source's version is read from its built wheel: an
-    output, carried with the wheel. Historical pins are a record, not a build input."""
+    inputs and the CUDA toolchain. A git source's version is read from its built wheel, and the
+    files its repository lacked were found by that build: outputs, carried with the wheel.
+    Historical pins are a record, not a build input."""
     previous = earlier.lock
     if previous is None or previous.toolchain_packages() != earlier.toolchain:
         return source
-    outputs = {"wheel", "status", "note", "historical"}
+    outputs = {"wheel", "status", "note", "historical", "absent_files"}
     if source.kind == "git":
         outputs.add("version")
     for old in previous.sources:
         if old.wheel is None or old.name != source.name:
             continue
         if old.model_dump(exclude=outputs) == source.model_dump(exclude=outputs):
-            update = {"wheel": old.wheel, "status": "built"}
+            update = {"wheel": old.wheel, "status": "built", "absent_files": old.absent_files}
             if source.kind == "git":
                 update["version"] = old.version
             return source.model_copy(update=update)

@@ -87,6 +87,15 @@ class CudaSpec(_Strict):
     version: str = Field(pattern=r"^\d+\.\d+$")
     home: str = Field(description="Canonical CUDA_HOME inside images and local environments.")
     components: list[str] = Field(min_length=1)
+    build_only: bool | None = Field(
+        None,
+        description="true: the toolchain only builds the env's sources; images leave it out of"
+        " the run environment (a JIT compiler such as TileLang's needs it there: leave unset).",
+    )
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_absent(handler(self), "build_only")
 
     @field_validator("components")
     @classmethod
@@ -363,6 +372,12 @@ class LockedCuda(_Strict):
 
     version: str
     home: str
+    build_only: bool | None = None
+    """true: images leave the toolchain out of the run environment (CudaSpec.build_only)."""
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_absent(handler(self), "build_only")
 
     @property
     def prefix_subdir(self) -> str:
