@@ -161,6 +161,19 @@ def test_lock_again_carries_the_wheel(places: Path, built: tuple[Path, Result]) 
     assert load_lock(folder).sources[0].wheel == before
 
 
+def test_a_rebuild_from_the_same_inputs_gives_the_same_wheel(
+    places: Path, built: tuple[Path, Result]
+) -> None:
+    """Builds run in a folder fixed by env and source (compilers record source paths, e.g. in
+    debug info), with SOURCE_DATE_EPOCH for archive times: the wheel's bytes repeat."""
+    folder, _ = built
+    before = json.loads((folder / "lock.json").read_text())["sources"][0]["wheel"]
+    again = envaudit(places, "lock", folder.name, "--rebuild", "tinyext")
+    assert again.exit_code == 0, again.output
+    after = json.loads((folder / "lock.json").read_text())["sources"][0]["wheel"]
+    assert "built tinyext" in again.output and after == before
+
+
 def test_wrong_submodule_commit_is_refused(places: Path, tinyext: tuple[Path, str, str]) -> None:
     repo, rev, vendor_rev = tinyext
     wrong = "1" * 40

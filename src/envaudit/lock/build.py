@@ -11,12 +11,15 @@ nvidia-cuda-runtime (nvcc's release, for the headers) may differ from the one to
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from packaging.utils import parse_wheel_filename
@@ -133,14 +136,32 @@ def _try_build(
         return source, f"source {source.name}: not built: {reason}"
     store = Store(config.store)
     try:
-        with tempfile.TemporaryDirectory(prefix=f"envaudit-build-{source.name}-", dir=work) as tmp:
-            built = _build(lock, source, spec, config, store, Path(tmp), env_dir)
+        with build_folder(lock.env, source.name, work) as tmp:
+            built = _build(lock, source, spec, config, store, tmp, env_dir)
     except SourceUnavailable as exc:
         kept = " (the earlier wheel is kept)" if source.wheel is not None else ""
         return source, f"source {source.name}: not built: {exc}{kept}"
     assert built.wheel is not None
     wheel = built.wheel
     return built, f"source {source.name}: built {wheel.filename} (sha256 {wheel.sha256})"
+
+
+@contextmanager
+def build_folder(env: str, name: str, work: Path | None = None) -> Iterator[Path]:
+    """A build's scratch folder at a path fixed by env and source, emptied before and removed
+    after. Compilers write source paths into what they build (nvcc's fatbin identifiers), so a
+    random temporary name would make every rebuild's wheel differ. Two builds of one env's
+    source on this machine take turns (an exclusive lock beside the folder)."""
+    folder = (work or Path(tempfile.gettempdir())) / "envaudit-build" / env / name
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with (folder.parent / f"{name}.lock").open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir()
+        try:
+            yield folder
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _not_buildable(source: LockedSource, spec: SourceSpec | None) -> str | None:
