@@ -287,3 +287,14 @@ def test_repository_name_is_cloned_from_the_configured_git_bases(
     assert built.exit_code == 0 and "built tinyext" in built.output, built.output
     assert load_lock(folder).sources[0].status == "built"
     assert str(places) not in (folder / "lock.json").read_text()
+
+
+def test_spill_warnings_are_ptxas_warnings_not_its_zero_info_lines() -> None:
+    from envaudit.lock.build import spill_warnings
+
+    log = (
+        "ptxas info    : Used 168 registers, 0 bytes spill stores, 0 bytes spill loads\n"
+        "ptxas warning : Registers are spilled to local memory in function 'k', 8 bytes spill"
+        " stores, 8 bytes spill loads\n"
+    )
+    assert spill_warnings(log) == [log.splitlines()[1]]

@@ -138,12 +138,26 @@ def _try_build(
     try:
         with build_folder(lock.env, source.name, work) as tmp:
             built = _build(lock, source, spec, config, store, tmp, env_dir)
+            kept = keep_build_log(f"{lock.env}-{source.name}", tmp / "build.log")
+            spills = spill_warnings(kept.read_text(errors="replace"))
     except SourceUnavailable as exc:
-        kept = " (the earlier wheel is kept)" if source.wheel is not None else ""
-        return source, f"source {source.name}: not built: {exc}{kept}"
+        earlier = " (the earlier wheel is kept)" if source.wheel is not None else ""
+        return source, f"source {source.name}: not built: {exc}{earlier}"
     assert built.wheel is not None
     wheel = built.wheel
-    return built, f"source {source.name}: built {wheel.filename} (sha256 {wheel.sha256})"
+    return built, (
+        f"source {source.name}: built {wheel.filename} (sha256 {wheel.sha256}); build log kept"
+        f" in {kept}; {len(spills)} register-spill warning(s) from ptxas"
+        + "".join(f"\n  {line}" for line in spills[:20])
+    )
+
+
+SPILL = re.compile(r"ptxas\s*warning.*spill", re.IGNORECASE)
+
+
+def spill_warnings(log: str) -> list[str]:
+    """ptxas's register-spill warnings in a build log (--warn-on-spills), one line each."""
+    return [line.strip() for line in log.splitlines() if SPILL.search(line)]
 
 
 @contextmanager
@@ -328,8 +342,9 @@ def expand_env_dir(source: LockedSource, env_dir: Path | None) -> dict[str, str]
 
 
 def keep_build_log(name: str, log: Path) -> Path:
-    """A failed build's whole log, out of the temporary build folder that is about to go: the
-    compiler's first error is usually far above the tail the message quotes."""
+    """A build's whole log, out of the build folder that is about to go: for a failure, the
+    compiler's first error is usually far above the tail the message quotes; for a success, its
+    warnings (register spills) are part of what was built."""
     folder = cache_root() / "build-logs"
     folder.mkdir(parents=True, exist_ok=True)
     kept = folder / f"{name}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log"
