@@ -173,6 +173,9 @@ def test_its_traces_and_solutions_merge_without_loss(tmp_path: Path) -> None:
     assert back.evaluation is not None and back.evaluation.performance == performance
     assert back.workload.inputs == trace.workload.inputs
     assert (out / "traces/alice/toy/toy_scale.jsonl").is_file()  # the author, not "unknown"
+    performance_md = (out / "performance.md").read_text()
+    assert "--runtime flashinfer-bench" not in performance_md  # no such runtime
+    assert "measured by FlashInfer-Bench" in performance_md
 
 
 def _root_of(data: Path, report: Path) -> Path:

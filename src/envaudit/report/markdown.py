@@ -111,6 +111,13 @@ def _reproduce(summary: Mapping[str, Any]) -> str:
                 for device in entry.get("gpus") or ["cpu"]:
                     seen.add((str(entry["runtime"]), entry["env"], device, over))
     for runtime, env, device, over in sorted(seen):
+        if runtime == "flashinfer-bench":  # imported traces: no runtime of ours made them
+            rows.append(
+                f"- {env} on {device}: measured by FlashInfer-Bench (imported traces); envaudit"
+                " cannot repeat that run as recorded: `envaudit run --solution <solution>"
+                " --gpu GPU-<uuid> --suite dev --graph-timing` runs it in the env it declares"
+            )
+            continue
         target = f"--gpu {device}" if device.startswith("GPU-") else "--device cpu"
         extra = "" if runtime == "host" else f" --env {env}"
         extra += f" --over {over}" if over else ""
