@@ -589,6 +589,27 @@ def merge(
     )
 
 
+@app.command("export-solutions")
+def export_solutions_command(
+    out: Annotated[Path, typer.Option("--out", help="Root to write solutions/ under.")],
+    data_root: DataRoot = Path("workloads"),
+    solutions_root: Annotated[Path, typer.Option("--solutions-root")] = Path("solutions"),
+) -> None:
+    """Write every solution as a FlashInfer-Bench Solution, sources inlined, under
+    OUT/solutions/<author>/<op_type>/<definition>/<name>.json."""
+    from envaudit.dataset.traceset import DatasetRootError, load_traceset
+    from envaudit.report.solutions import export_solutions
+
+    with _reported():
+        try:
+            traceset = load_traceset(data_root)
+        except DatasetRootError as exc:
+            raise EnvauditError(str(exc)) from None
+        op_types = {n: d.definition.op_type for n, d in traceset.definitions.items()}
+        written = export_solutions(solutions_root, op_types, out)
+    typer.echo(f"{len(written)} solutions written under {out / 'solutions'}")
+
+
 @app.command()
 def upstreams(
     offline: Annotated[

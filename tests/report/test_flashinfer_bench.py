@@ -186,3 +186,20 @@ def _root_of(data: Path, report: Path) -> Path:
     shutil.copytree(data / "workloads", root / "workloads")
     shutil.copytree(report / "traces", root / "traces")
     return root
+
+
+def test_our_solutions_export_as_solutions_its_loader_accepts(tmp_path: Path) -> None:
+    from tests.conftest import REPO
+
+    out = tmp_path / "fib"
+    argv = ["export-solutions", "--out", str(out), "--data-root", str(REPO / "workloads")]
+    result = CliRunner().invoke(app, [*argv, "--solutions-root", str(REPO / "solutions")])
+    assert result.exit_code == 0, result.output
+    shutil.copytree(REPO / "workloads" / "definitions", out / "definitions")
+    loaded = TraceSet.from_path(str(out))
+    ours = sorted(p.parent.name for p in (REPO / "solutions").glob("*/solution.json"))
+    theirs = sorted(s.name for found in loaded.solutions.values() for s in found)
+    assert theirs == ours
+    solution = next(s for found in loaded.solutions.values() for s in found if s.name == ours[0])
+    assert solution.sources[0].content == (REPO / "solutions" / ours[0] / "main.py").read_text()
+    assert (out / "solutions" / solution.author).is_dir()

@@ -1,0 +1,71 @@
+"""Our solutions as FlashInfer-Bench Solutions.
+
+On disk a solution of ours is `solutions/<name>/solution.json` with its source files beside it
+(`sources[].content` omitted). FlashInfer-Bench's Solution requires the content inline and keeps
+solutions under `solutions/<author>/<op_type>/<definition>/<name>.json`. This writes that layout,
+every source file's text inlined; our own fields (`env`, `baseline`) stay in the file, where its
+loader ignores them. A source file that is missing, outside the solution's folder or not UTF-8
+text refuses the export before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from envaudit.errors import EnvauditError
+from envaudit.schema.models import Solution
+from envaudit.schema.paths import write_text_atomically
+
+
+class ExportError(EnvauditError):
+    """A solution that cannot be exported as it is (exit 2: fix the solution, then export)."""
+
+
+def render_solutions(solutions_root: Path, op_types: dict[str, str], out: Path) -> dict[Path, str]:
+    """Path -> text of every solution under `solutions_root` in FlashInfer-Bench's layout under
+    `out/solutions`; `op_types` maps a definition to its op_type. Nothing is written."""
+    files: dict[Path, str] = {}
+    for path in sorted(solutions_root.glob("*/solution.json")):
+        solution = _load(path)
+        op_type = op_types.get(solution.definition)
+        if op_type is None:
+            raise ExportError(
+                f"{path}: definition {solution.definition} is not in the dataset (its op_type"
+                " names the folder FlashInfer-Bench expects)"
+            )
+        body: dict[str, Any] = solution.model_dump(mode="json", exclude_none=True)
+        body["sources"] = [
+            {"path": s.path, "content": s.content or _read_source(path.parent, s.path)}
+            for s in solution.sources
+        ]
+        target = out / "solutions" / solution.author / op_type / solution.definition
+        files[target / f"{solution.name}.json"] = json.dumps(body, indent=2) + "\n"
+    return files
+
+
+def export_solutions(solutions_root: Path, op_types: dict[str, str], out: Path) -> list[Path]:
+    files = render_solutions(solutions_root, op_types, out)
+    for path, text in files.items():
+        write_text_atomically(path, text)
+    return list(files)
+
+
+def _load(path: Path) -> Solution:
+    try:
+        return Solution.model_validate(json.loads(path.read_bytes()))
+    except (OSError, ValueError, ValidationError) as exc:
+        raise ExportError(f"{path}: not a valid solution.json: {exc}"[:2000]) from None
+
+
+def _read_source(folder: Path, relative: str) -> str:
+    source = (folder / relative).resolve()
+    if not source.is_relative_to(folder.resolve()):
+        raise ExportError(f"{folder / 'solution.json'}: source {relative} is outside its folder")
+    try:
+        return source.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ExportError(f"{folder / 'solution.json'}: source {relative}: {exc}") from None
