@@ -430,7 +430,20 @@ def _make_env(runtime: str, options: object, env: str) -> None:
 
 @app.command()
 def run(
-    solution: Annotated[str, typer.Option("--solution", help="Solution name under solutions/.")],
+    solution: Annotated[
+        str | None, typer.Option("--solution", help="Solution name under solutions/.")
+    ] = None,
+    candidate: Annotated[
+        Path | None,
+        typer.Option(
+            "--candidate",
+            help="A main.py that is not a solution folder, run for --definition (nothing is"
+            " written into solutions/).",
+        ),
+    ] = None,
+    definition: Annotated[
+        str | None, typer.Option("--definition", help="The definition a --candidate implements.")
+    ] = None,
     workload: Annotated[
         list[str] | None, typer.Option("--workload", help="Only this workload UUID.")
     ] = None,
@@ -461,6 +474,20 @@ def run(
     from envaudit.runtime.registry import RunOptions, plan_run, run_planned
 
     chosen = _runtime_choice(runtime, "host")
+    if (solution is None) == (candidate is None):
+        _error("give either --solution NAME or --candidate PATH --definition NAME")
+    if candidate is not None:
+        from envaudit.runtime.candidate import stage_candidate
+
+        if definition is None:
+            _error("--candidate needs --definition NAME (the definition it implements)")
+        with _reported():
+            solution, solutions_root = stage_candidate(
+                candidate, definition, data_root, solutions_root, env
+            )
+    elif definition is not None:
+        _error("--definition goes with --candidate (a solution names its own definition)")
+    assert solution is not None
     request = RunRequest(
         solution=solution,
         data_root=data_root,

@@ -1,0 +1,81 @@
+"""A candidate: an implementation file that is not (yet) a solution folder, run beside a
+definition's solutions (`envaudit run --candidate PATH/main.py --definition NAME`).
+
+It becomes a solution of its own in the cache (`<cache>/candidates/<sha256 of the file, 16>/`),
+never in solutions/: named `<definition>-candidate-<8 hex>`, entry point `main.py::run`, outputs
+returned, any target, in the env given with --env, else the one the definition's baseline
+declares. Its lines are result lines like any other, with that name and the file's hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+from envaudit.dataset.traceset import DatasetRootError, load_traceset
+from envaudit.errors import EnvauditError
+from envaudit.schema.paths import write_text_atomically
+from envaudit.settings import cache_root
+
+
+def stage_candidate(
+    path: Path, definition: str, data_root: Path, solutions_root: Path, env: str | None
+) -> tuple[str, Path]:
+    """(solution name, solutions root holding it) for the candidate file `path`."""
+    try:
+        content = path.read_bytes()
+    except OSError as exc:
+        raise EnvauditError(f"--candidate {path}: cannot be read: {exc.strerror or exc}") from None
+    if path.suffix != ".py":
+        raise EnvauditError(f"--candidate {path}: not a Python file (a main.py with run())")
+    try:
+        known = load_traceset(data_root).definitions
+    except DatasetRootError as exc:
+        raise EnvauditError(str(exc)) from None
+    if definition not in known:
+        raise EnvauditError(
+            f"--definition {definition}: not a definition under {data_root}",
+            hint=f"definitions: {', '.join(sorted(known)[:12])}",
+        )
+    digest = hashlib.sha256(content).hexdigest()
+    name = f"{definition}-candidate-{digest[:8]}"
+    chosen = env or baseline_env(solutions_root, definition)
+    if chosen is None:
+        raise EnvauditError(
+            f"--candidate: {definition} has no baseline declaring an env to run it in",
+            hint="name one with --env ENV",
+        )
+    root = cache_root() / "candidates" / digest[:16]
+    folder = root / name
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(path, folder / "main.py")
+    solution = {
+        "name": name,
+        "definition": definition,
+        "author": "candidate",
+        "description": f"candidate {path.name} (sha256 {digest}), run with --candidate",
+        "spec": {
+            "language": "python",
+            "target_hardware": [],
+            "entry_point": "main.py::run",
+            "destination_passing_style": False,
+        },
+        "sources": [{"path": "main.py"}],
+        "env": chosen,
+    }
+    write_text_atomically(folder / "solution.json", json.dumps(solution, indent=2) + "\n")
+    return name, root
+
+
+def baseline_env(solutions_root: Path, definition: str) -> str | None:
+    """The env the definition's baseline solution declares (None without one)."""
+    for path in sorted(solutions_root.glob("*/solution.json")):
+        try:
+            raw = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if raw.get("definition") == definition and raw.get("baseline") and raw.get("env"):
+            return str(raw["env"])
+    return None
