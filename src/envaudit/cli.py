@@ -527,6 +527,13 @@ def audit(
     solution: Annotated[
         list[str] | None, typer.Option("--solution", help="Only these (default: all).")
     ] = None,
+    candidate: Annotated[
+        Path | None,
+        typer.Option("--candidate", help="A main.py run beside --definition's solutions."),
+    ] = None,
+    definition: Annotated[
+        str | None, typer.Option("--definition", help="The definition a --candidate implements.")
+    ] = None,
     gpu: Annotated[list[str] | None, typer.Option("--gpu", help="GPU UUID (repeatable).")] = None,
     device: Annotated[str | None, typer.Option("--device", help="`cpu`.")] = None,
     runtime: RuntimeOption = None,
@@ -558,8 +565,18 @@ def audit(
     options = RunOptions(
         env=env, over=over, workload_timeout_s=_finite(timeout, "--timeout"), resume=resume
     )
+    names = solution or []
+    if (candidate is None) != (definition is None):
+        _error("--candidate PATH and --definition NAME go together")
+    if candidate is not None and definition is not None:
+        from envaudit.runtime.candidate import link_definition_solutions, stage_candidate
+
+        with _reported():
+            staged, root = stage_candidate(candidate, definition, data_root, solutions_root, env)
+            beside = link_definition_solutions(root, solutions_root, definition)
+        names, solutions_root = [*(names or beside), staged], root
     plan = AuditPlan(
-        solutions=solution or all_solutions(solutions_root),
+        solutions=names or all_solutions(solutions_root),
         devices=devices,
         out=out,
         runtime=chosen,

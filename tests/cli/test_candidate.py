@@ -83,3 +83,20 @@ def test_candidate_misuse_is_a_usage_error(
     filled = [a.format(c=candidate, missing=candidate.parent / "absent.py") for a in argv]
     code, out = invoke(root, solutions, *filled)
     assert code == 2 and words in out, out
+
+
+def test_an_audit_runs_the_candidate_beside_the_definition_s_solutions(
+    scene: tuple[Path, Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, solutions, candidate = scene
+    monkeypatch.setenv("ENVAUDIT_CACHE", str(tmp_path / "cache"))
+    before = listing(solutions)
+    argv = ["audit", "--device", "cpu", "--runtime", "host", "--data-root", str(root)]
+    argv += ["--solutions-root", str(solutions), "--out", str(tmp_path / "audit")]
+    argv += ["--candidate", str(candidate), "--definition", "toy_scale"]
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 0, result.output
+    report = (tmp_path / "audit" / "results.jsonl").read_text().splitlines()
+    ran = {json.loads(x)["solution"] for x in report}
+    assert "correct" in ran and any(n.startswith("toy_scale-candidate-") for n in ran)
+    assert listing(solutions) == before

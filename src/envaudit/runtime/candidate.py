@@ -69,6 +69,24 @@ def stage_candidate(
     return name, root
 
 
+def link_definition_solutions(root: Path, solutions_root: Path, definition: str) -> list[str]:
+    """Link the definition's solutions (folders under solutions_root) into the candidate's root,
+    so an audit runs them beside it from one root; their names."""
+    names = []
+    for path in sorted(solutions_root.glob("*/solution.json")):
+        try:
+            raw = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if raw.get("definition") != definition:
+            continue
+        link = root / path.parent.name
+        if not link.exists():
+            link.symlink_to(path.parent.resolve(), target_is_directory=True)
+        names.append(path.parent.name)
+    return names
+
+
 def baseline_env(solutions_root: Path, definition: str) -> str | None:
     """The env the definition's baseline solution declares (None without one)."""
     for path in sorted(solutions_root.glob("*/solution.json")):
