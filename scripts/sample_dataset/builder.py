@@ -72,6 +72,7 @@ class DatasetBuilder:
         flops: str | None = None,
         bytes: str | None = None,
         mutable_inputs: list[str] | None = None,
+        diagnostic_tolerance: dict[str, Any] | None = None,
     ) -> DefinitionEntry:
         """Register a definition; its reference is read from references/<name>.py."""
         if name in self.definitions:
@@ -89,6 +90,8 @@ class DatasetBuilder:
             "reference": reference,
             "tolerance": tolerance,
         }
+        if diagnostic_tolerance is not None:
+            body["diagnostic_tolerance"] = diagnostic_tolerance
         if flops is not None:
             body["flops"] = flops
         if bytes is not None:

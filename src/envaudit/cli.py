@@ -24,6 +24,14 @@ app = typer.Typer(
 base_app = typer.Typer(help="Offline base images built from containers/.", no_args_is_help=True)
 app.add_typer(base_app, name="base")
 
+StrictOption = Annotated[
+    bool,
+    typer.Option(
+        "--strict-diagnostic",
+        help="Also hold outputs to the definition's diagnostic_tolerance and record by how much"
+        " each misses it (the formal status does not change).",
+    ),
+]
 DataRoot = Annotated[
     Path, typer.Option("--data-root", help="TraceSet root (definitions/, workloads/, blob/).")
 ]
@@ -455,6 +463,7 @@ def run(
     over: OverOption = None,
     validation_only: Annotated[bool, typer.Option("--validation-only")] = False,
     graph_timing: Annotated[bool, typer.Option("--graph-timing")] = False,
+    strict_diagnostic: StrictOption = False,
     reference_cache: Annotated[Path | None, typer.Option("--reference-cache")] = None,
     report: Annotated[Path | None, typer.Option("--report", help="Result lines file.")] = None,
     resume: Annotated[
@@ -498,6 +507,7 @@ def run(
         gpu=gpu,
         validation_only=validation_only,
         graph_timing=graph_timing,
+        strict_diagnostic=strict_diagnostic,
         reference_cache=reference_cache,
         report=report,
     )
@@ -545,6 +555,7 @@ def audit(
     ] = None,
     out: Annotated[Path, typer.Option("--out")] = Path("results/audit"),
     resume: Annotated[bool, typer.Option("--resume")] = False,
+    strict_diagnostic: StrictOption = False,
     timeout: TimeoutOption = 300.0,
     data_root: DataRoot = Path("workloads"),
     solutions_root: Annotated[Path, typer.Option("--solutions-root")] = Path("solutions"),
@@ -584,6 +595,7 @@ def audit(
         data_root=data_root,
         solutions_root=solutions_root,
         suite=suite,
+        strict_diagnostic=strict_diagnostic,
     )
     with _reported():
         result = run_audit(

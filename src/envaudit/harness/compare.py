@@ -131,6 +131,68 @@ def compare_outputs(
     ]
 
 
+def tolerance_factor(out: Any, ref: torch.Tensor, tol: Mapping[str, Any]) -> float | None:
+    """The smallest factor by which atol and rtol would have to grow for `out` to pass `tol`
+    (<= 1: it passes; 3.5: missed by 3.5x); None for integer outputs, which compare exactly."""
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(ref.shape):
+        return None
+    if not (out.dtype.is_floating_point or ref.dtype.is_floating_point) or ref.numel() == 0:
+        return None
+    o, r = out.detach().to(ref.device).double().flatten(), ref.detach().double().flatten()
+    both_special = ~torch.isfinite(r) & ((o == r) | (torch.isnan(o) & torch.isnan(r)))
+    finite = torch.isfinite(o) & torch.isfinite(r)
+    diff = torch.where(finite, (o - r).abs(), torch.zeros_like(o))
+    atol, rtol = float(tol["atol"]), float(tol["rtol"])
+    scale = r.abs()
+    if tol["rule"] == "abs_or_rel":
+        scale = torch.full_like(r, float(torch.where(finite, r.abs(), torch.zeros_like(r)).max()))
+
+    def needed(bound: torch.Tensor) -> torch.Tensor:
+        return torch.where(diff == 0, torch.zeros_like(diff), diff / bound)
+
+    if tol["rule"] == "allclose":
+        factor = needed(atol + rtol * scale)
+    else:
+        factor = torch.minimum(
+            needed(torch.full_like(diff, atol)), needed(rtol * scale)
+        ).nan_to_num(nan=math.inf)
+    factor = torch.where(finite, factor, torch.full_like(factor, math.inf))
+    factor = torch.where(both_special, torch.zeros_like(factor), factor)
+    count = max(1, required_count(r.numel(), float(tol["required_matched_ratio"])))
+    return float(torch.kthvalue(factor, count).values)
+
+
+def strict_diagnostic(
+    definition: Mapping[str, Any],
+    outputs: Sequence[Any],
+    references: Sequence[torch.Tensor],
+    dtypes: Sequence[torch.dtype],
+) -> dict[str, Any] | None:
+    """The outputs against the definition's `diagnostic_tolerance` (a stricter, informative
+    bound beside the formal one), with by how much each misses it; None when it declares none.
+    Never changes the formal status."""
+    strict = definition.get("diagnostic_tolerance")
+    if not strict:
+        return None
+    stricter = {**definition, "tolerance": strict}
+    found = []
+    for comparison, out, ref in zip(
+        compare_outputs(stricter, outputs, references, dtypes), outputs, references, strict=False
+    ):
+        tol = tolerance_for(stricter, comparison.output)
+        found.append(
+            {
+                "output": comparison.output,
+                "holds": comparison.status == "PASSED",
+                "matched": comparison.matched,
+                "total": comparison.total,
+                "required": comparison.required,
+                "factor": tolerance_factor(out, ref, tol),
+            }
+        )
+    return {"holds": all(o["holds"] for o in found), "outputs": found}
+
+
 def overall_status(comparisons: Sequence[OutputComparison]) -> str:
     """The first failing status in output order, else PASSED."""
     for comparison in comparisons:

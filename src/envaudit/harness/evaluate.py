@@ -27,7 +27,12 @@ from typing import Any
 
 import torch
 
-from envaudit.harness.compare import OutputComparison, compare_outputs, overall_status
+from envaudit.harness.compare import (
+    OutputComparison,
+    compare_outputs,
+    overall_status,
+    strict_diagnostic,
+)
 from envaudit.harness.environment import clock_state
 from envaudit.harness.inputs import (
     InputError,
@@ -56,6 +61,8 @@ TRACEBACK_CHARS = 4000
 class EvalOptions:
     validation_only: bool = False
     graph_timing: bool = False
+    strict_diagnostic: bool = False
+    """Also compare with the definition's diagnostic_tolerance (recorded, never a status)."""
 
 
 @dataclass
@@ -91,9 +98,11 @@ def evaluate_workload(ctx: EvalContext, workload: Mapping[str, Any]) -> dict[str
 
 def _evaluate(ctx: EvalContext, workload: Mapping[str, Any], outcome: dict[str, Any]) -> None:
     inputs, refs = _inputs_and_reference(ctx, workload, seed_offset=0)
-    comparisons, prepare_ms = _validate(ctx, workload, inputs, refs)
+    comparisons, prepare_ms, strict = _validate(ctx, workload, inputs, refs)
     outcome["prepare_ms"] = prepare_ms
     outcome["correctness"] = _correctness(comparisons)
+    if strict is not None:
+        outcome["strict_diagnostic"] = strict
     status = overall_status(comparisons)
     if status != "PASSED":
         failing = next(c for c in comparisons if c.status == status)
@@ -301,7 +310,7 @@ def _validate(
     workload: Mapping[str, Any],
     inputs: dict[str, Any],
     refs: tuple[torch.Tensor, ...],
-) -> tuple[list[OutputComparison], float | None]:
+) -> tuple[list[OutputComparison], float | None, dict[str, Any] | None]:
     before = {k: v.clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)}
     prepared, prepare_ms = _prepare(ctx, inputs)
     dps = ctx.solution.destination_passing
@@ -311,7 +320,11 @@ def _validate(
     if not dps:
         _poison_allocator(ctx, workload, 0)
     outputs = _call(ctx, inputs, given, prepared, buffers)
-    comparisons = compare_outputs(ctx.definition, outputs, refs, _output_dtypes(ctx.definition))
+    dtypes = _output_dtypes(ctx.definition)
+    comparisons = compare_outputs(ctx.definition, outputs, refs, dtypes)
+    strict = None
+    if ctx.options.strict_diagnostic:
+        strict = strict_diagnostic(ctx.definition, outputs, refs, dtypes)
     _fail_if_mutated(ctx.definition, before, inputs)
     if overall_status(comparisons) == "PASSED" and not _all_float(ctx.definition):
         given = _allocate_outputs(ctx, workload, 1) if dps else None
@@ -323,7 +336,7 @@ def _validate(
             if not torch.equal(first, second):
                 msg = f"{name}: result depends on the preallocated output's contents"
                 raise SolutionFailure("INCORRECT_NUMERICAL", msg + " (elements left unwritten)")
-    return comparisons, prepare_ms
+    return comparisons, prepare_ms, strict
 
 
 def _all_float(definition: Mapping[str, Any]) -> bool:

@@ -108,7 +108,11 @@ def main(job_dir: Path) -> int:
         root=Path(job["data_root"]),
         device=device,
         cache=ReferenceCache(Path(cache_dir) if cache_dir else None),
-        options=EvalOptions(job.get("validation_only", False), job.get("graph_timing", False)),
+        options=EvalOptions(
+            job.get("validation_only", False),
+            job.get("graph_timing", False),
+            job.get("strict_diagnostic", False),
+        ),
     )
     progress.send("ready")
     for workload in workloads:

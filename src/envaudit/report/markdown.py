@@ -144,12 +144,13 @@ def _definition(name: str, block: Mapping[str, Any], summary: Mapping[str, Any])
             cells = []
             for row in entry["per_workload"]:
                 label = row["label"] or row["uuid"][:8]
+                strict = _strict(row)
                 if row["status"] != "PASSED":
-                    cells.append(f"{label}: **{row['status']}**")
+                    cells.append(f"{label}: **{row['status']}**{strict}")
                     continue
                 timing = f"{_ms(row['graph_median_ms'])}/{_ms(row['eager_median_ms'])}"
                 speed = f", {_num(row['speedup_primary'], 2)}x" if row["speedup_primary"] else ""
-                cells.append(f"{label}: {timing}{speed}")
+                cells.append(f"{label}: {timing}{speed}{strict}")
             geo = entry["geomean_speedup"]["primary"]
             rows.append(
                 f"| `{entry['solution']}` | {entry['env']}{_env_warning(entry)} | {passed}"
@@ -159,6 +160,16 @@ def _definition(name: str, block: Mapping[str, Any], summary: Mapping[str, Any])
             )
         rows.append("")
     return "\n".join(rows)
+
+
+def _strict(row: Mapping[str, Any]) -> str:
+    """The strict diagnostic bound (--strict-diagnostic), where the line has one."""
+    if row.get("strict_holds") is None:
+        return ""
+    if row["strict_holds"]:
+        return ", strict bound holds"
+    factor = row.get("strict_factor")
+    return f", strict bound missed ({factor:.3g}x)" if factor else ", strict bound missed"
 
 
 def _env_warning(entry: Mapping[str, Any]) -> str:

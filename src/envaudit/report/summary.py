@@ -242,6 +242,12 @@ def _workload_row(line: Mapping[str, Any], base: Mapping[str, Any] | None) -> di
     row["speedup_primary"] = row["speedup_graph"] or row["speedup_eager"]
     row["primary_timing"] = "graph" if row["speedup_graph"] else "eager"
     row["roofline_fraction"] = _round(_roofline(line)) if passed else None
+    strict = line.get("strict_diagnostic")
+    if isinstance(strict, Mapping):
+        factors = [o.get("factor") for o in strict.get("outputs") or []]
+        known = [f for f in factors if isinstance(f, int | float)]
+        row["strict_holds"] = bool(strict.get("holds"))
+        row["strict_factor"] = _round(max(known)) if known else None
     return row
 
 

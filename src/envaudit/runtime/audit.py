@@ -49,6 +49,7 @@ class AuditPlan:
     solutions_root: Path = Path("solutions")
     suite: str | None = None
     graph_timing: bool = True
+    strict_diagnostic: bool = False
 
 
 @dataclass
@@ -137,6 +138,7 @@ def run_audit(
                 gpu=gpu,
                 device=device,
                 graph_timing=plan.graph_timing and gpu is not None,
+                strict_diagnostic=plan.strict_diagnostic,
                 reference_cache=plan.out / REFERENCE_CACHE,
                 report=report,
             )

@@ -46,6 +46,7 @@ class RunRequest:
     gpu: str | None = None
     validation_only: bool = False
     graph_timing: bool = False
+    strict_diagnostic: bool = False
     reference_cache: Path | None = None
     report: Path | None = None
 
@@ -219,6 +220,7 @@ class Job:
     context: RunContext
     validation_only: bool = False
     graph_timing: bool = False
+    strict_diagnostic: bool = False
     reference_cache: Path | None = None
     device_env: Mapping[str, str] = field(default_factory=dict)
     """Variables that select the device for the worker (CUDA_VISIBLE_DEVICES)."""
@@ -252,6 +254,7 @@ class Job:
             "device": self.device,
             "validation_only": self.validation_only,
             "graph_timing": self.graph_timing,
+            "strict_diagnostic": self.strict_diagnostic,
             "reference_cache": seen_as(cache) if cache is not None else None,
             "context": self.context.record(),
         }
@@ -298,6 +301,7 @@ def plan_job(req: RunRequest, runtime: str) -> Job:
         report=report.resolve(),
         validation_only=req.validation_only,
         graph_timing=req.graph_timing,
+        strict_diagnostic=req.strict_diagnostic,
         reference_cache=req.reference_cache.resolve() if req.reference_cache else None,
         device_env=device_env,
         context=RunContext(

@@ -171,6 +171,10 @@ class Definition(Model):
     """Python expressions over axes and inputs that every workload satisfies."""
     tolerance: Tolerance | None = None
     """envaudit: comparison rule; FlashInfer-Bench's default (1e-2, 1e-2, `and`) when absent."""
+    diagnostic_tolerance: Tolerance | None = None
+    """envaudit: a stricter, informative bound beside `tolerance` (e.g. a historical one): with
+    --strict-diagnostic each line records whether it holds and by what factor it is missed;
+    it never changes a status."""
     flops: str | None = None
     """envaudit: useful floating-point operations of one call, an expression over the axes
     (and inputs, where the work depends on lengths)."""
