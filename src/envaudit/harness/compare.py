@@ -42,6 +42,36 @@ class OutputComparison:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class _Elementwise:
+    """Element by element, in float64: what every tolerance rule is computed from."""
+
+    out: torch.Tensor
+    diff: torch.Tensor
+    """|out - ref| where both are finite, else 0."""
+    scale: torch.Tensor
+    """|ref|, what rtol multiplies (per element)."""
+    finite: torch.Tensor
+    both_special: torch.Tensor
+    """The reference's non-finite value, matched exactly (e.g. -inf lse of an empty row)."""
+
+    def largest_scale(self) -> float:
+        """The abs_or_rel rule's scale: the largest finite |ref| of the whole output."""
+        return float(torch.where(self.finite, self.scale, torch.zeros_like(self.scale)).max())
+
+
+def _elementwise(out: torch.Tensor, ref: torch.Tensor) -> _Elementwise:
+    o, r = out.double(), ref.double()
+    finite = torch.isfinite(o) & torch.isfinite(r)
+    return _Elementwise(
+        out=o,
+        diff=torch.where(finite, (o - r).abs(), torch.zeros_like(o)),
+        scale=r.abs(),
+        finite=finite,
+        both_special=~torch.isfinite(r) & ((o == r) | (torch.isnan(o) & torch.isnan(r))),
+    )
+
+
 def tolerance_for(definition: Mapping[str, Any], output: str) -> dict[str, Any]:
     """The definition's tolerance for one output, per-output overrides applied."""
     base = dict(DEFAULT_TOLERANCE)
@@ -73,11 +103,8 @@ def compare_output(
         result = OutputComparison(name, "PASSED", matched, total, required_count(total, 1.0))
         result.max_abs = float((out.long() - ref.long()).abs().max()) if total else 0.0
         return _finish(result)
-    o, r = out.double(), ref.double()
-    both_special = ~torch.isfinite(r) & ((o == r) | (torch.isnan(o) & torch.isnan(r)))
-    finite = torch.isfinite(o) & torch.isfinite(r)
-    diff = torch.where(finite, (o - r).abs(), torch.zeros_like(o))
-    scale = r.abs()
+    e = _elementwise(out, ref)
+    diff, scale = e.diff, e.scale
     atol, rtol = float(tol["atol"]), float(tol["rtol"])
     rule = tol["rule"]
     if rule == "and":
@@ -85,11 +112,10 @@ def compare_output(
     elif rule == "allclose":
         ok = diff <= atol + rtol * scale
     elif rule == "abs_or_rel":
-        ref_scale = float(torch.where(finite, scale, torch.zeros_like(scale)).max()) if total else 0
-        ok = (diff <= atol) | (diff <= rtol * ref_scale)
+        ok = (diff <= atol) | (diff <= rtol * (e.largest_scale() if total else 0))
     else:
         return OutputComparison(name, "INCORRECT_NUMERICAL", message=f"unknown rule {rule!r}")
-    ok = (ok & finite) | both_special
+    ok = (ok & e.finite) | e.both_special
     matched = int(ok.sum())
     rel = torch.where(scale > 0, diff / scale.clamp_min(1e-30), diff)
     result = OutputComparison(
@@ -98,7 +124,7 @@ def compare_output(
         matched,
         total,
         required_count(total, float(tol["required_matched_ratio"])),
-        nonfinite=int((~torch.isfinite(o) & ~both_special).sum()),
+        nonfinite=int((~torch.isfinite(e.out) & ~e.both_special).sum()),
         max_abs=float(diff.max()) if total else 0.0,
         max_rel=float(rel.max()) if total else 0.0,
     )
@@ -138,27 +164,22 @@ def tolerance_factor(out: Any, ref: torch.Tensor, tol: Mapping[str, Any]) -> flo
         return None
     if not (out.dtype.is_floating_point or ref.dtype.is_floating_point) or ref.numel() == 0:
         return None
-    o, r = out.detach().to(ref.device).double().flatten(), ref.detach().double().flatten()
-    both_special = ~torch.isfinite(r) & ((o == r) | (torch.isnan(o) & torch.isnan(r)))
-    finite = torch.isfinite(o) & torch.isfinite(r)
-    diff = torch.where(finite, (o - r).abs(), torch.zeros_like(o))
+    e = _elementwise(out.detach().to(ref.device).flatten(), ref.detach().flatten())
     atol, rtol = float(tol["atol"]), float(tol["rtol"])
-    scale = r.abs()
-    if tol["rule"] == "abs_or_rel":
-        scale = torch.full_like(r, float(torch.where(finite, r.abs(), torch.zeros_like(r)).max()))
+    scale = e.scale if tol["rule"] != "abs_or_rel" else torch.full_like(e.scale, e.largest_scale())
 
     def needed(bound: torch.Tensor) -> torch.Tensor:
-        return torch.where(diff == 0, torch.zeros_like(diff), diff / bound)
+        return torch.where(e.diff == 0, torch.zeros_like(e.diff), e.diff / bound)
 
     if tol["rule"] == "allclose":
         factor = needed(atol + rtol * scale)
     else:
         factor = torch.minimum(
-            needed(torch.full_like(diff, atol)), needed(rtol * scale)
+            needed(torch.full_like(e.diff, atol)), needed(rtol * scale)
         ).nan_to_num(nan=math.inf)
-    factor = torch.where(finite, factor, torch.full_like(factor, math.inf))
-    factor = torch.where(both_special, torch.zeros_like(factor), factor)
-    count = max(1, required_count(r.numel(), float(tol["required_matched_ratio"])))
+    factor = torch.where(e.finite, factor, torch.full_like(factor, math.inf))
+    factor = torch.where(e.both_special, torch.zeros_like(factor), factor)
+    count = max(1, required_count(e.diff.numel(), float(tol["required_matched_ratio"])))
     return float(torch.kthvalue(factor, count).values)
 
 
