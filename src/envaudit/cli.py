@@ -580,12 +580,12 @@ def audit(
     if (candidate is None) != (definition is None):
         _error("--candidate PATH and --definition NAME go together")
     if candidate is not None and definition is not None:
-        from envaudit.runtime.candidate import link_definition_solutions, stage_candidate
+        from envaudit.runtime.candidate import stage_beside
 
         with _reported():
-            staged, root = stage_candidate(candidate, definition, data_root, solutions_root, env)
-            beside = link_definition_solutions(root, solutions_root, definition)
-        names, solutions_root = [*(names or beside), staged], root
+            names, solutions_root = stage_beside(
+                candidate, definition, data_root, solutions_root, env, names
+            )
     plan = AuditPlan(
         solutions=names or all_solutions(solutions_root),
         devices=devices,
@@ -653,16 +653,10 @@ def export_solutions_command(
 ) -> None:
     """Write every solution as a FlashInfer-Bench Solution, sources inlined, under
     OUT/solutions/<author>/<op_type>/<definition>/<name>.json."""
-    from envaudit.dataset.traceset import DatasetRootError, load_traceset
     from envaudit.report.solutions import export_solutions
 
     with _reported():
-        try:
-            traceset = load_traceset(data_root)
-        except DatasetRootError as exc:
-            raise EnvauditError(str(exc)) from None
-        op_types = {n: d.definition.op_type for n, d in traceset.definitions.items()}
-        written = export_solutions(solutions_root, op_types, out)
+        written = export_solutions(solutions_root, data_root, out)
     typer.echo(f"{len(written)} solutions written under {out / 'solutions'}")
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from envaudit.dataset.traceset import DatasetRootError, load_traceset
 from envaudit.errors import EnvauditError
 from envaudit.schema.models import Solution
 from envaudit.schema.paths import write_text_atomically
@@ -47,7 +48,14 @@ def render_solutions(solutions_root: Path, op_types: dict[str, str], out: Path) 
     return files
 
 
-def export_solutions(solutions_root: Path, op_types: dict[str, str], out: Path) -> list[Path]:
+def export_solutions(solutions_root: Path, data_root: Path, out: Path) -> list[Path]:
+    """Write every solution under `solutions_root` in FlashInfer-Bench's layout under
+    `out/solutions` (op_types from the definitions under `data_root`); the paths written."""
+    try:
+        definitions = load_traceset(data_root).definitions
+    except DatasetRootError as exc:
+        raise ExportError(str(exc)) from None
+    op_types = {name: d.definition.op_type for name, d in definitions.items()}
     files = render_solutions(solutions_root, op_types, out)
     for path, text in files.items():
         write_text_atomically(path, text)

@@ -69,6 +69,21 @@ def stage_candidate(
     return name, root
 
 
+def stage_beside(
+    path: Path,
+    definition: str,
+    data_root: Path,
+    solutions_root: Path,
+    env: str | None,
+    only: list[str],
+) -> tuple[list[str], Path]:
+    """For an audit: the candidate staged, with the definition's solutions (or `only` those)
+    beside it in its root; (the solutions to run, that root)."""
+    staged, root = stage_candidate(path, definition, data_root, solutions_root, env)
+    beside = link_definition_solutions(root, solutions_root, definition)
+    return [*(only or beside), staged], root
+
+
 def link_definition_solutions(root: Path, solutions_root: Path, definition: str) -> list[str]:
     """Link the definition's solutions (folders under solutions_root) into the candidate's root,
     so an audit runs them beside it from one root; their names."""
