@@ -10,6 +10,13 @@
 #                                                          build the images missing, run the dev
 #                                                          suite of each solution (in ENV_OVERRIDE
 #                                                          when given), lines to OUT/audit-<env>/
+#   ENVS="A B" scripts/gpu/library-session.sh alternate OUT SOLUTION...
+#                                                          ROUNDS rounds (default 5, numbered
+#                                                          from FIRST_ROUND) of `run` for
+#                                                          every SOLUTION in env A and env B, the
+#                                                          env order swapped each round, suite
+#                                                          SUITE (default all), graph timing;
+#                                                          lines appended to OUT/alternate/<env>.jsonl
 #   scripts/gpu/library-session.sh pack OUT DEST           each audit's result files to DEST (few
 #                                                          files, as the device tool wants) and
 #                                                          the logs, less reference caches, in a tar
@@ -64,8 +71,8 @@ case $cmd in
     env=$1
     shift
     uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1)
-    args=(--runtime docker --over gpu-host-stack --gpu "$uuid" --suite dev
-      --timeout 600 --out "$out/audit-${env//[^a-z0-9.]/_}")
+    args=(--runtime docker --over gpu-host-stack --gpu "$uuid" --suite "${SUITE:-dev}"
+      --timeout 600 --out "$out/audit-${env//[^a-z0-9.]/_}" ${AUDIT_FLAGS:-})
     [ "$env" != - ] && args+=(--env "$env")
     [ -n "${RESUME:-}" ] && args+=(--resume)
     for s in "$@"; do args+=(--solution "$s"); done
@@ -73,13 +80,37 @@ case $cmd in
       python3 -m envaudit audit "${args[@]}"
     docker images --format '{{.Repository}}:{{.Tag}} {{.ID}} {{.Size}}' >"$out/images.txt"
     ;;
+  alternate)
+    setup
+    read -r -a envs <<<"${ENVS:?ENVS must name two envs}"
+    uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1)
+    mkdir -p "$out/alternate"
+    first=${FIRST_ROUND:-1}
+    for ((round = first; round < first + ${ROUNDS:-5}; round++)); do
+      order=("${envs[@]}")
+      ((round % 2 == 0)) && order=("${envs[1]}" "${envs[0]}")
+      for env in "${order[@]}"; do
+        for s in "$@"; do
+          step "alternate-$round-$env-${s%%-*}" python3 -m envaudit run --runtime docker \
+            --over gpu-host-stack --gpu "$uuid" --env "$env" --solution "$s" \
+            --suite "${SUITE:-all}" --graph-timing --timeout 600 \
+            --reference-cache "$scratch/reference-cache" --report "$out/alternate/$env.jsonl"
+        done
+      done
+    done
+    docker images --format '{{.Repository}}:{{.Tag}} {{.ID}} {{.Size}}' >"$out/images.txt"
+    ;;
   pack)
     dest=$1
     mkdir -p "$dest"
     for d in "$out"/audit-*/; do
+      [ -d "$d" ] || continue
       n=$(basename "$d")
       cp "$d/results.jsonl" "$dest/$n.jsonl"
       cp "$d/results.distributions.jsonl" "$dest/$n.distributions.jsonl" 2>/dev/null
+    done
+    for f in "$out"/alternate/*.jsonl; do
+      [ -f "$f" ] && cp "$f" "$dest/alternate-$(basename "$f")"
     done
     tar -C "$out" -czf "$dest/logs.tgz" --exclude=reference-cache --exclude='*.jsonl' .
     ;;

@@ -321,7 +321,20 @@ def build_environment(
     if source.cuda_arch_list:
         env["TORCH_CUDA_ARCH_LIST"] = ";".join(source.cuda_arch_list)
     env.update(expand_env_dir(source, env_dir))
+    jobs = build_jobs()
+    env.update({key: str(jobs) for key in source.jobs_env})
     return env
+
+
+def build_jobs() -> int:
+    """Parallel jobs for a source build: ENVAUDIT_BUILD_JOBS, else the CPUs this process may use
+    (a 2-core machine given 8 CUTLASS compiles at once runs out of memory, not time)."""
+    value = os.environ.get("ENVAUDIT_BUILD_JOBS", "")
+    if value:
+        if not value.isdigit() or int(value) < 1:
+            raise LockError(f"ENVAUDIT_BUILD_JOBS={value!r} is not a positive whole number", 2)
+        return int(value)
+    return max(1, len(os.sched_getaffinity(0)))
 
 
 def _prepend(first: str, rest: str | None) -> str:

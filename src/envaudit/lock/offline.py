@@ -112,7 +112,12 @@ def cuda_home(root: Path) -> Path | None:
 
 
 def expose_cudart(home: Path) -> None:
-    """The runtime wheel ships only libcudart.so.13; linkers and loaders look for libcudart.so."""
+    """The runtime wheel ships only libcudart.so.13; linkers and loaders look for libcudart.so.
+    The wheels put libraries in lib/, where nvcc's own profile links from lib64/ (CMake's CUDA
+    compiler check links an executable against lib64's libcudadevrt.a and libcudart_static.a)."""
     runtime = home / "lib" / "libcudart.so"
     if not runtime.exists() and (home / "lib" / "libcudart.so.13").exists():
         runtime.symlink_to("libcudart.so.13")
+    lib64 = home / "lib64"
+    if not lib64.exists() and (home / "lib").is_dir():
+        lib64.symlink_to("lib")

@@ -288,6 +288,7 @@ def _locked_source(
         "kind": source.kind,
         "build_requires": build_requires,
         "build_env": dict(source.build_env),
+        "jobs_env": list(source.jobs_env),
         "cuda_arch_list": list(source.cuda_arch_list),
         "files": source_file_hashes(folder, source.name, source.files),
         "historical": source.historical,

@@ -141,7 +141,7 @@ def _without_absent(data: dict[str, Any], *keys: str) -> dict[str, Any]:
     """Fields added after locks were committed are left out while unset, so the spec and
     closure hashes of every lock that does not use them stay what they were."""
     for key in keys:
-        if key in data and data[key] is None:
+        if key in data and data[key] in (None, []):
             del data[key]
     return data
 
@@ -163,6 +163,12 @@ class SourceSpec(_Strict):
     sdist: str | None = Field(None, description="name==version of a registry sdist.")
     build_requires: list[str] = Field(default_factory=list)
     build_env: dict[str, str] = Field(default_factory=dict)
+    jobs_env: list[str] = Field(
+        default_factory=list,
+        description="Variables that set the build's parallelism (NATTEN_N_WORKERS, MAX_JOBS):"
+        " set at build time to ENVAUDIT_BUILD_JOBS or the CPU count, not pinned, since they"
+        " change how long a build takes, not what it produces.",
+    )
     cuda_arch_list: list[str] = Field(default_factory=list)
     files: list[str] = Field(
         default_factory=list,
@@ -178,7 +184,7 @@ class SourceSpec(_Strict):
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return _without_absent(handler(self), "historical")
+        return _without_absent(handler(self), "historical", "jobs_env")
 
     @model_validator(mode="after")
     def _kind(self) -> SourceSpec:
@@ -222,6 +228,12 @@ class SourceSpec(_Strict):
         for key in self.build_env:
             if not ENV_NAME.match(key):
                 raise ValueError(f"source {self.name!r}: build_env key {key!r} is not a name")
+        for key in self.jobs_env:
+            if not ENV_NAME.match(key) or key in self.build_env:
+                raise ValueError(
+                    f"source {self.name!r}: jobs_env {key!r} must be a variable name that"
+                    " build_env does not also set"
+                )
         return self
 
     @property
@@ -322,6 +334,7 @@ class LockedSource(_Strict):
     version: str | None = None
     build_requires: list[LockedPackage] = Field(default_factory=list)
     build_env: dict[str, str] = Field(default_factory=dict)
+    jobs_env: list[str] = Field(default_factory=list)
     cuda_arch_list: list[str] = Field(default_factory=list)
     files: dict[str, str] = Field(default_factory=dict, description="name -> sha256")
     wheel: Artifact | None = Field(None, description="The built wheel, once built.")
@@ -338,7 +351,7 @@ class LockedSource(_Strict):
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return _without_absent(handler(self), "historical", "absent_files")
+        return _without_absent(handler(self), "historical", "absent_files", "jobs_env")
 
     def stand_in(self) -> str | None:
         """In words, when this source stands in for unreachable historical pins: what is built

@@ -8,6 +8,7 @@ RUN /opt/torch/.venv/bin/python -m pip install --no-index --no-deps --require-ha
     --find-links /tmp/wheels/toolchain -r /tmp/wheels/toolchain/requirements.txt \
  && home=$(ls -d /opt/envaudit/toolchain/nvidia/cu1*) \
  && if [ -e "$home/lib/libcudart.so.13" ]; then ln -sf libcudart.so.13 "$home/lib/libcudart.so"; fi \
+ && if [ ! -e "$home/lib64" ]; then ln -s lib "$home/lib64"; fi \
  && rm -rf /tmp/wheels/toolchain && mkdir -p $(dirname /opt/cuda) && ln -s $(ls -d /opt/envaudit/toolchain/nvidia/cu1*) /opt/cuda
 ENV PATH="/opt/torch/.venv/bin:/opt/cuda/bin:/opt/gcc/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
     VIRTUAL_ENV="/opt/torch/.venv" \
