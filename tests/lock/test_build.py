@@ -298,3 +298,45 @@ def test_spill_warnings_are_ptxas_warnings_not_its_zero_info_lines() -> None:
         " stores, 8 bytes spill loads\n"
     )
     assert spill_warnings(log) == [log.splitlines()[1]]
+
+
+def test_parallelism_variables_come_from_the_caller_not_the_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """jobs_env names variables set at build time (ENVAUDIT_BUILD_JOBS, else the CPUs this
+    process may use); a bad count is a usage error; a name build_env also pins is refused; a
+    lock that does not use it serializes without the key (its hashes stay what they were)."""
+    import os
+
+    from envaudit.errors import EnvauditError
+    from envaudit.lock.build import build_environment
+    from envaudit.schema.locks import LockedSource, SourceSpec
+
+    source = LockedSource(name="n", kind="sdist", jobs_env=["NATTEN_N_WORKERS"])
+    python = tmp_path / "builder" / "bin" / "python"
+    monkeypatch.setenv("ENVAUDIT_BUILD_JOBS", "3")
+    assert build_environment(source, python)["NATTEN_N_WORKERS"] == "3"
+    monkeypatch.delenv("ENVAUDIT_BUILD_JOBS")
+    expected = str(len(os.sched_getaffinity(0)))
+    assert build_environment(source, python)["NATTEN_N_WORKERS"] == expected
+    monkeypatch.setenv("ENVAUDIT_BUILD_JOBS", "eight")
+    with pytest.raises(EnvauditError, match="ENVAUDIT_BUILD_JOBS='eight'") as refused:
+        build_environment(source, python)
+    assert refused.value.exit_code == 2
+    with pytest.raises(ValueError, match="jobs_env 'N' must be a variable name"):
+        SourceSpec(name="n", sdist="n==1", build_env={"N": "8"}, jobs_env=["N"])
+    assert "jobs_env" not in LockedSource(name="n", kind="sdist").model_dump(mode="json")
+
+
+def test_the_toolchain_prefix_answers_for_lib64_as_nvcc_links(tmp_path: Path) -> None:
+    """The wheels put libcudadevrt.a and libcudart_static.a in lib/; nvcc's profile (and so
+    CMake's CUDA compiler check, natten's first step) links from lib64/."""
+    from envaudit.lock.offline import expose_cudart
+
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "libcudart.so.13").write_text("")
+    (tmp_path / "lib" / "libcudadevrt.a").write_text("")
+    expose_cudart(tmp_path)
+    expose_cudart(tmp_path)  # a second call changes nothing
+    assert (tmp_path / "lib64").is_symlink() and (tmp_path / "lib64" / "libcudadevrt.a").is_file()
+    assert (tmp_path / "lib" / "libcudart.so").resolve().name == "libcudart.so.13"

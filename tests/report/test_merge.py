@@ -267,3 +267,47 @@ def test_equal_timestamps_keep_the_line_read_last(tmp_path: Path) -> None:
     both = write(tmp_path / "both.jsonl", [same_instant, first])
     merged, _ = summarize([both])
     assert [ln["_source"] for ln in merged.lines] == [f"{both}:2"]
+
+
+def test_a_solution_run_in_two_envs_with_repeats_gets_a_ratio_with_an_interval(
+    tmp_path: Path,
+) -> None:
+    """The repeats merge drops from `lines` still feed the comparison; the declared env is the
+    numerator; a single run per env, or one env only, gives no comparison."""
+    from envaudit.report.markdown import render_markdown
+
+    rounds = []
+    for i, (declared_ms, other_ms) in enumerate([(0.95, 1.0), (0.96, 1.01), (0.95, 0.99)]):
+        stamp = f"2026-11-30T1{i}:00:00+00:00"
+        rounds.append(line("d-fast", "w1", declared_ms, env="fast-env", stamp=stamp))
+        rounds.append(line("d-fast", "w1", other_ms, env="slow-env", stamp=stamp))
+    rounds.append(line("d-torch", "w1", 2.0))  # one env only
+    rounds.append(line("d-torch", "w1", 2.0, env="other", stamp="2026-11-30T11:00:00+00:00"))
+    merged, summary = summarize([write(tmp_path / "r.jsonl", rounds)])
+    assert merged.repeats == 4 and len(merged.runs) == 8
+    [found] = summary["env_comparisons"]
+    assert (found["solution"], found["base"], found["other"]) == ("d-fast", "slow-env", "fast-env")
+    [row] = found["workloads"]
+    assert row["runs"] == [3, 3] and 0.94 < row["ratio"] < 0.97 and not row["within_noise"]
+    text = render_markdown(summary, preferred_solutions(summary), [], "envaudit merge", "now")
+    assert "## Environment comparisons" in text and "fast-env faster" in text
+
+
+def test_the_report_names_a_stand_in_source_by_its_closure_hash(tmp_path: Path) -> None:
+    """A lock building 9241ae3e in place of the audit's unreachable 0f11e178: its figures are the
+    stand-in's, and the report says so; a lock without historical pins and an unreadable one add
+    nothing."""
+    import shutil
+
+    from envaudit.report.build import stand_in_notes
+
+    for env in ("flashmla-13.3", "torch-cpu"):
+        (tmp_path / env).mkdir()
+        shutil.copy(Path("locks") / env / "lock.json", tmp_path / env / "lock.json")
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "lock.json").write_text("{")
+    closure = json.loads((tmp_path / "flashmla-13.3" / "lock.json").read_text())["closure_hash"]
+    notes = stand_in_notes(tmp_path)
+    assert list(notes) == [closure]
+    [note] = notes[closure]
+    assert "9241ae3ef9ba" in note and "0f11e178" in note and "for the stand-in" in note

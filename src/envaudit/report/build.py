@@ -31,6 +31,7 @@ from envaudit.report.merge import (
 from envaudit.report.plots import render_plots
 from envaudit.report.summary import SolutionInfo, build_summary, preferred_solutions
 from envaudit.report.traces import render_traces, trace_to_line
+from envaudit.schema.locks import Lock
 from envaudit.schema.paths import write_bytes_atomically, write_text_atomically
 from envaudit.schema.results import now_iso
 
@@ -104,7 +105,12 @@ def build_report(
 
 
 def render_report(
-    merged: MergeResult, out: Path, data_root: Path, solutions_root: Path, command: str
+    merged: MergeResult,
+    out: Path,
+    data_root: Path,
+    solutions_root: Path,
+    command: str,
+    locks_root: Path = Path("locks"),
 ) -> dict[Path, str | bytes]:
     """Every file of the report by its path under `out`, in the order they are written."""
     solutions = load_solutions(solutions_root)
@@ -118,6 +124,9 @@ def render_report(
     workloads = {w.uuid: w.trace.workload.model_dump(mode="json") for w in traceset.workloads}
     interfaces = [i.model_dump(mode="json") for _, i in sorted(load_interfaces(data_root).items())]
     summary = build_summary(merged, solutions, definitions)
+    stand_ins = stand_in_notes(locks_root)
+    for env in summary["environments"]:
+        env["stand_in"] = stand_ins.get(str(env["closure_hash"]), [])
     preferred = preferred_solutions(summary)
     try:
         traces = render_traces(merged.lines, solutions, definitions, workloads, out)
@@ -176,3 +185,19 @@ def load_solutions(root: Path) -> dict[str, SolutionInfo]:
             baseline=bool(raw.get("baseline")),
         )
     return found
+
+
+def stand_in_notes(locks_root: Path) -> dict[str, list[str]]:
+    """closure hash -> what its lock builds in place of unreachable historical pins (FlashMLA
+    9241ae3e for the audit's 0f11e178), so the report says whose figures these are. Locks that
+    do not parse are skipped here: `envaudit lock --check` is where they are refused."""
+    notes: dict[str, list[str]] = {}
+    for path in sorted(locks_root.glob("*/lock.json")):
+        try:
+            lock = Lock.model_validate(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+        found = [n for n in (s.stand_in() for s in lock.sources) if n is not None]
+        if found:
+            notes[lock.closure_hash] = found
+    return notes

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from envaudit.report.env_compare import table
+
 
 def _num(value: float | None, digits: int = 3) -> str:
     if value is None:
@@ -38,6 +40,7 @@ def render_markdown(
         _provenance(summary),
         _reproduce(summary),
         *(_definition(name, block, summary) for name, block in summary["definitions"].items()),
+        _env_comparisons(summary.get("env_comparisons") or []),
         _interfaces(interfaces),
         _findings(summary),
     ]
@@ -96,6 +99,12 @@ def _provenance(summary: Mapping[str, Any]) -> str:
             f" | {env['runtime']} | {env['image_id'] or '–'} | {env['python']} | {env['torch']}"
             f" | {env['triton'] or '–'} | {fingerprints} |"
         )
+    stand_ins = [
+        (e["env"], note) for e in summary["environments"] for note in e.get("stand_in", [])
+    ]
+    if stand_ins:
+        rows.append("")
+        rows += sorted({f"- {env}: {note}." for env, note in stand_ins})
     hashes = ", ".join(f"`{h[:16]}`" for h in summary["harness_hashes"])
     rows.append(f"\nHarness revisions (harness_hash): {hashes}.\n")
     return "\n".join(rows)
@@ -181,6 +190,26 @@ def _env_warning(entry: Mapping[str, Any]) -> str:
     parts += [f"missing {m}" for m in check["missing"][:3]]
     parts += [f"{d}" for d in check["different"][:3]]
     return " **(not the declared env: " + "; ".join(parts) + ")**"
+
+
+def _env_comparisons(comparisons: Sequence[Mapping[str, Any]]) -> str:
+    """Solutions run in several envs on one GPU model, with repeats: the time ratio with its
+    interval, per workload and as a geometric mean (envaudit.report.env_compare)."""
+    if not comparisons:
+        return ""
+    parts = [
+        "## Environment comparisons\n",
+        "The same solution in two environments on one GPU model, from repeated runs: per workload",
+        "the ratio of the medians over runs (declared env / other env; below 1 the declared env",
+        "is faster) with a 95% bootstrap interval; within noise when the interval holds 1.0.",
+        "About one interval in twenty excludes 1.0 by chance: read the geometric mean first.\n",
+    ]
+    for item in comparisons:
+        names = (str(item["base"]), str(item["other"]))
+        parts.append(f"### `{item['solution']}`: {names[1]} vs {names[0]}\n")
+        parts.append(f"{item['gpu_model']}:\n")
+        parts.append(table(item, names) + "\n")
+    return "\n".join(parts)
 
 
 def _interfaces(interfaces: Sequence[Mapping[str, Any]]) -> str:

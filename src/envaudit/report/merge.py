@@ -99,6 +99,9 @@ class MergeResult:
     findings: list[InputFinding] = field(default_factory=list)
     conflicts: list[Conflict] = field(default_factory=list)
     repeats: int = 0
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    """Every line read, repeats included (`lines` keeps the newest per key): what
+    env_compare needs to put an interval on a difference between envs."""
     distributions: dict[str, dict[str, str]] = field(default_factory=dict)
     inputs: list[InputFile] = field(default_factory=list)
 
@@ -235,6 +238,7 @@ def _classify(
 
 
 def _admit(line: dict[str, Any], kept: dict[Key, dict[str, Any]], result: MergeResult) -> None:
+    result.runs.append(line)
     key = line_key(line)
     old = kept.get(key)
     if old is None:

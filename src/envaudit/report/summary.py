@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from envaudit.report.env_compare import env_comparisons
 from envaudit.report.hardware import peak_for
 from envaudit.report.merge import MergeResult
 
@@ -125,6 +126,9 @@ def build_summary(
         }
     return {
         "definitions": summary_defs,
+        "env_comparisons": env_comparisons(
+            merged.runs, {s.name: s.env for s in solutions.values()}, gpu_model_of
+        ),
         "devices": _devices(merged.lines),
         "environments": _environments(merged.lines),
         "harness_hashes": sorted(
