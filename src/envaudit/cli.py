@@ -32,6 +32,14 @@ StrictOption = Annotated[
         " each misses it (the formal status does not change).",
     ),
 ]
+ScaleProbeOption = Annotated[
+    bool,
+    typer.Option(
+        "--scale-probe",
+        help="Also validate with the zero-mean normal random inputs scaled x0.1 and x10 and"
+        " record how the error grows (the formal status does not change).",
+    ),
+]
 DataRoot = Annotated[
     Path, typer.Option("--data-root", help="TraceSet root (definitions/, workloads/, blob/).")
 ]
@@ -464,6 +472,7 @@ def run(
     validation_only: Annotated[bool, typer.Option("--validation-only")] = False,
     graph_timing: Annotated[bool, typer.Option("--graph-timing")] = False,
     strict_diagnostic: StrictOption = False,
+    scale_probe: ScaleProbeOption = False,
     reference_cache: Annotated[Path | None, typer.Option("--reference-cache")] = None,
     report: Annotated[Path | None, typer.Option("--report", help="Result lines file.")] = None,
     resume: Annotated[
@@ -508,6 +517,7 @@ def run(
         validation_only=validation_only,
         graph_timing=graph_timing,
         strict_diagnostic=strict_diagnostic,
+        scale_probe=scale_probe,
         reference_cache=reference_cache,
         report=report,
     )
@@ -556,6 +566,7 @@ def audit(
     out: Annotated[Path, typer.Option("--out")] = Path("results/audit"),
     resume: Annotated[bool, typer.Option("--resume")] = False,
     strict_diagnostic: StrictOption = False,
+    scale_probe: ScaleProbeOption = False,
     timeout: TimeoutOption = 300.0,
     data_root: DataRoot = Path("workloads"),
     solutions_root: Annotated[Path, typer.Option("--solutions-root")] = Path("solutions"),
@@ -596,6 +607,7 @@ def audit(
         solutions_root=solutions_root,
         suite=suite,
         strict_diagnostic=strict_diagnostic,
+        scale_probe=scale_probe,
     )
     with _reported():
         result = run_audit(

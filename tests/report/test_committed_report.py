@@ -21,7 +21,8 @@ def _masked(path: Path) -> bytes:
 
 
 def report_lines() -> list[str]:
-    found = re.search(r"^REPORT_LINES := (.+)$", (REPO / "Makefile").read_text(), re.MULTILINE)
+    text = (REPO / "Makefile").read_text().replace("\\\n", " ")  # make's line continuations
+    found = re.search(r"^REPORT_LINES := (.+)$", text, re.MULTILINE)
     assert found, "the Makefile names no REPORT_LINES"
     return found.group(1).split()
 

@@ -40,6 +40,8 @@ from envaudit.harness.inputs import (
     check_constraints,
     concrete_shape,
     materialize_inputs,
+    run_reference,
+    scalable_inputs,
     torch_dtype,
 )
 from envaudit.harness.reference import ReferenceCache
@@ -52,6 +54,8 @@ from envaudit.harness.timing import (
 )
 from envaudit.schema.expressions import evaluate as evaluate_expression
 
+SCALE_FACTORS = (0.1, 10.0)
+"""The scale probe's factors beside x1 (the formal validation itself)."""
 ROTATION_BUDGET_BYTES = 1 << 30
 MAX_INPUT_COPIES = 8
 TRACEBACK_CHARS = 4000
@@ -63,6 +67,8 @@ class EvalOptions:
     graph_timing: bool = False
     strict_diagnostic: bool = False
     """Also compare with the definition's diagnostic_tolerance (recorded, never a status)."""
+    scale_probe: bool = False
+    """Also validate on inputs scaled by SCALE_FACTORS (recorded, never a status)."""
 
 
 @dataclass
@@ -104,6 +110,8 @@ def _evaluate(ctx: EvalContext, workload: Mapping[str, Any], outcome: dict[str, 
     if strict is not None:
         outcome["strict_diagnostic"] = strict
     status = overall_status(comparisons)
+    if ctx.options.scale_probe:
+        outcome["scale_probe"] = _scale_probe(ctx, workload, comparisons)
     if status != "PASSED":
         failing = next(c for c in comparisons if c.status == status)
         raise SolutionFailure(status, f"{failing.output}: {failing.message}")
@@ -130,6 +138,58 @@ def _inputs_and_reference(
         raise InputError(f"constraint {broken[0]!r} does not hold for these inputs")
     refs = ctx.cache.outputs(ctx.definition, workload, inputs, seed_offset, ctx.device)
     return inputs, refs
+
+
+def _scale_probe(
+    ctx: EvalContext, workload: Mapping[str, Any], formal: list[OutputComparison]
+) -> dict[str, Any]:
+    """Validation repeated with the scalable inputs (`scalable_inputs`) multiplied by each of
+    SCALE_FACTORS, against the reference on the same scaled inputs, under the formal tolerance:
+    whether a pass holds away from the one input distribution the workload draws, and how the
+    error grows. x1 is the formal validation. A factor whose inputs break a constraint, or on
+    which the solution fails outright, is recorded as such; nothing here changes the status."""
+    names = scalable_inputs(ctx.definition, workload)
+    probe: dict[str, Any] = {"inputs": names, "points": [_probe_point(1.0, formal)]}
+    if not names:
+        probe["note"] = "no input to scale (only zero-mean normal random floats are scaled)"
+        return probe
+    for factor in SCALE_FACTORS:
+        inputs = materialize_inputs(ctx.definition, workload, ctx.root, ctx.device)
+        for name in names:
+            inputs[name] = (inputs[name].float() * factor).to(inputs[name].dtype)
+        broken = check_constraints(ctx.definition, workload, inputs)
+        if broken:
+            probe["points"].append({"factor": factor, "skipped": f"constraint {broken[0]!r}"})
+            continue
+        try:
+            with torch.no_grad():
+                refs = run_reference(ctx.definition, inputs)
+            comparisons = _validate(ctx, workload, inputs, refs)[0]
+        except SolutionFailure as failure:
+            point = {"factor": factor, "status": failure.status, "message": failure.message[:300]}
+            probe["points"].append(point)
+            continue
+        probe["points"].append(_probe_point(factor, comparisons))
+    return probe
+
+
+def _probe_point(factor: float, comparisons: list[OutputComparison]) -> dict[str, Any]:
+    return {
+        "factor": factor,
+        "status": overall_status(comparisons),
+        "max_absolute_error": max((c.max_abs for c in comparisons), default=0.0),
+        "max_relative_error": max((c.max_rel for c in comparisons), default=0.0),
+        "outputs": [
+            {
+                "output": c.output,
+                "status": c.status,
+                "max_abs": c.max_abs,
+                "matched": c.matched,
+                "total": c.total,
+            }
+            for c in comparisons
+        ],
+    }
 
 
 def _output_dtypes(definition: Mapping[str, Any]) -> list[torch.dtype]:

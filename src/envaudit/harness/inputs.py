@@ -187,6 +187,21 @@ def materialize_inputs(
     return values
 
 
+def scalable_inputs(definition: Mapping[str, Any], workload: Mapping[str, Any]) -> list[str]:
+    """Inputs a scale probe may multiply by a factor without changing what they mean: random
+    floating-point inputs drawn from a zero-mean normal (the default draw). Bounded draws
+    (uniform gates, probabilities), integers, masks and captured blobs keep their values."""
+    names = []
+    for name, spec in definition["inputs"].items():
+        source = workload["inputs"].get(name) or {}
+        if source.get("type") != "random" or not torch_dtype(spec["dtype"]).is_floating_point:
+            continue
+        init = spec.get("init") or DEFAULT_FLOAT_INIT
+        if init.get("dist") == "normal" and float(init.get("mean", 0.0)) == 0.0:
+            names.append(name)
+    return names
+
+
 def check_constraints(
     definition: Mapping[str, Any], workload: Mapping[str, Any], inputs: Mapping[str, Any]
 ) -> list[str]:

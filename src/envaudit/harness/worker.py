@@ -112,6 +112,7 @@ def main(job_dir: Path) -> int:
             job.get("validation_only", False),
             job.get("graph_timing", False),
             job.get("strict_diagnostic", False),
+            job.get("scale_probe", False),
         ),
     )
     progress.send("ready")

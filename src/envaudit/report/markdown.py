@@ -153,7 +153,7 @@ def _definition(name: str, block: Mapping[str, Any], summary: Mapping[str, Any])
             cells = []
             for row in entry["per_workload"]:
                 label = row["label"] or row["uuid"][:8]
-                strict = _strict(row)
+                strict = _strict(row) + _scale_probe(row)
                 if row["status"] != "PASSED":
                     cells.append(f"{label}: **{row['status']}**{strict}")
                     continue
@@ -179,6 +179,24 @@ def _strict(row: Mapping[str, Any]) -> str:
         return ", strict bound holds"
     factor = row.get("strict_factor")
     return f", strict bound missed ({factor:.3g}x)" if factor else ", strict bound missed"
+
+
+def _scale_probe(row: Mapping[str, Any]) -> str:
+    """The scale probe (--scale-probe): per factor, passed or the status, and the largest
+    absolute error, e.g. "scale x0.1 ok 2e-05, x1 ok 0.0039, x10 INCORRECT_NUMERICAL 0.5"."""
+    points = row.get("scale_probe")
+    if not points:
+        return ""
+    cells = []
+    for point in points:
+        name = f"x{point['factor']:g}"
+        if point["status"] == "skipped":
+            cells.append(f"{name} skipped")
+            continue
+        verdict = "ok" if point["status"] == "PASSED" else point["status"]
+        error = point.get("max_absolute_error")
+        cells.append(f"{name} {verdict}" + (f" {error:.2g}" if error is not None else ""))
+    return ", scale " + ", ".join(cells)
 
 
 def _env_warning(entry: Mapping[str, Any]) -> str:

@@ -252,7 +252,20 @@ def _workload_row(line: Mapping[str, Any], base: Mapping[str, Any] | None) -> di
         known = [f for f in factors if isinstance(f, int | float)]
         row["strict_holds"] = bool(strict.get("holds"))
         row["strict_factor"] = _round(max(known)) if known else None
+    probe = line.get("scale_probe")
+    if isinstance(probe, Mapping) and probe.get("inputs"):
+        row["scale_probe"] = [_probe_cell(point) for point in probe.get("points") or []]
     return row
+
+
+def _probe_cell(point: Mapping[str, Any]) -> dict[str, Any]:
+    """One factor of a scale probe: its status (or why it was skipped) and largest error."""
+    return {
+        "factor": point.get("factor"),
+        "status": point.get("status") or "skipped",
+        "max_absolute_error": _round(point.get("max_absolute_error")),
+        "skipped": point.get("skipped"),
+    }
 
 
 def _roofline(line: Mapping[str, Any]) -> float | None:

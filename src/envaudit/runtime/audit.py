@@ -50,6 +50,7 @@ class AuditPlan:
     suite: str | None = None
     graph_timing: bool = True
     strict_diagnostic: bool = False
+    scale_probe: bool = False
 
 
 @dataclass
@@ -139,6 +140,7 @@ def run_audit(
                 device=device,
                 graph_timing=plan.graph_timing and gpu is not None,
                 strict_diagnostic=plan.strict_diagnostic,
+                scale_probe=plan.scale_probe,
                 reference_cache=plan.out / REFERENCE_CACHE,
                 report=report,
             )

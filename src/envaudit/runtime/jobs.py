@@ -47,6 +47,7 @@ class RunRequest:
     validation_only: bool = False
     graph_timing: bool = False
     strict_diagnostic: bool = False
+    scale_probe: bool = False
     reference_cache: Path | None = None
     report: Path | None = None
 
@@ -221,6 +222,7 @@ class Job:
     validation_only: bool = False
     graph_timing: bool = False
     strict_diagnostic: bool = False
+    scale_probe: bool = False
     reference_cache: Path | None = None
     device_env: Mapping[str, str] = field(default_factory=dict)
     """Variables that select the device for the worker (CUDA_VISIBLE_DEVICES)."""
@@ -255,6 +257,7 @@ class Job:
             "validation_only": self.validation_only,
             "graph_timing": self.graph_timing,
             "strict_diagnostic": self.strict_diagnostic,
+            "scale_probe": self.scale_probe,
             "reference_cache": seen_as(cache) if cache is not None else None,
             "context": self.context.record(),
         }
@@ -302,6 +305,7 @@ def plan_job(req: RunRequest, runtime: str) -> Job:
         validation_only=req.validation_only,
         graph_timing=req.graph_timing,
         strict_diagnostic=req.strict_diagnostic,
+        scale_probe=req.scale_probe,
         reference_cache=req.reference_cache.resolve() if req.reference_cache else None,
         device_env=device_env,
         context=RunContext(
