@@ -73,6 +73,7 @@ class DatasetBuilder:
         bytes: str | None = None,
         mutable_inputs: list[str] | None = None,
         diagnostic_tolerance: dict[str, Any] | None = None,
+        scale_probe_inputs: list[str] | None = None,
     ) -> DefinitionEntry:
         """Register a definition; its reference is read from references/<name>.py."""
         if name in self.definitions:
@@ -98,6 +99,8 @@ class DatasetBuilder:
             body["bytes"] = bytes
         if mutable_inputs:
             body["mutable_inputs"] = mutable_inputs
+        if scale_probe_inputs is not None:
+            body["scale_probe_inputs"] = scale_probe_inputs
         entry = DefinitionEntry(name, op_type, body)
         self.definitions[name] = entry
         return entry

@@ -22,10 +22,12 @@ CUBIC = {
 }
 
 
-def run(tmp_path: Path, *flags: str) -> list[dict]:
+def run(tmp_path: Path, *flags: str, declared: list[str] | None = None) -> list[dict]:
     root = write_toy_root(tmp_path / "data")
     path = root / "definitions/toy/toy_scale.json"
     definition = json.loads(path.read_text())
+    if declared is not None:
+        definition["scale_probe_inputs"] = declared
     definition["tolerance"] = {"atol": 1e-2, "rtol": 1e-2, "rule": "and"}
     definition["diagnostic_tolerance"] = {"atol": 1e-5, "rtol": 0.0, "rule": "and"}
     path.write_text(json.dumps(definition))
@@ -70,3 +72,22 @@ def test_the_report_shows_each_factor(tmp_path: Path) -> None:
     assert (
         ", scale x1 ok " in text and ", x0.1 ok " in text and ", x10 INCORRECT_NUMERICAL " in text
     )
+
+
+def test_a_definition_can_keep_its_inputs_out_of_the_probe(tmp_path: Path) -> None:
+    """scale_probe_inputs = []: nothing is scaled (x1 only, and a note saying why)."""
+    for line in run(tmp_path, "--scale-probe", declared=[]):
+        probe = line["scale_probe"]
+        assert probe["inputs"] == [] and [p["factor"] for p in probe["points"]] == [1.0]
+        assert "no input to scale" in probe["note"]
+
+
+def test_check_inputs_refuses_a_probe_input_the_definition_lacks(tmp_path: Path) -> None:
+    root = write_toy_root(tmp_path / "data")
+    path = root / "definitions/toy/toy_scale.json"
+    definition = json.loads(path.read_text())
+    definition["scale_probe_inputs"] = ["x", "y"]
+    path.write_text(json.dumps(definition))
+    result = CliRunner().invoke(app, ["check-inputs", "--data-root", str(root)])
+    assert result.exit_code == 1, result.output
+    assert "y is not an input" in result.output and "scale_probe_inputs" in result.output

@@ -37,6 +37,9 @@ G_INIT = {"dist": "uniform", "low": -0.5, "high": 0.0}  # per-step decay exp(g) 
 BETA_INIT = {"dist": "uniform", "low": 0.01, "high": 0.99}
 STATE_INIT = {"dist": "normal", "mean": 0.0, "std": 0.1}
 GATE_CONSTRAINTS = ["(g <= 0).all()", "(beta > 0).all() and (beta < 1).all()"]
+# --scale-probe: q, v and the state scale the outputs; k stays near unit norm (std 1/sqrt(128)),
+# or the delta rule's (I - beta k k^T) stops contracting and the reference itself diverges.
+SCALE_PROBE_INPUTS = ["q", "v"]
 
 
 def _token_inputs(tokens: str) -> dict[str, dict[str, object]]:
@@ -171,6 +174,7 @@ def _decode(b: DatasetBuilder) -> None:
             },
         },
         diagnostic_tolerance=_strict("new_state", 1e-4),
+        scale_probe_inputs=[*SCALE_PROBE_INPUTS, "state"],
         constraints=[
             "num_v_heads % num_q_heads == 0",
             "num_q_heads == num_k_heads",
@@ -286,6 +290,7 @@ def _prefill(b: DatasetBuilder) -> None:
             },
         },
         diagnostic_tolerance=_strict("final_state", 1e-3),
+        scale_probe_inputs=[*SCALE_PROBE_INPUTS, "initial_state"],
         constraints=[
             "num_v_heads % num_q_heads == 0",
             "num_q_heads == num_k_heads",

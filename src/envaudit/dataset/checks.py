@@ -157,11 +157,13 @@ def _check_definition(ctx: _Context, dfile: DefinitionFile) -> None:
         if unknown:
             msg = f"{formula!r} names {sorted(unknown)}, which are neither axes nor inputs"
             ctx.add("error", "bad-formula", path, msg, field=key)
-    for name in d.mutable_inputs:
-        if name not in d.inputs:
-            ctx.add(
-                "error", "unknown-input", path, f"{name} is not an input", field="mutable_inputs"
-            )
+    for field_name, names in (
+        ("mutable_inputs", d.mutable_inputs),
+        ("scale_probe_inputs", d.scale_probe_inputs or []),
+    ):
+        for name in names:
+            if name not in d.inputs:
+                ctx.add("error", "unknown-input", path, f"{name} is not an input", field=field_name)
     tolerance = d.effective_tolerance
     for name in tolerance.per_output:
         if name not in d.outputs:

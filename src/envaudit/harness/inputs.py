@@ -188,16 +188,20 @@ def materialize_inputs(
 
 
 def scalable_inputs(definition: Mapping[str, Any], workload: Mapping[str, Any]) -> list[str]:
-    """Inputs a scale probe may multiply by a factor without changing what they mean: random
-    floating-point inputs drawn from a zero-mean normal (the default draw). Bounded draws
-    (uniform gates, probabilities), integers, masks and captured blobs keep their values."""
+    """Inputs a scale probe may multiply by a factor without changing what they mean: the
+    definition's `scale_probe_inputs` when it declares them, else random floating-point inputs
+    drawn from a zero-mean normal (the default draw); either way only inputs this workload draws
+    at random. Bounded draws (uniform gates, probabilities), integers, masks and captured blobs
+    keep their values."""
+    declared = definition.get("scale_probe_inputs")
     names = []
     for name, spec in definition["inputs"].items():
         source = workload["inputs"].get(name) or {}
         if source.get("type") != "random" or not torch_dtype(spec["dtype"]).is_floating_point:
             continue
         init = spec.get("init") or DEFAULT_FLOAT_INIT
-        if init.get("dist") == "normal" and float(init.get("mean", 0.0)) == 0.0:
+        zero_mean_normal = init.get("dist") == "normal" and float(init.get("mean", 0.0)) == 0.0
+        if (name in declared) if declared is not None else zero_mean_normal:
             names.append(name)
     return names
 

@@ -182,6 +182,10 @@ class Definition(Model):
     """envaudit: minimum bytes moved by one call, an expression over the axes (and inputs)."""
     mutable_inputs: list[str] = Field(default_factory=list)
     """envaudit: inputs the kernel may write to."""
+    scale_probe_inputs: list[str] | None = None
+    """envaudit: the random float inputs `--scale-probe` may multiply without leaving the
+    definition's domain (default: those drawn from a zero-mean normal); [] for none. GDN's keys,
+    for one, must stay near unit norm or the recurrence itself diverges."""
 
     @field_validator("reference")
     @classmethod
