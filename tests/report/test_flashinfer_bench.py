@@ -242,3 +242,27 @@ def test_get_best_trace_picks_our_fastest_passing_solution_per_workload(tmp_path
             assert theirs is not None and theirs.solution == ours, (name, uuid)
             checked += 1
     assert checked >= 42  # every definition's dev workloads at least
+
+
+def test_the_relative_error_we_export_is_the_one_it_computes() -> None:
+    """Its compute_error_stats on the same tensors (references with exact zeros, where the two
+    definitions of a relative error part) gives the max_rel_eps our comparison records, and the
+    exported trace carries it."""
+    import torch
+    from flashinfer_bench.bench.config import BenchmarkConfig
+    from flashinfer_bench.bench.utils import compute_error_stats
+
+    from envaudit.harness.compare import compare_output
+    from envaudit.report.traces import _correctness
+
+    gen = torch.Generator().manual_seed(0)
+    ref = torch.randn(4096, generator=gen)
+    ref[::97] = 0.0
+    out = (ref + 1e-3 * torch.randn(4096, generator=gen)).to(torch.bfloat16)
+    tol = {"atol": 1e-2, "rtol": 1e-2, "rule": "and", "required_matched_ratio": 1.0}
+    ours = compare_output("o", out, ref, torch.bfloat16, tol)
+    _, their_rel, _, _ = compute_error_stats(out, ref, BenchmarkConfig())
+    assert ours.max_rel_eps is not None and ours.max_rel_eps > 1e4 > ours.max_rel
+    assert abs(ours.max_rel_eps - their_rel) <= 1e-5 * their_rel  # float64 against float32
+    exported = _correctness({"max_relative_error": ours.max_rel, "outputs": [ours.as_dict()]})
+    assert exported["max_relative_error"] == ours.max_rel_eps

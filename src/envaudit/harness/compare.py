@@ -36,6 +36,9 @@ class OutputComparison:
     nonfinite: int = 0
     max_abs: float = 0.0
     max_rel: float = 0.0
+    max_rel_eps: float | None = None
+    """max |out - ref| / (|ref| + 1e-8), FlashInfer-Bench's relative error (an element whose
+    reference is 0 weighs 1e8 times its absolute error), for the traces we export."""
     message: str = ""
 
     def as_dict(self) -> dict[str, Any]:
@@ -127,6 +130,7 @@ def compare_output(
         nonfinite=int((~torch.isfinite(e.out) & ~e.both_special).sum()),
         max_abs=float(diff.max()) if total else 0.0,
         max_rel=float(rel.max()) if total else 0.0,
+        max_rel_eps=float((diff / (scale + 1e-8)).max()) if total else 0.0,
     )
     return _finish(result)
 
