@@ -279,6 +279,28 @@ def verify_env(
     raise typer.Exit(EXIT_FAILED if drift.failed(exact) else EXIT_OK)
 
 
+@app.command("diff-env")
+def diff_env(
+    a: Annotated[str, typer.Argument(help="An env of locks/, a lock.json, or a closure hash.")],
+    b: Annotated[str, typer.Argument(help="The same, for the other side.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    locks_dir: LocksDir = Path("locks"),
+) -> None:
+    """What differs between two locks, most likely to matter for a kernel first (Python, CUDA
+    toolchain, torch stack, the env's own packages, source builds, build flags, base, the rest);
+    a closure hash is looked up in git history too. Exit 0 identical, 1 different."""
+    import json
+
+    from envaudit.lock.diff import diff_locks, render_diff
+    from envaudit.lock.history import find_lock
+
+    with _reported():
+        result = diff_locks(find_lock(a, locks_dir), find_lock(b, locks_dir))
+    text = json.dumps(result.as_dict(), indent=1) + "\n" if as_json else render_diff(result)
+    typer.echo(text, nl=False)
+    raise typer.Exit(EXIT_OK if result.identical else EXIT_FAILED)
+
+
 @base_app.command("build")
 def base_build(
     name: Annotated[str, typer.Argument(help="Base recipe under containers/bases.")],

@@ -26,9 +26,9 @@ from envaudit.image.dockerfile import (
     env_instruction,
     toolchain_install,
 )
-from envaudit.image.plan import HARNESS_MOUNT, LABEL_PREFIX, TORCH_STACK, USER, WheelLayer
+from envaudit.image.plan import HARNESS_MOUNT, LABEL_PREFIX, USER, WheelLayer
 from envaudit.lock.verify import Drift
-from envaudit.schema.locks import Lock
+from envaudit.schema.locks import TORCH_STACK, Lock
 
 PATH_TAIL = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 DRIVER_LIBS = "/usr/local/nvidia/lib64"

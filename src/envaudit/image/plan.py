@@ -17,11 +17,10 @@ store holds or which images exist is looked up elsewhere.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from envaudit.schema.locks import Artifact, Lock, LockedSource
+from envaudit.schema.locks import TORCH_STACK, Artifact, Lock, LockedSource
 
 VENV = "/opt/envaudit/venv"
 INSTALLER = "/opt/envaudit/installer"
@@ -30,11 +29,6 @@ HARNESS_MOUNT = "/opt/envaudit/harness"
 USER = "10001:10001"
 LABEL_PREFIX = "dev.envaudit"
 
-# The NVIDIA libraries torch's wheels depend on: shared by every env on one torch build.
-TORCH_STACK = re.compile(
-    r"^(torch|triton|nvidia-(cublas|cuda-cupti|cuda-nvrtc|cuda-runtime|cudnn|cufft|cufile|curand"
-    r"|cusolver|cusparse|cusparselt|nccl|nvjitlink|nvshmem|nvtx)(-cu\d+)?)$"
-)
 
 Pinned = tuple[str, str, Artifact]
 

@@ -372,6 +372,13 @@ def _pins_text(rev: str, submodules: dict[str, str]) -> str:
     return f"{rev[:12]} ({modules})" if modules else rev[:12]
 
 
+# The NVIDIA libraries torch's wheels depend on: shared by every env on one torch build.
+TORCH_STACK = re.compile(
+    r"^(torch|triton|nvidia-(cublas|cuda-cupti|cuda-nvrtc|cuda-runtime|cudnn|cufft|cufile|curand"
+    r"|cusolver|cusparse|cusparselt|nccl|nvjitlink|nvshmem|nvtx)(-cu\d+)?)$"
+)
+
+
 class LockedBase(_Strict):
     image: str | None = None
     recipe: str | None = None

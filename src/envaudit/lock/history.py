@@ -1,0 +1,128 @@
+"""Find a lock by what a result line or a person names it: an env of locks/, a lock.json file,
+or a closure hash, looked up in the current locks and then in git history.
+
+A result line names the closure it ran in; the lock may have moved on since (a version bump, a
+rebuilt wheel). The commit whose locks/<env>/lock.json carries that closure hash still describes
+it exactly, so `diff-env` and `reproduce` read the lock from there. git's pickaxe (`log -S`)
+finds the commits that added or removed the hash without reading every revision.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from envaudit.errors import EXIT_USAGE, EnvauditError
+from envaudit.schema.locks import Lock
+
+HASH_PREFIX = re.compile(r"^[0-9a-f]{8,64}$")
+
+
+class LockNotFound(EnvauditError):
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message, EXIT_USAGE, hint=hint)
+
+
+@dataclass(frozen=True)
+class FoundLock:
+    lock: Lock
+    origin: str
+    """Where it was read: a path, or `<commit>:<path>` for a lock from git history."""
+    env_toml: str | None = None
+    """The env.toml beside it, when there is one (for its declared requirements)."""
+
+
+def find_lock(ref: str, locks_dir: Path = Path("locks")) -> FoundLock:
+    """`ref` as an env name, a lock.json path, or a closure hash (or a prefix of 8+ digits)."""
+    path = Path(ref)
+    if path.is_file():
+        return _from_file(path)
+    if (locks_dir / ref / "lock.json").is_file():
+        return _from_file(locks_dir / ref / "lock.json")
+    if HASH_PREFIX.match(ref):
+        return _by_closure(ref, locks_dir)
+    known = sorted(p.parent.name for p in locks_dir.glob("*/lock.json"))
+    raise LockNotFound(
+        f"{ref!r} is no lock.json file, no env of {locks_dir}/ and no closure hash",
+        hint=f"envs: {', '.join(known) or 'none'}; a closure hash needs 8 or more hex digits",
+    )
+
+
+def _from_file(path: Path) -> FoundLock:
+    text = path.read_text()
+    toml = path.parent / "env.toml"
+    return FoundLock(
+        _parse(text, str(path)), str(path), toml.read_text() if toml.is_file() else None
+    )
+
+
+def _parse(text: str, origin: str) -> Lock:
+    try:
+        return Lock.model_validate(json.loads(text))
+    except (ValueError, ValidationError) as exc:
+        raise LockNotFound(f"{origin} is not a lock.json: {str(exc).splitlines()[0]}") from None
+
+
+def _by_closure(prefix: str, locks_dir: Path) -> FoundLock:
+    for path in sorted(locks_dir.glob("*/lock.json")):
+        current = _from_file(path)
+        if current.lock.closure_hash.startswith(prefix):
+            return current
+    root = _root(locks_dir)
+    found = _from_history(prefix, root) if root is not None else None
+    if found is not None:
+        return found
+    raise LockNotFound(
+        f"no lock with closure hash {prefix} in {locks_dir}/ or in its git history",
+        hint="the line was measured in an environment this repository never committed",
+    )
+
+
+def _from_history(prefix: str, root: Path) -> FoundLock | None:
+    for commit in _commits_touching(prefix, root):
+        for name in _files_holding(commit, prefix, root):
+            lock = _parse(_show(commit, name, root), f"{commit[:12]}:{name}")
+            if lock.closure_hash.startswith(prefix):
+                toml = _show(commit, str(Path(name).parent / "env.toml"), root, missing_ok=True)
+                return FoundLock(lock, f"{commit[:12]}:{name}", toml or None)
+    return None
+
+
+def _git(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
+
+
+def _root(locks_dir: Path) -> Path | None:
+    """The repository holding locks_dir (None outside one: no history to search)."""
+    if not locks_dir.is_dir():
+        return None
+    result = _git("rev-parse", "--show-toplevel", cwd=locks_dir)
+    return Path(result.stdout.strip()) if result.returncode == 0 else None
+
+
+def _commits_touching(text: str, root: Path) -> list[str]:
+    """Commits (newest first) that add or remove `text` in some lock.json."""
+    result = _git("log", "--all", "-S", text, "--format=%H", "--", "*lock.json", cwd=root)
+    return result.stdout.split() if result.returncode == 0 else []
+
+
+def _files_holding(commit: str, text: str, root: Path) -> list[str]:
+    """Paths (from the repository root) of the lock.json files of `commit` containing text."""
+    result = _git("grep", "-l", "-F", text, commit, "--", "*lock.json", cwd=root)
+    if result.returncode != 0:
+        return []
+    return [line.split(":", 1)[1] for line in result.stdout.splitlines() if ":" in line]
+
+
+def _show(commit: str, path: str, root: Path, missing_ok: bool = False) -> str:
+    result = _git("show", f"{commit}:{path}", cwd=root)
+    if result.returncode != 0:
+        if missing_ok:
+            return ""
+        raise LockNotFound(f"git cannot read {path} at {commit[:12]}: {result.stderr.strip()}")
+    return result.stdout

@@ -1,0 +1,79 @@
+"""`envaudit diff-env`: two locks compared group by group, the groups that matter to a kernel
+first; locks named by env, by file, or by a closure hash found in git history."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from envaudit.cli import app
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def diff_env(*argv: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, ["diff-env", *argv, "--locks-dir", str(REPO / "locks")])
+    return result.exit_code, result.output
+
+
+def test_flashmla_13_1_against_13_3_is_the_compiler_and_what_it_built() -> None:
+    code, out = diff_env("flashmla-13.1", "flashmla-13.3")
+    assert code == 1
+    groups = [line.split(":")[0] for line in out.splitlines() if " differ, " in line]
+    assert groups == ["CUDA toolchain", "source builds", "build flags and files"]
+    assert "nvidia-cuda-nvcc     13.1.115" in out and "->  13.3.73" in out
+    assert "flash-mla: build_env FLASH_MLA_SKIP_REG_SPILL_CHECK  (absent)  ->  1" in out
+    assert "torch, Triton and CUDA libraries (17)" in out.splitlines()[-1]
+
+
+def test_tilelang_0_1_12_against_0_1_15_is_one_package_as_json() -> None:
+    code, out = diff_env("tilelang-0.1.12", "tilelang-0.1.15", "--json")
+    assert code == 1
+    found = json.loads(out)
+    changed = [(g["group"], c["item"]) for g in found["groups"] for c in g["changes"]]
+    assert changed == [("the env's own packages", "tilelang")]
+    assert found["a"]["env"] == "tilelang-0.1.12" and not found["identical"]
+
+
+def test_a_lock_against_itself_is_identical() -> None:
+    code, out = diff_env("torch-cpu", str(REPO / "locks" / "torch-cpu" / "lock.json"))
+    assert code == 0 and "identical" in out
+
+
+def git(repo: Path, *args: str) -> str:
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "PATH": "/usr/bin:/bin"}
+    env |= {"GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    done = subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_a_closure_hash_the_lock_has_moved_on_from_is_read_from_git_history(
+    tmp_path: Path,
+) -> None:
+    locks = tmp_path / "locks"
+    shutil.copytree(REPO / "locks" / "torch-cpu", locks / "torch-cpu")
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "add", ".")
+    git(tmp_path, "commit", "-qm", "first")
+    first = git(tmp_path, "rev-parse", "HEAD")
+    path = locks / "torch-cpu" / "lock.json"
+    lock = json.loads(path.read_text())
+    old = lock["closure_hash"]
+    lock["closure_hash"], lock["python"] = "e" * 64, "3.13"
+    path.write_text(json.dumps(lock, indent=1))
+    git(tmp_path, "commit", "-qam", "moved on")
+    argv = ["diff-env", old[:12], "torch-cpu", "--locks-dir", str(locks)]
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 1, result.output
+    assert f"({first[:12]}:locks/torch-cpu/lock.json)" in result.output
+    assert "Python: 1 differ, 1 equal" in result.output and "->  3.13" in result.output
+    missing = CliRunner().invoke(
+        app, ["diff-env", "0123abcd0123", "torch-cpu", "--locks-dir", str(locks)]
+    )
+    assert missing.exit_code == 2
+    assert "no lock with closure hash 0123abcd0123" in missing.output
