@@ -66,8 +66,13 @@ def _overview(summary: Mapping[str, Any], preferred: Mapping[str, Any]) -> str:
             choice = preferred["choices"][name][device]
             best, runner = choice["choice"], choice["runner_up"]
             best_text = f"none ({choice['reason']})" if best == "none" else f"`{best['solution']}`"
-            speed = "–" if best == "none" else _num(best["geomean_speedup"], 2) + "x"
+            speed = "–" if best == "none" else _speedup(best["geomean_speedup"], best.get("ci95"))
             runner_text = f"`{runner['solution']}`" if runner else "–"
+            if runner and best != "none" and runner["solution"] == best["solution"]:
+                best_text += f" ({best['env']})"
+                runner_text += f" ({runner['env']})"
+            if runner and choice.get("indistinguishable"):
+                runner_text += " (indistinguishable)"
             rows.append(
                 f"| {name} | {_gpu_label(summary, device)} | {passed}/{total} | {best_text}"
                 f" | {speed} | {runner_text} |"
@@ -158,17 +163,30 @@ def _definition(name: str, block: Mapping[str, Any], summary: Mapping[str, Any])
                     cells.append(f"{label}: **{row['status']}**{strict}")
                     continue
                 timing = f"{_ms(row['graph_median_ms'])}/{_ms(row['eager_median_ms'])}"
-                speed = f", {_num(row['speedup_primary'], 2)}x" if row["speedup_primary"] else ""
+                speed = (
+                    f", {_speedup(row['speedup_primary'], row.get('speedup_ci95'))}"
+                    if row["speedup_primary"] and not entry["baseline"]
+                    else (", 1.00x" if row["speedup_primary"] else "")
+                )
                 cells.append(f"{label}: {timing}{speed}{strict}")
-            geo = entry["geomean_speedup"]["primary"]
+            geo = entry["geomean_speedup"]
             rows.append(
                 f"| `{entry['solution']}` | {entry['env']}{_env_warning(entry)} | {passed}"
                 f" | {'<br>'.join(cells)}"
-                f" | {_num(geo, 2) + 'x' if geo else '–'}"
+                f" | {_speedup(geo['primary'], geo.get('primary_ci95')) if geo['primary'] else '–'}"
                 f" | {_num(entry['roofline_fraction_median'], 2)} |"
             )
         rows.append("")
     return "\n".join(rows)
+
+
+def _speedup(value: float, bounds: Sequence[float] | None) -> str:
+    """"2.39x [2.31, 2.47]", "1.01x [0.98, 1.04], within noise" (the interval holds 1.0)."""
+    text = f"{_num(value, 2)}x"
+    if not bounds:
+        return text
+    text += f" [{bounds[0]:.2f}, {bounds[1]:.2f}]"
+    return text + (", within noise" if bounds[0] <= 1.0 <= bounds[1] else "")
 
 
 def _strict(row: Mapping[str, Any]) -> str:

@@ -20,13 +20,16 @@ from typing import Any
 
 from envaudit.report.env_compare import env_comparisons
 from envaudit.report.hardware import peak_for
+from envaudit.report.intervals import geomean_interval, holds_one, interval, speedup_interval
 from envaudit.report.merge import MergeResult
 
 PREFERENCE_RULE = (
     "candidates: solutions that passed every workload of the definition measured on this GPU"
     " (at least the baseline's workloads); choice: the highest geometric-mean speedup over the"
     " baseline (graph timing where both have it, else eager); the baseline itself is a candidate"
-    " at speedup 1.0"
+    " at speedup 1.0, and a solution whose speedup's 95% interval holds 1.0 (within noise) ranks"
+    " below it; the choice and the runner-up are called indistinguishable when the interval of"
+    " their ratio holds 1.0"
 )
 
 
@@ -48,6 +51,11 @@ def _round(value: float | None, digits: int = 6) -> float | None:
 def geomean(values: Iterable[float]) -> float | None:
     kept = [v for v in values if v > 0 and math.isfinite(v)]
     return math.exp(statistics.fmean(math.log(v) for v in kept)) if kept else None
+
+
+def _timing(line: Mapping[str, Any] | None, mode: str) -> Mapping[str, Any] | None:
+    stats = ((line or {}).get("timing") or {}).get(mode)
+    return stats if isinstance(stats, Mapping) else None
 
 
 def _median(line: Mapping[str, Any], mode: str) -> float | None:
@@ -179,11 +187,21 @@ def _solution_block(
     for ln in lines:
         if ln["status"] != "PASSED":
             failed[ln["status"]] += 1
-    speedups = {
+    speedups: dict[str, Any] = {
         mode: _round(geomean(r[f"speedup_{mode}"] for r in per_workload if r[f"speedup_{mode}"]))
         for mode in ("eager", "graph", "primary")
     }
     compared = sum(1 for r in per_workload if r["speedup_primary"])
+    timed = [r for r in per_workload if r["speedup_primary"] and r["speedup_log_variance"]]
+    bounds = geomean_interval(
+        [r["speedup_primary"] for r in timed], [r["speedup_log_variance"] for r in timed]
+    )
+    if bounds is not None and len(timed) == compared and not is_baseline:
+        speedups["primary_ci95"] = [_round(b) for b in bounds]
+        speedups["within_noise"] = holds_one(bounds)
+        speedups["log_variance"] = _round(
+            sum(r["speedup_log_variance"] for r in timed) / compared**2
+        )
     first = lines[0]
     context = first.get("context") or {}
     return {
@@ -245,6 +263,13 @@ def _workload_row(line: Mapping[str, Any], base: Mapping[str, Any] | None) -> di
         row[f"speedup_{mode}"] = _round(theirs / mine) if passed and mine and theirs else None
     row["speedup_primary"] = row["speedup_graph"] or row["speedup_eager"]
     row["primary_timing"] = "graph" if row["speedup_graph"] else "eager"
+    mode = row["primary_timing"]
+    found = speedup_interval(
+        row["speedup_primary"], _timing(line, mode), _timing(base, mode) if base_ok else None
+    )
+    row["speedup_ci95"] = [_round(b) for b in found[0]] if found else None
+    row["speedup_log_variance"] = _round(found[1]) if found else None
+    row["within_noise"] = holds_one(found[0]) if found else None
     row["roofline_fraction"] = _round(_roofline(line)) if passed else None
     strict = line.get("strict_diagnostic")
     if isinstance(strict, Mapping):
@@ -349,6 +374,27 @@ def preferred_solutions(summary: Mapping[str, Any]) -> dict[str, Any]:
     return {"rule": PREFERENCE_RULE, "choices": choices}
 
 
+def _rank(candidate: Mapping[str, Any]) -> tuple[float, bool, str]:
+    """Fastest first; a win within noise counts as none, so the baseline goes ahead of it."""
+    speedup = float(candidate["geomean_speedup"])
+    if candidate["within_noise"]:
+        speedup = min(speedup, 1.0)
+    return -speedup, not candidate["is_baseline"], str(candidate["solution"])
+
+
+def _public(candidate: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in candidate.items() if k not in ("log_variance", "is_baseline")}
+
+
+def _indistinguishable(first: Mapping[str, Any], second: Mapping[str, Any]) -> bool | None:
+    """Whether the interval of first/second (geometric-mean speedups) holds 1.0."""
+    variances = (first["log_variance"], second["log_variance"])
+    if variances[0] is None or variances[1] is None:
+        return None
+    ratio = first["geomean_speedup"] / second["geomean_speedup"]
+    return holds_one(interval(math.log(ratio), variances[0] + variances[1]))
+
+
 def _choose(solutions: list[Mapping[str, Any]], baseline: str | None) -> dict[str, Any]:
     base = next((s for s in solutions if s["baseline"]), None)
     needed = base["workloads"]["total"] if base else 0
@@ -357,23 +403,31 @@ def _choose(solutions: list[Mapping[str, Any]], baseline: str | None) -> dict[st
         counts = entry["workloads"]
         if counts["passed"] != counts["total"] or counts["total"] < needed:
             continue
-        speedup = 1.0 if entry["baseline"] else entry["geomean_speedup"]["primary"]
+        geo = entry["geomean_speedup"]
+        speedup = 1.0 if entry["baseline"] else geo["primary"]
         if speedup is None:
             continue
-        candidates.append((speedup, entry["solution"], entry["env"], entry["closure_hash"]))
-    candidates.sort(key=lambda c: (-c[0], c[1]))
-
-    def describe(c: tuple[float, str, str, str | None] | None) -> dict[str, Any] | None:
-        if c is None:
-            return None
-        return {"solution": c[1], "env": c[2], "closure_hash": c[3], "geomean_speedup": c[0]}
-
+        candidates.append(
+            {
+                "solution": entry["solution"],
+                "env": entry["env"],
+                "closure_hash": entry["closure_hash"],
+                "geomean_speedup": speedup,
+                "ci95": None if entry["baseline"] else geo.get("primary_ci95"),
+                "within_noise": False if entry["baseline"] else geo.get("within_noise"),
+                "log_variance": 0.0 if entry["baseline"] else geo.get("log_variance"),
+                "is_baseline": bool(entry["baseline"]),
+            }
+        )
+    candidates.sort(key=_rank)
     choice: dict[str, Any] = {
-        "choice": describe(candidates[0]) if candidates else "none",
-        "runner_up": describe(candidates[1]) if len(candidates) > 1 else None,
+        "choice": _public(candidates[0]) if candidates else "none",
+        "runner_up": _public(candidates[1]) if len(candidates) > 1 else None,
         "baseline": baseline,
         "candidates": len(candidates),
     }
+    if len(candidates) > 1:
+        choice["indistinguishable"] = _indistinguishable(candidates[0], candidates[1])
     if not candidates:
         choice["reason"] = (
             "no baseline measured on this GPU: speedups are undefined"
