@@ -6,6 +6,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -554,6 +555,81 @@ def run(
         job, result = run_planned(job, options)
     failed = print_run_summary(job.report, job.solution, result)
     raise typer.Exit(EXIT_FAILED if failed else EXIT_OK)
+
+
+@app.command()
+def reproduce(
+    line: Annotated[
+        str,
+        typer.Argument(
+            help="A result or trace file and line number (FILE:N), or a file with --solution"
+            " and --workload."
+        ),
+    ],
+    solution: Annotated[str | None, typer.Option("--solution", help="Pick by solution.")] = None,
+    workload: Annotated[
+        str | None, typer.Option("--workload", help="Pick by workload UUID or label.")
+    ] = None,
+    gpu: Annotated[
+        str | None, typer.Option("--gpu", help="This GPU (default: the first of the model).")
+    ] = None,
+    other_driver: Annotated[
+        bool, typer.Option("--other-driver", help="Run on a GPU with another driver too.")
+    ] = False,
+    runtime: RuntimeOption = None,
+    over: OverOption = None,
+    out: Annotated[
+        Path, typer.Option("--out", help="Folder for the new line (reproduce.jsonl).")
+    ] = Path("results/reproduce"),
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    timeout: TimeoutOption = 300.0,
+    data_root: DataRoot = Path("workloads"),
+    solutions_root: Annotated[Path, typer.Option("--solutions-root")] = Path("solutions"),
+    locks_dir: LocksDir = Path("locks"),
+) -> None:
+    """Run a recorded line again in what it records (its lock by closure hash and its solution
+    revision by hash, from git history when they moved on; a GPU of its model) and print both
+    side by side with the time ratio now/then and its interval. Exit 0 when it reproduces within
+    noise, 1 when it does not, 2 when it cannot be attempted."""
+    from envaudit.report.side_by_side import (
+        as_json as comparison_json,
+    )
+    from envaudit.report.side_by_side import (
+        compare_runs,
+        read_recorded,
+        render_comparison,
+        reproduced,
+    )
+    from envaudit.runtime.registry import RunOptions, runtimes
+    from envaudit.runtime.reproduce import plan_reproduction, run_reproduction, scratch_folder
+
+    with _reported():
+        recorded, where = read_recorded(line, solution, workload)
+        context = recorded.get("context") or {}
+        ran_in = str(context.get("runtime") or "")  # a trace's is "flashinfer-bench"
+        chosen = _runtime_choice(runtime, ran_in if ran_in in runtimes() else "host")
+        plan = plan_reproduction(
+            recorded, data_root, solutions_root, locks_dir, scratch_folder(), gpu, other_driver
+        )
+        if chosen == "host":  # this interpreter as it is: the lock is checked, not made
+            plan = replace(plan, env=None, notes=[*plan.notes, "runtime: host (this interpreter)"])
+        recorded_over = (context.get("env_check") or {}).get("overlay_on")
+        options = RunOptions(
+            over=over or (recorded_over if chosen in ("docker", "podman") else None),
+            workload_timeout_s=_finite(timeout, "--timeout"),
+            locks_dir=plan.locks_dir,
+        )
+        if plan.env:
+            _make_env(chosen, replace(options, env=plan.env), plan.env)
+        out.mkdir(parents=True, exist_ok=True)
+        now = run_reproduction(plan, chosen, options, out / "reproduce.jsonl")
+    comparison = compare_runs(recorded, now)
+    notes = [f"recorded: {where}", *plan.notes]
+    typer.echo(
+        comparison_json(comparison, notes) if as_json else render_comparison(comparison, notes),
+        nl=False,
+    )
+    raise typer.Exit(reproduced(comparison))
 
 
 def _finite(value: float, option: str) -> float:

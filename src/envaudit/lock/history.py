@@ -9,9 +9,11 @@ finds the commits that added or removed the hash without reading every revision.
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import subprocess
+import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,7 +75,7 @@ def _by_closure(prefix: str, locks_dir: Path) -> FoundLock:
         current = _from_file(path)
         if current.lock.closure_hash.startswith(prefix):
             return current
-    root = _root(locks_dir)
+    root = git_root(locks_dir)
     found = _from_history(prefix, root) if root is not None else None
     if found is not None:
         return found
@@ -86,43 +88,60 @@ def _by_closure(prefix: str, locks_dir: Path) -> FoundLock:
 def _from_history(prefix: str, root: Path) -> FoundLock | None:
     for commit in _commits_touching(prefix, root):
         for name in _files_holding(commit, prefix, root):
-            lock = _parse(_show(commit, name, root), f"{commit[:12]}:{name}")
+            lock = _parse(git_show(commit, name, root), f"{commit[:12]}:{name}")
             if lock.closure_hash.startswith(prefix):
-                toml = _show(commit, str(Path(name).parent / "env.toml"), root, missing_ok=True)
+                toml = git_show(commit, str(Path(name).parent / "env.toml"), root, missing_ok=True)
                 return FoundLock(lock, f"{commit[:12]}:{name}", toml or None)
     return None
 
 
-def _git(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def run_git(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
 
 
-def _root(locks_dir: Path) -> Path | None:
-    """The repository holding locks_dir (None outside one: no history to search)."""
-    if not locks_dir.is_dir():
+def git_root(folder: Path) -> Path | None:
+    """The repository holding `folder` (None outside one: no history to search)."""
+    if not folder.is_dir():
         return None
-    result = _git("rev-parse", "--show-toplevel", cwd=locks_dir)
+    result = run_git("rev-parse", "--show-toplevel", cwd=folder)
     return Path(result.stdout.strip()) if result.returncode == 0 else None
 
 
 def _commits_touching(text: str, root: Path) -> list[str]:
     """Commits (newest first) that add or remove `text` in some lock.json."""
-    result = _git("log", "--all", "-S", text, "--format=%H", "--", "*lock.json", cwd=root)
+    result = run_git("log", "--all", "-S", text, "--format=%H", "--", "*lock.json", cwd=root)
     return result.stdout.split() if result.returncode == 0 else []
 
 
 def _files_holding(commit: str, text: str, root: Path) -> list[str]:
     """Paths (from the repository root) of the lock.json files of `commit` containing text."""
-    result = _git("grep", "-l", "-F", text, commit, "--", "*lock.json", cwd=root)
+    result = run_git("grep", "-l", "-F", text, commit, "--", "*lock.json", cwd=root)
     if result.returncode != 0:
         return []
     return [line.split(":", 1)[1] for line in result.stdout.splitlines() if ":" in line]
 
 
-def _show(commit: str, path: str, root: Path, missing_ok: bool = False) -> str:
-    result = _git("show", f"{commit}:{path}", cwd=root)
+def git_show(commit: str, path: str, root: Path, missing_ok: bool = False) -> str:
+    result = run_git("show", f"{commit}:{path}", cwd=root)
     if result.returncode != 0:
         if missing_ok:
             return ""
         raise LockNotFound(f"git cannot read {path} at {commit[:12]}: {result.stderr.strip()}")
     return result.stdout
+
+
+def git_export(commit: str, path: str, root: Path, dest: Path) -> Path:
+    """The folder `path` (from the repository root) as it was at `commit`, written under dest
+    (dest/path); what `reproduce` builds an old lock or runs an old solution revision from."""
+    done = subprocess.run(
+        ["git", "archive", "--format=tar", commit, "--", path],
+        cwd=root,
+        capture_output=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        message = done.stderr.decode(errors="replace").strip()
+        raise LockNotFound(f"git cannot export {path} at {commit[:12]}: {message}")
+    with tarfile.open(fileobj=io.BytesIO(done.stdout)) as archive:
+        archive.extractall(dest, filter="data")
+    return dest / path

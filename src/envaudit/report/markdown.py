@@ -181,7 +181,7 @@ def _definition(name: str, block: Mapping[str, Any], summary: Mapping[str, Any])
 
 
 def _speedup(value: float, bounds: Sequence[float] | None) -> str:
-    """"2.39x [2.31, 2.47]", "1.01x [0.98, 1.04], within noise" (the interval holds 1.0)."""
+    """ "2.39x [2.31, 2.47]", "1.01x [0.98, 1.04], within noise" (the interval holds 1.0)."""
     text = f"{_num(value, 2)}x"
     if not bounds:
         return text

@@ -11,7 +11,8 @@ workloads, blob contents) are checked by `envaudit.dataset.checks`, which collec
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable
+import hashlib
+from collections.abc import Callable, Mapping
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -281,6 +282,16 @@ class BuildSpec(Model):
     destination_passing_style: bool = True
     """True: outputs are preallocated and passed after the inputs; False: they are returned."""
     binding: str | None = None
+
+
+def solution_source_hash(files: Mapping[str, bytes]) -> str:
+    """A solution's revision as result lines record it (`solution_hash`): sha256 over each
+    source's relative path and sha256, in path order. The harness computes the same digest with
+    its own copy (harness/solution.py imports nothing of envaudit); a test holds them equal."""
+    digest = hashlib.sha256()
+    for rel in sorted(files):
+        digest.update(rel.encode() + b"\0" + hashlib.sha256(files[rel]).digest())
+    return digest.hexdigest()
 
 
 class Solution(Model):

@@ -1,0 +1,191 @@
+"""A recorded result line beside the same workload run again: status, correctness figures, and
+the time now/then with its 95% interval (envaudit.report.intervals) and a verdict.
+
+Verdicts: "same" (the status is the same and the interval holds 1.0), "faster" / "slower" (the
+interval excludes 1.0), "not reproduced" (the status changed), "not comparable" (no timing both
+sides share, e.g. the recorded line was timed eagerly only and the run graph-replayed, or both
+failed the same way, when only the status can be compared).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from envaudit.errors import EXIT_FAILED, EXIT_OK, EnvauditError
+from envaudit.report.intervals import interval, log_median_variance
+from envaudit.report.traces import trace_to_line
+
+
+def compare_runs(then: Mapping[str, Any], now: Mapping[str, Any]) -> dict[str, Any]:
+    """The side-by-side as data: both statuses and figures, the ratio now/then, the verdict."""
+    result: dict[str, Any] = {
+        "solution": now.get("solution"),
+        "workload": (now.get("workload") or {}).get("label")
+        or (now.get("workload") or {}).get("uuid"),
+        "status": [then.get("status"), now.get("status")],
+        "max_absolute_error": [
+            _error(then, "max_absolute_error"),
+            _error(now, "max_absolute_error"),
+        ],
+        "max_relative_error": [
+            _error(then, "max_relative_error"),
+            _error(now, "max_relative_error"),
+        ],
+        "closure_hash": [_closure(then), _closure(now)],
+        "gpu": [_gpu(then), _gpu(now)],
+    }
+    timed = _shared_timing(then, now)
+    if timed is not None:
+        mode, old, new = timed
+        ratio = new["median_ms"] / old["median_ms"]
+        variances = (log_median_variance(old), log_median_variance(new))
+        bounds = (
+            interval(math.log(ratio), variances[0] + variances[1])
+            if variances[0] is not None and variances[1] is not None
+            else None
+        )
+        result["timing"] = {
+            "mode": mode,
+            "median_ms": [old["median_ms"], new["median_ms"]],
+            "ratio_now_then": ratio,
+            "ci95": list(bounds) if bounds else None,
+        }
+    result["verdict"] = _verdict(result)
+    return result
+
+
+def reproduced(comparison: Mapping[str, Any]) -> int:
+    """The exit code: 0 when the run reproduces the line within noise, else 1."""
+    return EXIT_OK if comparison["verdict"] == "same" else EXIT_FAILED
+
+
+def _verdict(result: Mapping[str, Any]) -> str:
+    then, now = result["status"]
+    if then != now:
+        return "not reproduced"
+    timing = result.get("timing")
+    if not timing or not timing["ci95"]:
+        return "same" if then != "PASSED" else "not comparable"
+    low, high = timing["ci95"]
+    if low <= 1.0 <= high:
+        return "same"
+    return "faster" if high < 1.0 else "slower"
+
+
+def _shared_timing(
+    then: Mapping[str, Any], now: Mapping[str, Any]
+) -> tuple[str, Mapping[str, Any], Mapping[str, Any]] | None:
+    for mode in ("graph", "eager"):
+        old = (then.get("timing") or {}).get(mode) or {}
+        new = (now.get("timing") or {}).get(mode) or {}
+        if _positive(old.get("median_ms")) and _positive(new.get("median_ms")):
+            return mode, old, new
+    return None
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int | float) and value > 0
+
+
+def _error(line: Mapping[str, Any], key: str) -> float | None:
+    value = (line.get("correctness") or {}).get(key)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _closure(line: Mapping[str, Any]) -> str | None:
+    value = (line.get("context") or {}).get("closure_hash")
+    return str(value) if value else None
+
+
+def _gpu(line: Mapping[str, Any]) -> str:
+    env = line.get("environment") or {}
+    parts = (env.get("gpu_name") or "cpu", env.get("gpu_uuid"), env.get("driver"))
+    return " ".join(str(p) for p in parts if p)
+
+
+def render_comparison(comparison: Mapping[str, Any], notes: list[str]) -> str:
+    rows = [f"{comparison['solution']} / {comparison['workload']}", ""]
+    rows += [f"  {note}" for note in notes]
+    rows += ["", f"  {'':22}{'then':>24}  {'now':>24}"]
+
+    def row(name: str, pair: list[Any]) -> None:
+        rows.append(f"  {name:22}{_cell(pair[0]):>24}  {_cell(pair[1]):>24}")
+
+    row("status", comparison["status"])
+    row("max absolute error", comparison["max_absolute_error"])
+    row("max relative error", comparison["max_relative_error"])
+    row("closure", [(c or "none")[:16] for c in comparison["closure_hash"]])
+    timing = comparison.get("timing")
+    if timing:
+        row(f"median ms ({timing['mode']})", timing["median_ms"])
+        ci = timing["ci95"]
+        interval_text = f" [{ci[0]:.4f}, {ci[1]:.4f}]" if ci else ""
+        rows.append(f"  {'now / then':22}{timing['ratio_now_then']:>24.4f}{interval_text}")
+    rows += ["", f"verdict: {comparison['verdict']}"]
+    return "\n".join(rows) + "\n"
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def as_json(comparison: Mapping[str, Any], notes: list[str]) -> str:
+    return json.dumps({**comparison, "notes": notes}, indent=1) + "\n"
+
+
+def read_recorded(
+    spec: str, solution: str | None = None, workload: str | None = None
+) -> tuple[dict[str, Any], str]:
+    """(the line, "file:number") named by FILE:N (1-based), or by FILE and the selectors (the
+    newest line matching them). A FlashInfer-Bench trace line is read as our line."""
+    path_text, _, number = spec.rpartition(":")
+    if not number.isdigit() or not path_text:
+        path_text, number = spec, ""
+    path = Path(path_text)
+    try:
+        raws = path.read_text().splitlines()
+    except OSError as exc:
+        raise EnvauditError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    numbered = [(i, raw) for i, raw in enumerate(raws, 1) if raw.strip()]
+    if number:
+        numbered = [(i, raw) for i, raw in numbered if i == int(number)]
+        if not numbered:
+            raise EnvauditError(f"{path} has no line {number} ({len(raws)} lines)")
+    found = []
+    for index, raw in numbered:
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            if number:
+                raise EnvauditError(f"{path}:{index} is not JSON") from None
+            continue
+        line = trace_to_line(parsed) if "evaluation" in parsed else parsed
+        if not isinstance(line, dict) or "solution" not in line:
+            continue
+        if solution and line.get("solution") != solution:
+            continue
+        uuid, label = (
+            (line.get("workload") or {}).get("uuid"),
+            (line.get("workload") or {}).get("label"),
+        )
+        if workload and workload not in (uuid, label):
+            continue
+        found.append((str(line.get("timestamp") or ""), index, line))
+    if not found:
+        wanted = ", ".join(x for x in (solution, workload) if x) or "a result line"
+        raise EnvauditError(f"{spec}: no line matches ({wanted})")
+    if not number and not (solution and workload):
+        raise EnvauditError(
+            f"{spec}: name one line, as FILE:N or with --solution and --workload",
+            hint=f"{len(found)} lines there",
+        )
+    _, index, line = max(found, key=lambda item: (item[0], item[1]))
+    return line, f"{path}:{index}"

@@ -1,0 +1,256 @@
+"""Run a recorded result line again, in exactly what it records: its lock (by closure hash, from
+git history when the lock has moved on), its solution revision (by source hash, the same way),
+its workload, on a GPU of the model it ran on.
+
+Everything that would make the attempt meaningless is checked first and refused with the
+reason (exit 2): a closure or a solution revision no commit holds, a workload the dataset no
+longer has, no GPU of the recorded model here, another driver (unless allowed). A line without
+a closure (the host interpreter's, or a FlashInfer-Bench trace's) runs in the solution's
+declared env instead, and the plan says so.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from envaudit.dataset.traceset import DatasetRootError, load_traceset
+from envaudit.errors import EXIT_USAGE, EnvauditError
+from envaudit.lock.history import (
+    LockNotFound,
+    find_lock,
+    git_export,
+    git_root,
+    git_show,
+    run_git,
+)
+from envaudit.runtime.devices import gpus
+from envaudit.runtime.jobs import RunRequest
+from envaudit.runtime.registry import RunOptions, run_job
+from envaudit.schema.models import solution_source_hash
+
+
+class CannotReproduce(EnvauditError):
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message, EXIT_USAGE, hint=hint)
+
+
+@dataclass(frozen=True)
+class Reproduction:
+    """What will run, and from where each part comes."""
+
+    solution: str
+    workload: str
+    data_root: Path
+    env: str | None
+    locks_dir: Path
+    solutions_root: Path
+    gpu: str | None
+    device: str | None
+    graph_timing: bool
+    notes: list[str] = field(default_factory=list)
+
+
+def plan_reproduction(
+    line: Mapping[str, Any],
+    data_root: Path,
+    solutions_root: Path,
+    locks_dir: Path,
+    scratch: Path,
+    gpu: str | None = None,
+    other_driver: bool = False,
+) -> Reproduction:
+    """The run that repeats `line`, or CannotReproduce saying why there is none."""
+    notes: list[str] = []
+    solution = str(line.get("solution") or "")
+    workload = str((line.get("workload") or {}).get("uuid") or "")
+    _require_workload(data_root, line, workload)
+    root, origin = _solution_revision(line, solution, solutions_root, scratch / "solutions")
+    notes.append(origin)
+    env, env_locks = _environment(line, root, solution, locks_dir, scratch / "locks", notes)
+    chosen_gpu, device = _device(line, gpu, other_driver, notes)
+    timing = line.get("timing") or {}
+    return Reproduction(
+        solution=solution,
+        workload=workload,
+        data_root=data_root,
+        env=env,
+        locks_dir=env_locks,
+        solutions_root=root,
+        gpu=chosen_gpu,
+        device=device,
+        graph_timing=bool(timing.get("graph")),
+        notes=notes,
+    )
+
+
+def run_reproduction(
+    plan: Reproduction, runtime: str, options: RunOptions, report: Path
+) -> dict[str, Any]:
+    """Run the planned workload once; the new result line."""
+    request = RunRequest(
+        solution=plan.solution,
+        data_root=plan.data_root,
+        solutions_root=plan.solutions_root,
+        workloads=[plan.workload],
+        gpu=plan.gpu,
+        device=plan.device,
+        graph_timing=plan.graph_timing,
+        report=report,
+    )
+    run_job(request, runtime, replace(options, env=plan.env, locks_dir=plan.locks_dir))
+    lines = [json.loads(raw) for raw in report.read_text().splitlines() if raw.strip()]
+    found = [x for x in lines if (x.get("workload") or {}).get("uuid") == plan.workload]
+    if not found:
+        raise CannotReproduce(f"the run wrote no line for workload {plan.workload} to {report}")
+    newest: dict[str, Any] = found[-1]
+    return newest
+
+
+def scratch_folder() -> Path:
+    return Path(tempfile.mkdtemp(prefix="envaudit-reproduce-"))
+
+
+def _require_workload(data_root: Path, line: Mapping[str, Any], workload: str) -> None:
+    try:
+        known = {w.uuid for w in load_traceset(data_root).workloads}
+    except DatasetRootError as exc:
+        raise CannotReproduce(str(exc)) from None
+    if workload not in known:
+        raise CannotReproduce(
+            f"workload {workload} of {line.get('definition')} is not in {data_root}",
+            hint="point --data-root at the dataset the line was measured on",
+        )
+
+
+def _solution_revision(
+    line: Mapping[str, Any], name: str, solutions_root: Path, scratch: Path
+) -> tuple[Path, str]:
+    """(solutions root holding the recorded revision, where it came from)."""
+    wanted = line.get("solution_hash")
+    folder = solutions_root / name
+    if not wanted:
+        if not (folder / "solution.json").is_file():
+            raise CannotReproduce(f"solution {name} is not under {solutions_root}")
+        return solutions_root, f"solution {name}: the line records no revision; the current one"
+    if (folder / "solution.json").is_file() and _folder_hash(folder) == wanted:
+        return solutions_root, f"solution {name}: the current revision ({wanted[:12]})"
+    repo = git_root(solutions_root)
+    if repo is not None:
+        rel = (solutions_root.resolve() / name).relative_to(repo)
+        for commit in _commits_touching(repo, str(rel)):
+            if _revision_hash(repo, commit, str(rel)) == wanted:
+                git_export(commit, str(rel), repo, scratch)
+                return (
+                    (scratch / rel).parent,
+                    f"solution {name}: revision {wanted[:12]} from commit {commit[:12]}",
+                )
+    raise CannotReproduce(
+        f"solution {name} revision {wanted[:12]} is neither the current one nor in any commit"
+        f" of {solutions_root}",
+        hint="the line was measured with sources this repository never committed",
+    )
+
+
+def _folder_hash(folder: Path) -> str | None:
+    try:
+        spec = json.loads((folder / "solution.json").read_text())
+        files = {s["path"]: (folder / s["path"]).read_bytes() for s in spec["sources"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return solution_source_hash(files)
+
+
+def _commits_touching(repo: Path, rel: str) -> list[str]:
+    done = run_git("log", "--all", "--format=%H", "--", rel, cwd=repo)
+    return done.stdout.split() if done.returncode == 0 else []
+
+
+def _revision_hash(repo: Path, commit: str, rel: str) -> str | None:
+    text = git_show(commit, f"{rel}/solution.json", repo, missing_ok=True)
+    try:
+        spec = json.loads(text)
+        files = {
+            s["path"]: git_show(commit, f"{rel}/{s['path']}", repo).encode()
+            for s in spec["sources"]
+        }
+    except (ValueError, KeyError, TypeError, LockNotFound):
+        return None
+    return solution_source_hash(files)
+
+
+def _environment(
+    line: Mapping[str, Any],
+    solutions_root: Path,
+    solution: str,
+    locks_dir: Path,
+    scratch: Path,
+    notes: list[str],
+) -> tuple[str | None, Path]:
+    """(env to run in, locks folder holding it): the recorded closure's lock, from history
+    when it has moved on; without a closure, the solution's declared env."""
+    context = line.get("context") or {}
+    closure = context.get("closure_hash")
+    if not closure:
+        declared = _declared_env(solutions_root / solution)
+        notes.append(
+            "env: the line records no closure (the host interpreter's, or a FlashInfer-Bench"
+            f" trace's): running in the solution's declared env {declared} instead"
+        )
+        return declared, locks_dir
+    try:
+        found = find_lock(str(closure), locks_dir)
+    except LockNotFound as exc:
+        raise CannotReproduce(str(exc), exc.hint) from None
+    env = found.lock.env
+    if ":" not in found.origin:
+        notes.append(f"env: {env}, closure {closure[:12]}, the current lock ({found.origin})")
+        return env, locks_dir
+    commit, path = found.origin.split(":", 1)
+    repo = git_root(locks_dir)
+    assert repo is not None  # history was searched in it
+    git_export(commit, str(Path(path).parent), repo, scratch)
+    notes.append(f"env: {env}, closure {closure[:12]}, its lock from commit {commit}")
+    return env, scratch / Path(path).parent.parent
+
+
+def _declared_env(folder: Path) -> str | None:
+    try:
+        env = json.loads((folder / "solution.json").read_text()).get("env")
+    except (OSError, ValueError):
+        return None
+    return str(env) if env else None
+
+
+def _device(
+    line: Mapping[str, Any], gpu: str | None, other_driver: bool, notes: list[str]
+) -> tuple[str | None, str | None]:
+    """(GPU UUID, device) of the same model as the line's; CPU lines run on the CPU."""
+    recorded = line.get("environment") or {}
+    if recorded.get("device_type") == "cpu" or not recorded.get("gpu_name"):
+        notes.append("device: the CPU, as recorded")
+        return None, "cpu"
+    model, driver = str(recorded["gpu_name"]), str(recorded.get("driver") or "")
+    here = gpus() or []
+    same = [g for g in here if g.name == model and (gpu is None or g.uuid == gpu)]
+    if not same:
+        found = ", ".join(sorted({f"{g.name} ({g.uuid[:12]})" for g in here})) or "no NVIDIA GPU"
+        raise CannotReproduce(
+            f"the line ran on an {model}; this machine has {found}"
+            + (f" (--gpu {gpu})" if gpu else ""),
+            hint="a timing compares only on the GPU model it was measured on",
+        )
+    chosen = same[0]
+    if driver and chosen.driver != driver:
+        if not other_driver:
+            raise CannotReproduce(
+                f"the line ran with driver {driver}; {chosen.uuid[:12]} has {chosen.driver}",
+                hint="--other-driver runs it anyway (the verdict then compares across drivers)",
+            )
+        notes.append(f"device: driver {chosen.driver} here, {driver} then (--other-driver)")
+    notes.append(f"device: {chosen.name} {chosen.uuid} (recorded: {recorded.get('gpu_uuid')})")
+    return chosen.uuid, None
