@@ -665,12 +665,30 @@ def audit(
     resume: Annotated[bool, typer.Option("--resume")] = False,
     strict_diagnostic: StrictOption = False,
     scale_probe: ScaleProbeOption = False,
+    each_gpu: Annotated[
+        bool,
+        typer.Option(
+            "--each-gpu",
+            help="Every solution on every --gpu (to compare cards), not once per GPU model.",
+        ),
+    ] = False,
+    cpu_jobs: Annotated[
+        int,
+        typer.Option("--cpu-jobs", min=1, help="CPU audits: jobs at once (timings share the CPU)."),
+    ] = 1,
+    gpu_wait: Annotated[
+        float,
+        typer.Option(
+            "--gpu-wait", min=0, help="Seconds a job waits for a GPU another process holds."
+        ),
+    ] = 0.0,
     timeout: TimeoutOption = 300.0,
     data_root: DataRoot = Path("workloads"),
     solutions_root: Annotated[Path, typer.Option("--solutions-root")] = Path("solutions"),
 ) -> None:
     """Run every solution on the chosen GPUs (or the CPU); all lines go to OUT/results.jsonl.
-    Container runtimes build the images that are missing first."""
+    GPUs of one model share the jobs, one at a time each, longest first (--each-gpu: every
+    solution on every GPU). Container runtimes build the images that are missing first."""
     from envaudit.runtime.audit import AuditPlan, all_solutions, run_audit
     from envaudit.runtime.registry import RunOptions
 
@@ -683,7 +701,11 @@ def audit(
         devices = [(None, device if device is not None else "cpu")]
     chosen = _runtime_choice(runtime, "pick")
     options = RunOptions(
-        env=env, over=over, workload_timeout_s=_finite(timeout, "--timeout"), resume=resume
+        env=env,
+        over=over,
+        workload_timeout_s=_finite(timeout, "--timeout"),
+        resume=resume,
+        gpu_wait_s=gpu_wait,
     )
     names = solution or []
     if (candidate is None) != (definition is None):
@@ -706,6 +728,8 @@ def audit(
         suite=suite,
         strict_diagnostic=strict_diagnostic,
         scale_probe=scale_probe,
+        each_gpu=each_gpu,
+        cpu_jobs=cpu_jobs,
     )
     with _reported():
         result = run_audit(

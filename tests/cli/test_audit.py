@@ -85,3 +85,56 @@ def test_run_resume_that_skips_failed_lines_still_fails(tmp_path: Path) -> None:
     again = CliRunner().invoke(app, [*argv, "--resume"])
     assert "skipped" in again.output
     assert again.exit_code == 1, again.output
+
+
+def test_jobs_at_once_give_the_lines_of_one_at_a_time(tmp_path: Path) -> None:
+    """--cpu-jobs 3: the same lines (solution, workload, status, errors) as one job at a time,
+    each intact in the one results file the parallel jobs append to."""
+    root = write_toy_root(tmp_path / "data")
+    solutions = tmp_path / "solutions"
+    names = ("correct", "correct_dps", "returns_nan", "mutates_input", "gpu_only")
+    for name in names:
+        write_solution(solutions, name)
+
+    def figures(lines: list[dict]) -> list[tuple]:
+        return sorted(
+            (x["solution"], x["workload"]["uuid"], x["status"], json.dumps(x.get("correctness")))
+            for x in lines
+        )
+
+    _, _, serial = audit(root, solutions, tmp_path / "one", *names)
+    argv = ["audit", "--runtime", "host", "--device", "cpu", "--data-root", str(root)]
+    argv += ["--out", str(tmp_path / "three"), "--solutions-root", str(solutions)]
+    argv += ["--cpu-jobs", "3", *(x for name in names for x in ("--solution", name))]
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 1, result.output  # returns_nan, mutates_input
+    parallel = [json.loads(x) for x in (tmp_path / "three/results.jsonl").read_text().splitlines()]
+    assert len(serial) == len(names) and figures(parallel) == figures(serial)
+
+
+def test_the_longest_jobs_go_first(tmp_path: Path) -> None:
+    """By the wall time of a previous audit into the same folder, else by workload count."""
+    from envaudit.runtime.audit import AuditPlan, longest_first
+
+    root = write_toy_root(tmp_path / "data")
+    solutions = tmp_path / "solutions"
+    for name in ("correct", "correct_dps", "returns_nan"):
+        write_solution(solutions, name)
+    plan = AuditPlan(
+        solutions=[],
+        devices=[(None, "cpu")],
+        out=tmp_path / "a",
+        runtime="host",
+        data_root=root,
+        solutions_root=solutions,
+        suite="smoke",
+    )
+    report = tmp_path / "a" / "results.jsonl"
+    names = ["correct", "correct_dps", "returns_nan"]
+    assert longest_first(plan, names, report) == names  # one workload each: by name
+    _, _, lines = audit(root, solutions, tmp_path / "a", *names)
+    spent = {"correct": 0.5, "correct_dps": 3.0, "returns_nan": 1.5}
+    for line in lines:
+        line["wall_s"] = spent[line["solution"]]
+    report.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert longest_first(plan, names, report) == ["correct_dps", "returns_nan", "correct"]

@@ -1,4 +1,5 @@
-"""`envaudit audit`: every selected solution on every selected device, one job at a time.
+"""`envaudit audit`: every selected solution on the selected devices, one job per device at a
+time and every device at once (GPUs of one model share one queue, longest jobs first).
 
 Runtimes come from the registry (runtime/registry.py): with a container runtime the images of
 the environments needed are built first, when missing. Lines from every job go to one results
@@ -8,6 +9,8 @@ environment cannot be made is reported with its hint, and the audit goes on.
 
 from __future__ import annotations
 
+import queue
+import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,7 +18,7 @@ from pathlib import Path
 
 from envaudit.dataset.traceset import DatasetRootError, load_traceset
 from envaudit.errors import EnvauditError
-from envaudit.runtime.devices import require_gpu
+from envaudit.runtime.devices import gpus, require_gpu
 from envaudit.runtime.jobs import (
     RunRequest,
     check_cache,
@@ -23,6 +26,7 @@ from envaudit.runtime.jobs import (
     check_report,
     device_of,
     find_solution,
+    select_workloads,
 )
 from envaudit.runtime.registry import RunOptions, get_runtime, run_job
 from envaudit.schema.names import shown
@@ -51,6 +55,10 @@ class AuditPlan:
     graph_timing: bool = True
     strict_diagnostic: bool = False
     scale_probe: bool = False
+    each_gpu: bool = False
+    """Run every solution on every GPU named (to compare cards), not once per GPU model."""
+    cpu_jobs: int = 1
+    """CPU audits: jobs at once (their timings then share the CPU)."""
 
 
 @dataclass
@@ -110,45 +118,110 @@ def check_audit(plan: AuditPlan) -> None:
     envs_of(plan)  # every named solution exists
 
 
+def _request(
+    plan: AuditPlan, name: str, gpu: str | None, device: str | None, report: Path
+) -> RunRequest:
+    return RunRequest(
+        solution=name,
+        data_root=plan.data_root,
+        solutions_root=plan.solutions_root,
+        suite=plan.suite or ("dev" if gpu else "smoke"),
+        gpu=gpu,
+        device=device,
+        graph_timing=plan.graph_timing and gpu is not None,
+        strict_diagnostic=plan.strict_diagnostic,
+        scale_probe=plan.scale_probe,
+        reference_cache=plan.out / REFERENCE_CACHE,
+        report=report,
+    )
+
+
+def device_pools(plan: AuditPlan) -> list[list[tuple[str | None, str | None]]]:
+    """Slots that share one queue of jobs: the GPUs of one model (any of them can stand for the
+    model), each GPU alone with `each_gpu`, and `cpu_jobs` slots for the CPU."""
+    names = {g.uuid: g.name for g in gpus() or []}
+    pools: dict[str, list[tuple[str | None, str | None]]] = {}
+    for gpu, device in plan.devices:
+        if gpu is None:
+            pools[f"device {device}"] = [(None, device)] * max(1, plan.cpu_jobs)
+        else:
+            key = gpu if plan.each_gpu else names.get(gpu, gpu)
+            pools.setdefault(key, []).append((gpu, None))
+    return list(pools.values())
+
+
+def longest_first(plan: AuditPlan, names: list[str], report: Path) -> list[str]:
+    """Solutions by expected duration, longest first: the wall time their lines took in this
+    report before (a re-audit), else their number of workloads in the suite."""
+    spent: dict[str, float] = {}
+    if report.is_file():
+        for line in kept_lines(report).values():
+            wall = line.get("wall_s")
+            if isinstance(wall, int | float):
+                solution = str(line.get("solution"))
+                spent[solution] = spent.get(solution, 0.0) + float(wall)
+    ts = load_traceset(plan.data_root)
+    suite = plan.suite or ("dev" if any(g for g, _ in plan.devices) else "smoke")
+
+    def expected(name: str) -> float:
+        if name in spent:
+            return spent[name]
+        _, solution = find_solution(name, plan.solutions_root)
+        return float(len(select_workloads(ts, solution.definition, RunRequest(name, suite=suite))))
+
+    return sorted(names, key=lambda name: (-expected(name), name))
+
+
 def run_audit(
     plan: AuditPlan,
     on_job: Callable[[str, str], None] | None = None,
     prepare_env: BuildHook | None = None,
 ) -> AuditResult:
+    """Every solution once per pool of devices (GPUs of one model; each GPU its own pool with
+    `each_gpu`), the longest jobs first, one job at a time per device and all devices at once.
+    Environments are made first, one after the other, so no two jobs build one image."""
     check_audit(plan)
     report = plan.out / "results.jsonl"
     result = AuditResult(report)
     envs = envs_of(plan)
     unavailable: dict[str | None, str | None] = {}
-    for gpu, device in plan.devices:
-        suite = plan.suite or ("dev" if gpu else "smoke")
-        for name in plan.solutions:
-            env = envs[name]
-            if env not in unavailable:
-                unavailable[env] = prepare_env(env) if prepare_env and env else None
-            if unavailable[env]:
-                result.errors.append(f"{name}: {unavailable[env]}")
-                continue
+    for env in dict.fromkeys(envs.values()):
+        unavailable[env] = prepare_env(env) if prepare_env and env else None
+    ready = []
+    for name in plan.solutions:
+        if unavailable[envs[name]]:
+            result.errors.append(f"{name}: {unavailable[envs[name]]}")
+        else:
+            ready.append(name)
+    ordered = longest_first(plan, ready, report)
+    guard = threading.Lock()
+
+    def work(pool: queue.SimpleQueue[str], gpu: str | None, device: str | None) -> None:
+        while True:
+            try:
+                name = pool.get_nowait()
+            except queue.Empty:
+                return
             if on_job:
                 on_job(name, gpu or device or "")
-            request = RunRequest(
-                solution=name,
-                data_root=plan.data_root,
-                solutions_root=plan.solutions_root,
-                suite=suite,
-                gpu=gpu,
-                device=device,
-                graph_timing=plan.graph_timing and gpu is not None,
-                strict_diagnostic=plan.strict_diagnostic,
-                scale_probe=plan.scale_probe,
-                reference_cache=plan.out / REFERENCE_CACHE,
-                report=report,
-            )
             try:
-                run_job(request, plan.runtime, plan.options)
+                run_job(_request(plan, name, gpu, device, report), plan.runtime, plan.options)
             except EnvauditError as exc:
                 hint = f" (hint: {exc.hint})" if exc.hint else ""
-                result.errors.append(f"{name}: {exc}{hint}")
+                with guard:
+                    result.errors.append(f"{name}: {exc}{hint}")
+
+    threads = []
+    for slots in device_pools(plan):
+        pool: queue.SimpleQueue[str] = queue.SimpleQueue()
+        for name in ordered:
+            pool.put(name)
+        for gpu, device in slots:
+            threads.append(threading.Thread(target=work, args=(pool, gpu, device)))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
     kept = kept_lines(report)
     for line in kept.values():
         result.statuses[str(line.get("status"))] += 1

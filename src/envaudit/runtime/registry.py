@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from envaudit.errors import EXIT_USAGE, EnvauditError
 from envaudit.lock.config import FetchConfig
+from envaudit.runtime.gpu_lock import holding_gpu
 from envaudit.runtime.jobs import Job, RunRequest, RunRequestError, plan_job
 from envaudit.runtime.launchers import Launcher
 from envaudit.runtime.supervisor import DEFAULT_WORKLOAD_TIMEOUT_S, BatchResult, run_batch
@@ -32,6 +34,8 @@ class RunOptions:
     resume: bool = False
     locks_dir: Path = Path("locks")
     config: FetchConfig = field(default_factory=FetchConfig.from_environment)
+    gpu_wait_s: float = 0.0
+    """How long a job waits for its GPU when another process holds it (runtime/gpu_lock.py)."""
 
 
 @dataclass(frozen=True)
@@ -145,9 +149,14 @@ def ensure_env(runtime_name: str, env: str, options: RunOptions, progress: Progr
 def run_planned(job: Job, options: RunOptions) -> tuple[Job, BatchResult]:
     """Prepare the planned job in its runtime and supervise it."""
     job, launcher = get_runtime(job.context.runtime, options.env).prepare(job, options)
-    result = run_batch(
-        job, launcher, workload_timeout_s=options.workload_timeout_s, resume=options.resume
+    gpu = job.context.device_id
+    held: AbstractContextManager[None] = (
+        holding_gpu(gpu, options.gpu_wait_s) if job.device != "cpu" and gpu else nullcontext()
     )
+    with held:
+        result = run_batch(
+            job, launcher, workload_timeout_s=options.workload_timeout_s, resume=options.resume
+        )
     return job, result
 
 

@@ -14,6 +14,7 @@ older than every dated one), and on a tie the later line in the file.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from collections.abc import Iterator, Mapping
@@ -71,11 +72,13 @@ def result_line(
 
 
 def append_line(path: Path, line: Mapping[str, Any]) -> None:
-    """Append one line durably; start on a fresh line if a killed run left a partial one."""
+    """Append one line durably; start on a fresh line if a killed run left a partial one. An
+    exclusive flock covers the check and the write: jobs on several GPUs append to one file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(line, allow_nan=True) + "\n"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         size = os.fstat(fd).st_size
         if size:
             with path.open("rb") as handle:
