@@ -39,9 +39,9 @@ def test_a_held_gpu_is_refused_then_waited_for_then_freed_by_a_kill(
 ) -> None:
     monkeypatch.setenv("ENVAUDIT_CACHE", str(tmp_path))
     holder = hold(3.0, tmp_path)
-    with pytest.raises(GpuBusy, match=rf"GPU {UUID} is in use: held by pid {holder.pid}") as busy:
-        with holding_gpu(UUID):
-            pass
+    refused = rf"GPU {UUID} is in use: held by pid {holder.pid}"
+    with pytest.raises(GpuBusy, match=refused) as busy, holding_gpu(UUID):
+        pass
     assert busy.value.exit_code == 2
     start = time.monotonic()
     with holding_gpu(UUID, wait_s=30):  # the holder lets go after 3 s
