@@ -657,7 +657,20 @@ def audit(
     runtime: RuntimeOption = None,
     env: EnvOption = None,
     over: OverOption = None,
-    executor: Annotated[str, typer.Option("--executor", help="local.")] = "local",
+    executor: Annotated[
+        str, typer.Option("--executor", help="local, or slurm (one job array).")
+    ] = "local",
+    partition: Annotated[str | None, typer.Option("--partition", help="slurm.")] = None,
+    account: Annotated[str | None, typer.Option("--account", help="slurm.")] = None,
+    time_limit: Annotated[
+        str | None, typer.Option("--time-limit", help="slurm: per task (`30`, `1:00:00`).")
+    ] = None,
+    retries: Annotated[
+        int, typer.Option("--retries", min=0, help="slurm: resubmissions of a failed task.")
+    ] = 2,
+    shard: Annotated[
+        int, typer.Option("--shard", min=0, help="slurm: workloads per task (0: a solution's all).")
+    ] = 0,
     suite: Annotated[
         str | None, typer.Option("--suite", help="Default: dev on a GPU, smoke on the CPU.")
     ] = None,
@@ -692,8 +705,8 @@ def audit(
     from envaudit.runtime.audit import AuditPlan, all_solutions, run_audit
     from envaudit.runtime.registry import RunOptions
 
-    if executor != "local":
-        _error(f"executor {executor} is not built yet", "use --executor local")
+    if executor not in ("local", "slurm"):
+        _error(f"no executor {executor}", "use --executor local or --executor slurm")
     if gpu and device:
         _error("give either --gpu or --device, not both")
     devices: list[tuple[str | None, str | None]] = [(g, None) for g in gpu or []]
@@ -732,11 +745,18 @@ def audit(
         cpu_jobs=cpu_jobs,
     )
     with _reported():
-        result = run_audit(
-            plan,
-            lambda name, where: typer.echo(f"audit: {name} on {where}"),
-            _env_preparer(chosen, options),
-        )
+        if executor == "slurm":
+            from envaudit.runtime.audit import run_slurm_audit
+            from envaudit.runtime.slurm import SlurmSettings
+
+            settings = SlurmSettings(partition, account, time_limit, retries, shard=shard)
+            result = run_slurm_audit(plan, settings, typer.echo, _env_preparer(chosen, options))
+        else:
+            result = run_audit(
+                plan,
+                lambda name, where: typer.echo(f"audit: {name} on {where}"),
+                _env_preparer(chosen, options),
+            )
     for error in result.errors:
         typer.echo(f"error: {error}", err=True)
     counts = ", ".join(f"{n} {status}" for status, n in sorted(result.statuses.items()))

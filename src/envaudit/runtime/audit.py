@@ -9,8 +9,10 @@ environment cannot be made is reported with its hint, and the audit goes on.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +31,14 @@ from envaudit.runtime.jobs import (
     select_workloads,
 )
 from envaudit.runtime.registry import RunOptions, get_runtime, run_job
+from envaudit.runtime.slurm import (
+    SlurmSettings,
+    Task,
+    check_slurm,
+    merge_task_reports,
+    run_tasks,
+    task_lines_json,
+)
 from envaudit.schema.names import shown
 from envaudit.schema.results import kept_lines, read_lines
 
@@ -227,3 +237,89 @@ def run_audit(
         result.statuses[str(line.get("status"))] += 1
     result.superseded = sum(1 for _, line in read_lines(report) if line) - len(kept)
     return result
+
+
+def run_slurm_audit(
+    plan: AuditPlan,
+    settings: SlurmSettings,
+    on_event: Callable[[str], None] | None = None,
+    prepare_env: BuildHook | None = None,
+) -> AuditResult:
+    """The audit as one Slurm job array (runtime/slurm.py): one task per solution, or per
+    `settings.shard` of its workloads; with `--resume`, only tasks whose workloads lack a line.
+    The tasks' lines are merged into OUT/results.jsonl when every task has ended; the array's
+    files stay in OUT/slurm/<start time>-<pid>/."""
+    check_audit(plan)
+    check_slurm()
+    report = plan.out / "results.jsonl"
+    result = AuditResult(report)
+    envs = envs_of(plan)
+    unavailable = {e: prepare_env(e) if prepare_env and e else None for e in set(envs.values())}
+    gpu = any(g for g, _ in plan.devices)
+    suite = plan.suite or ("dev" if gpu else "smoke")
+    done = _recorded(report) if plan.options.resume else set()
+    ts = load_traceset(plan.data_root)
+    tasks = []
+    for name in longest_first(plan, list(plan.solutions), report):
+        if unavailable[envs[name]]:
+            result.errors.append(f"{name}: {unavailable[envs[name]]}")
+            continue
+        _, solution = find_solution(name, plan.solutions_root)
+        chosen = select_workloads(ts, solution.definition, RunRequest(name, suite=suite))
+        todo = [w for w in chosen if (name, w) not in done]
+        size = settings.shard or len(todo) or 1
+        for start in range(0, len(todo), size):
+            shard = tuple(todo[start : start + size])
+            tasks.append(Task(name, shard, _task_args(plan, name, shard, gpu)))
+    folder = plan.out / "slurm" / f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+    if tasks:
+        run = run_tasks(tasks, folder, settings, gpu, on_event)
+        merge_task_reports(run, folder, report)
+        (folder / "array.json").write_text(task_lines_json(run) + "\n")
+        for index in run.gave_up:
+            task = run.tasks[index]
+            result.errors.append(
+                f"{task.solution}: task {index} failed {run.attempts[index]} time(s)"
+                f" (Slurm output: {folder / f'task-{index}.out'})"
+            )
+    kept = kept_lines(report) if report.is_file() else {}
+    for line in kept.values():
+        result.statuses[str(line.get("status"))] += 1
+    if report.is_file():
+        result.superseded = sum(1 for _, line in read_lines(report) if line) - len(kept)
+    return result
+
+
+def _recorded(report: Path) -> set[tuple[str, str]]:
+    if not report.is_file():
+        return set()
+    return {
+        (str(line.get("solution")), str((line.get("workload") or {}).get("uuid")))
+        for line in kept_lines(report).values()
+    }
+
+
+def _task_args(
+    plan: AuditPlan, name: str, workloads: tuple[str, ...], gpu: bool
+) -> tuple[str, ...]:
+    """`envaudit run` arguments of one task (its report and, on a GPU, --gpu come later)."""
+    args = ["--solution", name, "--runtime", plan.runtime]
+    args += ["--data-root", str(plan.data_root.resolve())]
+    args += ["--solutions-root", str(plan.solutions_root.resolve())]
+    args += ["--reference-cache", str((plan.out / REFERENCE_CACHE).resolve())]
+    args += ["--timeout", str(plan.options.workload_timeout_s)]
+    for workload in workloads:
+        args += ["--workload", workload]
+    if not gpu:
+        args += ["--device", "cpu"]
+    if gpu and plan.graph_timing:
+        args.append("--graph-timing")
+    if plan.options.env:
+        args += ["--env", plan.options.env]
+    if plan.options.over:
+        args += ["--over", plan.options.over]
+    if plan.strict_diagnostic:
+        args.append("--strict-diagnostic")
+    if plan.scale_probe:
+        args.append("--scale-probe")
+    return tuple(args)
