@@ -17,6 +17,9 @@
 #                                                          env order swapped each round, suite
 #                                                          SUITE (default all), graph timing;
 #                                                          lines appended to OUT/alternate/<env>.jsonl
+#   scripts/gpu/library-session.sh envaudit OUT ARGS...     any envaudit command in the session's
+#                                                          setting (engine, store, cache)
+#   scripts/gpu/library-session.sh scaling OUT SOLUTION... scripts/gpu/gpu-scaling.sh (two GPUs)
 #   scripts/gpu/library-session.sh pack OUT DEST           each audit's result files to DEST (few
 #                                                          files, as the device tool wants) and
 #                                                          the logs, less reference caches, in a tar
@@ -99,6 +102,14 @@ case $cmd in
       done
     done
     docker images --format '{{.Repository}}:{{.Tag}} {{.ID}} {{.Size}}' >"$out/images.txt"
+    ;;
+  envaudit)
+    setup
+    step "envaudit-$1" python3 -m envaudit "$@"
+    ;;
+  scaling)
+    setup
+    step scaling scripts/gpu/gpu-scaling.sh "$out/scaling" "$@"
     ;;
   pack)
     dest=$1

@@ -187,6 +187,7 @@ class DatasetBuilder:
     def _write_blob(path: Path, tensors: dict[str, torch.Tensor]) -> str:
         path.parent.mkdir(parents=True, exist_ok=True)
         save_file(tensors, str(path))
+        path.chmod(0o644)  # safetensors writes 0600; containers read blobs as a non-root user
         return hashlib.sha256(path.read_bytes()).hexdigest()
 
     @staticmethod
