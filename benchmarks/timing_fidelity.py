@@ -13,7 +13,12 @@ medians, and the SM clock NVML reported around the first repeat.
 Targets (issue 3): eager within 2% of kernel time for kernels >= 20 us; graph within 10% for the
 ~5 us kernel; spread under 1.02.
 
-    python benchmarks/timing_fidelity.py [--json OUT.json]
+    python benchmarks/timing_fidelity.py [--json OUT.json] [--peers]
+
+With --peers the same kernels are also timed by the peers' timers (triton.testing.do_bench and
+do_bench_cudagraph, torch.utils.benchmark.Timer.blocked_autorange), each called as its users
+call it, against the same CUPTI kernel time (the eager rows'), with the wall time one
+measurement takes: accuracy and cost side by side (issue 16).
 """
 
 from __future__ import annotations
@@ -100,9 +105,78 @@ def cupti_kernel_us(run: Callable[[], float], flush_names: set[str]) -> tuple[fl
     return harness_us, statistics.median(by_name[name])
 
 
+def peer_timers(
+    launch: Callable[[int], Any], copies: int, device: torch.device
+) -> dict[str, Callable[[], float]]:
+    """Each method's figure (us) for one launch of the kernel: the harness's two modes and the
+    peers' timers, each with its own defaults (the way their users call them)."""
+    import triton.testing  # type: ignore[import-not-found,import-untyped,unused-ignore]
+    from torch.utils import benchmark
+
+    def torch_benchmark() -> float:
+        timer = benchmark.Timer(stmt="launch(0)", globals={"launch": launch})
+        return float(timer.blocked_autorange(min_run_time=0.2).median * 1e6)
+
+    return {
+        "harness graph": lambda: time_graph_cuda(launch, copies, device).median_ms * 1e3,
+        "harness eager": lambda: time_eager_cuda(launch, copies, device).median_ms * 1e3,
+        "triton do_bench": lambda: float(triton.testing.do_bench(lambda: launch(0))) * 1e3,
+        "triton do_bench_cudagraph": lambda: (
+            float(triton.testing.do_bench_cudagraph(lambda: launch(0))) * 1e3
+        ),
+        "torch.utils.benchmark": torch_benchmark,
+    }
+
+
+def peer_rows(
+    kernels: dict[str, tuple[Callable[[int], Any], int]],
+    cupti_us: dict[str, float],
+    device: torch.device,
+) -> list[dict[str, Any]]:
+    """Per kernel and method: median of REPEATS figures, its ratio to the kernel's CUPTI time,
+    the spread of the figures, and the wall time one measurement took."""
+    rows = []
+    for name, (launch, copies) in kernels.items():
+        heat_up(launch, copies, HEAT_UP_S)
+        for method, measure in peer_timers(launch, copies, device).items():
+            figures, walls = [], []
+            for _ in range(REPEATS):
+                start = time.perf_counter()
+                figures.append(measure())
+                walls.append(time.perf_counter() - start)
+            median = statistics.median(figures)
+            rows.append(
+                {
+                    "kernel": name,
+                    "method": method,
+                    "median_us": median,
+                    "ratio_to_cupti": median / cupti_us[name] if cupti_us.get(name) else None,
+                    "spread": max(figures) / min(figures),
+                    "wall_s": [min(walls), max(walls)],
+                }
+            )
+    return rows
+
+
+def print_peers(rows: list[dict[str, Any]]) -> None:
+    print(f"\n{'kernel':16} {'method':26} {'us':>10} {'/cupti':>7} {'spread':>7}  wall s")
+    for r in rows:
+        ratio = f"{r['ratio_to_cupti']:7.3f}" if r["ratio_to_cupti"] else f"{'-':>7}"
+        print(
+            f"{r['kernel']:16} {r['method']:26} {r['median_us']:10.2f} {ratio} {r['spread']:7.3f}"
+            f"  {r['wall_s'][0]:.2f}-{r['wall_s'][1]:.2f}"
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", help="also write the figures here")
+    parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="also time the kernels with triton's do_bench and do_bench_cudagraph and"
+        " torch.utils.benchmark: accuracy (ratio to CUPTI) and cost (wall per measurement)",
+    )
     args = parser.parse_args()
     device = torch.device("cuda")
     flush_names = flush_kernel_names(device)
@@ -154,11 +228,19 @@ def main() -> int:
             f"{r['kernel']:16} {r['mode']:6} {r['harness_median_us']:11.2f} {cupti} {ratio} "
             f"{r['spread']:7.4f}  {r['repeats'][0]['sm_clock_mhz']}"
         )
-    record = {
+    record: dict[str, Any] = {
         "device": torch.cuda.get_device_name(device),
         "torch": torch.__version__,
         "rows": rows,
     }
+    if args.peers:
+        cupti = {
+            r["kernel"]: r["cupti_median_us"]
+            for r in rows
+            if r["mode"] == "eager" and r["cupti_median_us"]
+        }
+        record["peers"] = peer_rows(calibration_kernels(device), cupti, device)
+        print_peers(record["peers"])
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(record, handle, indent=2)
