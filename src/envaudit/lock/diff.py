@@ -161,11 +161,7 @@ def _declared_names(env_toml: str | None) -> set[str]:
     except tomllib.TOMLDecodeError:
         return set()
     requirements: Iterable[str] = spec.get("requirements") or []
-    return {_normalize(split_pin(r)[0]) for r in requirements if isinstance(r, str)}
-
-
-def _normalize(name: str) -> str:
-    return name.lower().replace("_", "-").replace(".", "-")
+    return {split_pin(r)[0] for r in requirements if isinstance(r, str)}
 
 
 def render_diff(diff: EnvDiff) -> str:

@@ -122,12 +122,21 @@ def _files_holding(commit: str, text: str, root: Path) -> list[str]:
 
 
 def git_show(commit: str, path: str, root: Path, missing_ok: bool = False) -> str:
-    result = run_git("show", f"{commit}:{path}", cwd=root)
-    if result.returncode != 0:
+    return git_bytes(commit, path, root, missing_ok).decode()
+
+
+def git_bytes(commit: str, path: str, root: Path, missing_ok: bool = False) -> bytes:
+    """A file as it was at `commit`, byte for byte (no newline translation: source hashes are
+    over bytes); b"" when it is absent and `missing_ok`."""
+    done = subprocess.run(
+        ["git", "show", f"{commit}:{path}"], cwd=root, capture_output=True, check=False
+    )
+    if done.returncode != 0:
         if missing_ok:
-            return ""
-        raise LockNotFound(f"git cannot read {path} at {commit[:12]}: {result.stderr.strip()}")
-    return result.stdout
+            return b""
+        message = done.stderr.decode(errors="replace").strip()
+        raise LockNotFound(f"git cannot read {path} at {commit[:12]}: {message}")
+    return done.stdout
 
 
 def git_export(commit: str, path: str, root: Path, dest: Path) -> Path:

@@ -19,7 +19,7 @@ import math
 import random
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 DRAWS = 10_000
@@ -128,7 +128,7 @@ def table(result: Mapping[str, Any], names: tuple[str, str]) -> str:
 def env_comparisons(
     lines: Iterable[Mapping[str, Any]],
     declared: Mapping[str, str | None],
-    group_of: Any,
+    group_of: Callable[[Mapping[str, Any]], str],
 ) -> list[dict[str, Any]]:
     """Every solution measured in two or more envs on one GPU model, with at least MIN_RUNS
     repeated runs of a common workload in each: the declared env against each other env

@@ -65,9 +65,13 @@ def geomean_interval(
     """The 95% interval of the geometric mean of speedups with these log variances."""
     if not speedups or len(speedups) != len(variances):
         return None
-    n = len(speedups)
-    mean = sum(math.log(s) for s in speedups) / n
-    return interval(mean, sum(variances) / n**2)
+    mean = sum(math.log(s) for s in speedups) / len(speedups)
+    return interval(mean, geomean_log_variance(variances))
+
+
+def geomean_log_variance(variances: Sequence[float]) -> float:
+    """var(log geometric mean) of independent terms: sum(var_i) / n^2."""
+    return sum(variances) / len(variances) ** 2
 
 
 def holds_one(bounds: Sequence[float] | None) -> bool | None:

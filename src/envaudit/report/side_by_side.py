@@ -10,13 +10,12 @@ failed the same way, when only the status can be compared).
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from envaudit.errors import EXIT_FAILED, EXIT_OK, EnvauditError
-from envaudit.report.intervals import interval, log_median_variance
+from envaudit.report.intervals import speedup_interval
 from envaudit.report.traces import trace_to_line
 
 
@@ -42,12 +41,8 @@ def compare_runs(then: Mapping[str, Any], now: Mapping[str, Any]) -> dict[str, A
     if timed is not None:
         mode, old, new = timed
         ratio = new["median_ms"] / old["median_ms"]
-        variances = (log_median_variance(old), log_median_variance(new))
-        bounds = (
-            interval(math.log(ratio), variances[0] + variances[1])
-            if variances[0] is not None and variances[1] is not None
-            else None
-        )
+        found = speedup_interval(ratio, old, new)  # the same arithmetic as a speedup's
+        bounds = found[0] if found else None
         result["timing"] = {
             "mode": mode,
             "median_ms": [old["median_ms"], new["median_ms"]],

@@ -20,7 +20,13 @@ from typing import Any
 
 from envaudit.report.env_compare import env_comparisons
 from envaudit.report.hardware import peak_for
-from envaudit.report.intervals import geomean_interval, holds_one, interval, speedup_interval
+from envaudit.report.intervals import (
+    geomean_interval,
+    geomean_log_variance,
+    holds_one,
+    interval,
+    speedup_interval,
+)
 from envaudit.report.merge import MergeResult
 
 PREFERENCE_RULE = (
@@ -200,7 +206,7 @@ def _solution_block(
         speedups["primary_ci95"] = [_round(b) for b in bounds]
         speedups["within_noise"] = holds_one(bounds)
         speedups["log_variance"] = _round(
-            sum(r["speedup_log_variance"] for r in timed) / compared**2
+            geomean_log_variance([r["speedup_log_variance"] for r in timed])
         )
     first = lines[0]
     context = first.get("context") or {}

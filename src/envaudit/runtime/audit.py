@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from envaudit.dataset.traceset import DatasetRootError, load_traceset
+from envaudit.dataset.traceset import DatasetRootError, TraceSet, load_traceset
 from envaudit.errors import EnvauditError
 from envaudit.runtime.devices import gpus, require_gpu
 from envaudit.runtime.jobs import (
@@ -34,10 +34,10 @@ from envaudit.runtime.registry import RunOptions, get_runtime, run_job
 from envaudit.runtime.slurm import (
     SlurmSettings,
     Task,
+    array_record,
     check_slurm,
     merge_task_reports,
     run_tasks,
-    task_lines_json,
 )
 from envaudit.schema.names import shown
 from envaudit.schema.results import kept_lines, read_lines
@@ -69,6 +69,10 @@ class AuditPlan:
     """Run every solution on every GPU named (to compare cards), not once per GPU model."""
     cpu_jobs: int = 1
     """CPU audits: jobs at once (their timings then share the CPU)."""
+
+    def suite_for(self, gpu: bool) -> str:
+        """The suite asked for, else dev on a GPU and smoke on the CPU."""
+        return self.suite or ("dev" if gpu else "smoke")
 
 
 @dataclass
@@ -135,7 +139,7 @@ def _request(
         solution=name,
         data_root=plan.data_root,
         solutions_root=plan.solutions_root,
-        suite=plan.suite or ("dev" if gpu else "smoke"),
+        suite=plan.suite_for(gpu is not None),
         gpu=gpu,
         device=device,
         graph_timing=plan.graph_timing and gpu is not None,
@@ -171,13 +175,10 @@ def longest_first(plan: AuditPlan, names: list[str], report: Path) -> list[str]:
                 solution = str(line.get("solution"))
                 spent[solution] = spent.get(solution, 0.0) + float(wall)
     ts = load_traceset(plan.data_root)
-    suite = plan.suite or ("dev" if any(g for g, _ in plan.devices) else "smoke")
+    suite = plan.suite_for(any(g for g, _ in plan.devices))
 
     def expected(name: str) -> float:
-        if name in spent:
-            return spent[name]
-        _, solution = find_solution(name, plan.solutions_root)
-        return float(len(select_workloads(ts, solution.definition, RunRequest(name, suite=suite))))
+        return spent[name] if name in spent else float(len(_selected(plan, ts, name, suite)))
 
     return sorted(names, key=lambda name: (-expected(name), name))
 
@@ -193,17 +194,7 @@ def run_audit(
     check_audit(plan)
     report = plan.out / "results.jsonl"
     result = AuditResult(report)
-    envs = envs_of(plan)
-    unavailable: dict[str | None, str | None] = {}
-    for env in dict.fromkeys(envs.values()):
-        unavailable[env] = prepare_env(env) if prepare_env and env else None
-    ready = []
-    for name in plan.solutions:
-        if unavailable[envs[name]]:
-            result.errors.append(f"{name}: {unavailable[envs[name]]}")
-        else:
-            ready.append(name)
-    ordered = longest_first(plan, ready, report)
+    ordered = longest_first(plan, _ready(plan, prepare_env, result), report)
     guard = threading.Lock()
 
     def work(pool: queue.SimpleQueue[str], gpu: str | None, device: str | None) -> None:
@@ -232,11 +223,40 @@ def run_audit(
         thread.start()
     for thread in threads:
         thread.join()
-    kept = kept_lines(report)
-    for line in kept.values():
-        result.statuses[str(line.get("status"))] += 1
-    result.superseded = sum(1 for _, line in read_lines(report) if line) - len(kept)
+    return _counted(result)
+
+
+def _ready(plan: AuditPlan, prepare_env: BuildHook | None, result: AuditResult) -> list[str]:
+    """Each env made once, in order, before any job; the solutions whose env could be had
+    (the others go to result.errors with the reason)."""
+    envs = envs_of(plan)
+    unavailable = {
+        e: prepare_env(e) if prepare_env and e else None for e in dict.fromkeys(envs.values())
+    }
+    ready = []
+    for name in plan.solutions:
+        if unavailable[envs[name]]:
+            result.errors.append(f"{name}: {unavailable[envs[name]]}")
+        else:
+            ready.append(name)
+    return ready
+
+
+def _counted(result: AuditResult) -> AuditResult:
+    """Statuses over the line that counts per key, and how many lines were superseded."""
+    if result.report.is_file():
+        kept = kept_lines(result.report)
+        for line in kept.values():
+            result.statuses[str(line.get("status"))] += 1
+        lines = sum(1 for _, line in read_lines(result.report) if line)
+        result.superseded = lines - len(kept)
     return result
+
+
+def _selected(plan: AuditPlan, ts: TraceSet, name: str, suite: str) -> list[str]:
+    """The workloads of solution `name` in `suite`."""
+    _, solution = find_solution(name, plan.solutions_root)
+    return select_workloads(ts, solution.definition, RunRequest(name, suite=suite))
 
 
 def run_slurm_audit(
@@ -253,20 +273,13 @@ def run_slurm_audit(
     check_slurm()
     report = plan.out / "results.jsonl"
     result = AuditResult(report)
-    envs = envs_of(plan)
-    unavailable = {e: prepare_env(e) if prepare_env and e else None for e in set(envs.values())}
     gpu = any(g for g, _ in plan.devices)
-    suite = plan.suite or ("dev" if gpu else "smoke")
+    suite = plan.suite_for(gpu)
     done = _recorded(report) if plan.options.resume else set()
     ts = load_traceset(plan.data_root)
     tasks = []
-    for name in longest_first(plan, list(plan.solutions), report):
-        if unavailable[envs[name]]:
-            result.errors.append(f"{name}: {unavailable[envs[name]]}")
-            continue
-        _, solution = find_solution(name, plan.solutions_root)
-        chosen = select_workloads(ts, solution.definition, RunRequest(name, suite=suite))
-        todo = [w for w in chosen if (name, w) not in done]
+    for name in longest_first(plan, _ready(plan, prepare_env, result), report):
+        todo = [w for w in _selected(plan, ts, name, suite) if (name, w) not in done]
         size = settings.shard or len(todo) or 1
         for start in range(0, len(todo), size):
             shard = tuple(todo[start : start + size])
@@ -275,19 +288,14 @@ def run_slurm_audit(
     if tasks:
         run = run_tasks(tasks, folder, settings, gpu, on_event)
         merge_task_reports(run, folder, report)
-        (folder / "array.json").write_text(task_lines_json(run) + "\n")
+        (folder / "array.json").write_text(array_record(run) + "\n")
         for index in run.gave_up:
             task = run.tasks[index]
             result.errors.append(
                 f"{task.solution}: task {index} failed {run.attempts[index]} time(s)"
                 f" (Slurm output: {folder / f'task-{index}.out'})"
             )
-    kept = kept_lines(report) if report.is_file() else {}
-    for line in kept.values():
-        result.statuses[str(line.get("status"))] += 1
-    if report.is_file():
-        result.superseded = sum(1 for _, line in read_lines(report) if line) - len(kept)
-    return result
+    return _counted(result)
 
 
 def _recorded(report: Path) -> set[tuple[str, str]]:

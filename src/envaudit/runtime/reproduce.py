@@ -23,6 +23,7 @@ from envaudit.errors import EXIT_USAGE, EnvauditError
 from envaudit.lock.history import (
     LockNotFound,
     find_lock,
+    git_bytes,
     git_export,
     git_root,
     git_show,
@@ -31,7 +32,7 @@ from envaudit.lock.history import (
 from envaudit.runtime.devices import gpus
 from envaudit.runtime.jobs import RunRequest
 from envaudit.runtime.registry import RunOptions, run_job
-from envaudit.schema.models import solution_source_hash
+from envaudit.schema.models import solution_revision
 
 
 class CannotReproduce(EnvauditError):
@@ -159,10 +160,9 @@ def _solution_revision(
 def _folder_hash(folder: Path) -> str | None:
     try:
         spec = json.loads((folder / "solution.json").read_text())
-        files = {s["path"]: (folder / s["path"]).read_bytes() for s in spec["sources"]}
+        return solution_revision(spec, lambda rel: (folder / rel).read_bytes())
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return solution_source_hash(files)
 
 
 def _commits_touching(repo: Path, rel: str) -> list[str]:
@@ -174,13 +174,9 @@ def _revision_hash(repo: Path, commit: str, rel: str) -> str | None:
     text = git_show(commit, f"{rel}/solution.json", repo, missing_ok=True)
     try:
         spec = json.loads(text)
-        files = {
-            s["path"]: git_show(commit, f"{rel}/{s['path']}", repo).encode()
-            for s in spec["sources"]
-        }
+        return solution_revision(spec, lambda path: git_bytes(commit, f"{rel}/{path}", repo))
     except (ValueError, KeyError, TypeError, LockNotFound):
         return None
-    return solution_source_hash(files)
 
 
 def _environment(

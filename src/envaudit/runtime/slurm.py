@@ -81,13 +81,12 @@ class SlurmRun:
     attempts: dict[int, int] = field(default_factory=dict)
     """Task index -> times submitted."""
     gave_up: list[int] = field(default_factory=list)
-    submit_s: float = 0.0
     wall_s: float = 0.0
 
 
 def check_slurm() -> None:
     """sbatch, squeue, scontrol and scancel answer here (exit 2 otherwise)."""
-    done = _call(["squeue", "-h", "-o", "%i"], check=False)
+    done = _call(["squeue", "-h", "-o", "%i"])
     if done.returncode != 0:
         raise SlurmError(
             f"Slurm does not answer here (squeue: {done.stderr.strip() or done.returncode})",
@@ -137,7 +136,7 @@ def run_tasks(
             pending = retry
     except KeyboardInterrupt:
         for job in run.job_ids:
-            _call(["scancel", job], check=False)
+            _call(["scancel", job])
         raise
     run.wall_s = time.monotonic() - started
     return run
@@ -174,7 +173,7 @@ def _submit(
         argv.append(f"--account={settings.account}")
     if settings.time_limit:
         argv.append(f"--time={settings.time_limit}")
-    done = _call([*argv, str(script)], check=False)
+    done = _call([*argv, str(script)])
     if done.returncode != 0:
         raise SlurmError(f"sbatch refused the audit's array: {done.stderr.strip()}")
     return done.stdout.strip().split(";")[0]
@@ -183,7 +182,7 @@ def _submit(
 def _wait(job: str, poll_s: float) -> dict[int, str]:
     """Poll until no task of the array is pending or running; task index -> final state."""
     while True:
-        done = _call(["squeue", "-h", "-r", "-j", job, "-o", "%K %T"], check=False)
+        done = _call(["squeue", "-h", "-r", "-j", job, "-o", "%K %T"])
         active = [line for line in done.stdout.splitlines() if line.strip()]
         if done.returncode == 0 and not active:
             break
@@ -193,7 +192,7 @@ def _wait(job: str, poll_s: float) -> dict[int, str]:
 
 def _final_states(job: str) -> dict[int, str]:
     """From `scontrol show job` (kept MinJobAge seconds after the end; no accounting needed)."""
-    done = _call(["scontrol", "show", "job", "-o", job], check=False)
+    done = _call(["scontrol", "show", "job", "-o", job])
     states: dict[int, str] = {}
     for record in done.stdout.splitlines():
         fields = dict(part.split("=", 1) for part in record.split() if "=" in part)
@@ -220,14 +219,15 @@ def _ranges(indices: list[int]) -> str:
     return ",".join(str(i) for i in sorted(indices))
 
 
-def _call(argv: list[str], check: bool) -> subprocess.CompletedProcess[str]:
+def _call(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """A Slurm command; its exit code is the caller's to read (a missing tool is 127)."""
     try:
-        return subprocess.run(argv, capture_output=True, text=True, check=check, timeout=120)
+        return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
     except FileNotFoundError:
         return subprocess.CompletedProcess(argv, 127, "", f"{argv[0]}: not found")
 
 
-def task_lines_json(run: SlurmRun) -> str:
+def array_record(run: SlurmRun) -> str:
     """A record of the array for OUT/slurm/array.json."""
     return json.dumps(
         {

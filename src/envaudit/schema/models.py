@@ -284,6 +284,20 @@ class BuildSpec(Model):
     binding: str | None = None
 
 
+def solution_revision(spec: Mapping[str, Any], read: Callable[[str], bytes]) -> str:
+    """The `solution_hash` of a solution.json's sources, inline `content` or files read by
+    `read(relative path)` (from a folder, or from a git commit)."""
+    files = {
+        source["path"]: (
+            source["content"].encode()
+            if source.get("content") is not None
+            else read(source["path"])
+        )
+        for source in spec["sources"]
+    }
+    return solution_source_hash(files)
+
+
 def solution_source_hash(files: Mapping[str, bytes]) -> str:
     """A solution's revision as result lines record it (`solution_hash`): sha256 over each
     source's relative path and sha256, in path order. The harness computes the same digest with
