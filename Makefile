@@ -73,7 +73,8 @@ build: bootstrap
 # (docs/audit/README.md). Earlier lines are kept as history under docs/results/.
 REPORT_LINES := docs/results/h200/libraries/audit-dev.jsonl docs/results/h200/libraries/tilelang-0.1.12.jsonl \
 	docs/results/h200/flashmla/flashmla-13.1.jsonl docs/results/h200/flashmla/flashmla-13.3.jsonl \
-	docs/results/h200/gdn-strict-diagnostic.jsonl
+	docs/results/h200/gdn-strict-diagnostic.jsonl \
+	docs/results/h200/natten/natten.jsonl docs/results/h200/natten/torch-flex.jsonl
 report: bootstrap
 	.venv/bin/envaudit merge $(REPORT_LINES) --out docs/
 
