@@ -213,6 +213,25 @@ def test_passing_lines_carry_timing_and_record(fault_run: dict) -> None:
     assert line["seed"] == 7
 
 
+def test_lines_carry_the_phase_profile(fault_run: dict) -> None:
+    """Each line says where its wall time went (benchmarks/audit_profile.py adds these up): the
+    worker's first line also its start and the solution's load, measured by the supervisor."""
+    lines = list(fault_run["correct"].values())
+    first = [line for line in lines if "worker_start" in line["phases_s"]]
+    assert len(first) == 1 and first[0]["phases_s"]["worker_start"] > 0.1
+    assert first[0]["phases_s"]["solution_load"] >= 0
+    for line in lines:
+        phases = line["phases_s"]
+        assert {"inputs", "reference", "validation", "eager", "recheck"} <= set(phases)
+        inside = sum(v for k, v in phases.items() if k not in ("worker_start", "solution_load"))
+        assert inside <= line["wall_s"] + 0.01
+        eager = line["timing"]["eager"]
+        assert 0 < eager["measure_wall_ms"] <= phases["eager"] * 1e3
+        assert eager["warmup_wall_ms"] > 0
+    assert not fault_run["correct"][UUID_BLOB]["reference_cached"]
+    assert fault_run["correct_dps"][UUID_BLOB]["reference_cached"]
+
+
 def test_host_lines_record_the_check_against_the_declared_lock(fault_run: dict) -> None:
     """Every host line, crash lines included, says whether this interpreter is the declared
     environment; the verdict is the one `verify-env` gives for the same lock."""

@@ -20,7 +20,8 @@ from __future__ import annotations
 import math
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,37 +91,71 @@ class SolutionFailure(Exception):
         self.message = message
 
 
+class PhaseClock:
+    """Wall seconds spent in each phase of one workload's evaluation, in the order entered.
+    They go into the line as `phases_s` so that an audit's profile (benchmarks/audit_profile.py)
+    comes from the lines themselves, with no second instrumented run."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            spent = time.perf_counter() - start
+            self.seconds[name] = self.seconds.get(name, 0.0) + spent
+
+    def as_dict(self) -> dict[str, float]:
+        return {name: round(spent, 6) for name, spent in self.seconds.items()}
+
+
 def evaluate_workload(ctx: EvalContext, workload: Mapping[str, Any]) -> dict[str, Any]:
     """The outcome part of a result line for one workload."""
     outcome: dict[str, Any] = {"status": "PASSED", "message": ""}
+    clock = PhaseClock()
     try:
-        _evaluate(ctx, workload, outcome)
+        _evaluate(ctx, workload, outcome, clock)
     except SolutionFailure as failure:
         outcome.update(status=failure.status, message=failure.message)
     except InputError as exc:
         outcome.update(status="RUNTIME_ERROR", message=f"workload inputs: {exc}")
+    outcome["phases_s"] = clock.as_dict()
     return outcome
 
 
-def _evaluate(ctx: EvalContext, workload: Mapping[str, Any], outcome: dict[str, Any]) -> None:
-    inputs, refs = _inputs_and_reference(ctx, workload, seed_offset=0)
-    comparisons, prepare_ms, strict = _validate(ctx, workload, inputs, refs)
+def _evaluate(
+    ctx: EvalContext, workload: Mapping[str, Any], outcome: dict[str, Any], clock: PhaseClock
+) -> None:
+    hits = ctx.cache.hits
+    with clock.phase("inputs"):
+        inputs = _inputs(ctx, workload, seed_offset=0)
+    with clock.phase("reference"):
+        refs = ctx.cache.outputs(ctx.definition, workload, inputs, 0, ctx.device)
+    outcome["reference_cached"] = ctx.cache.hits > hits
+    with clock.phase("validation"):
+        comparisons, prepare_ms, strict = _validate(ctx, workload, inputs, refs)
     outcome["prepare_ms"] = prepare_ms
     outcome["correctness"] = _correctness(comparisons)
     if strict is not None:
         outcome["strict_diagnostic"] = strict
     status = overall_status(comparisons)
     if ctx.options.scale_probe:
-        outcome["scale_probe"] = _scale_probe(ctx, workload, comparisons)
+        with clock.phase("scale_probe"):
+            outcome["scale_probe"] = _scale_probe(ctx, workload, comparisons)
     if status != "PASSED":
         failing = next(c for c in comparisons if c.status == status)
         raise SolutionFailure(status, f"{failing.output}: {failing.message}")
     if ctx.options.validation_only:
         return
-    outcome["timing"] = _time(ctx, workload, inputs)
+    outcome["timing"] = _time(ctx, workload, inputs, clock)
     outcome["achieved"] = _achieved(ctx.definition, workload, inputs, outcome["timing"])
-    fresh, fresh_refs = _inputs_and_reference(ctx, workload, seed_offset=1)
-    recheck = _validate(ctx, workload, fresh, fresh_refs)[0]
+    with clock.phase("recheck"):
+        fresh = _inputs(ctx, workload, seed_offset=1)
+        fresh_refs = ctx.cache.outputs(ctx.definition, workload, fresh, 1, ctx.device)
+        recheck = _validate(ctx, workload, fresh, fresh_refs)[0]
     outcome["recheck"] = _correctness(recheck)
     status = overall_status(recheck)
     if status != "PASSED":
@@ -129,15 +164,12 @@ def _evaluate(ctx: EvalContext, workload: Mapping[str, Any], outcome: dict[str, 
         raise SolutionFailure(status, msg)
 
 
-def _inputs_and_reference(
-    ctx: EvalContext, workload: Mapping[str, Any], seed_offset: int
-) -> tuple[dict[str, Any], tuple[torch.Tensor, ...]]:
+def _inputs(ctx: EvalContext, workload: Mapping[str, Any], seed_offset: int) -> dict[str, Any]:
     inputs = materialize_inputs(ctx.definition, workload, ctx.root, ctx.device, seed_offset)
     broken = check_constraints(ctx.definition, workload, inputs)
     if broken:
         raise InputError(f"constraint {broken[0]!r} does not hold for these inputs")
-    refs = ctx.cache.outputs(ctx.definition, workload, inputs, seed_offset, ctx.device)
-    return inputs, refs
+    return inputs
 
 
 def _scale_probe(
@@ -445,9 +477,12 @@ def _input_copies(inputs: dict[str, Any], device: torch.device) -> list[dict[str
     return [inputs, *clones]
 
 
-def _time(ctx: EvalContext, workload: Mapping[str, Any], inputs: dict[str, Any]) -> dict[str, Any]:
-    copies = _input_copies(inputs, ctx.device)
-    prepared = [_prepare(ctx, copy)[0] for copy in copies]
+def _time(
+    ctx: EvalContext, workload: Mapping[str, Any], inputs: dict[str, Any], clock: PhaseClock
+) -> dict[str, Any]:
+    with clock.phase("timing_setup"):
+        copies = _input_copies(inputs, ctx.device)
+        prepared = [_prepare(ctx, copy)[0] for copy in copies]
     dps = ctx.solution.destination_passing
     outputs = _allocate_outputs(ctx, workload, 0) if dps else None
 
@@ -456,17 +491,20 @@ def _time(ctx: EvalContext, workload: Mapping[str, Any], inputs: dict[str, Any])
 
     timing: dict[str, Any] = {}
     try:
-        if ctx.device.type == "cuda":
-            timing["eager"] = time_eager_cuda(launch, len(copies), ctx.device).as_dict()
-        else:
-            timing["eager"] = time_wall_clock(launch, len(copies)).as_dict()
+        with clock.phase("eager"):
+            if ctx.device.type == "cuda":
+                timing["eager"] = time_eager_cuda(launch, len(copies), ctx.device).as_dict()
+            else:
+                timing["eager"] = time_wall_clock(launch, len(copies)).as_dict()
     except Exception as exc:
         msg = f"during timing: {type(exc).__name__}: {exc}\n{traceback.format_exc()[-2000:]}"
         raise SolutionFailure("RUNTIME_ERROR", msg) from exc
-    timing["clocks_after_eager"] = clock_state(ctx.device)
+    with clock.phase("clock_read"):
+        timing["clocks_after_eager"] = clock_state(ctx.device)
     if ctx.options.graph_timing and ctx.device.type == "cuda":
         try:
-            timing["graph"] = time_graph_cuda(launch, len(copies), ctx.device).as_dict()
+            with clock.phase("graph"):
+                timing["graph"] = time_graph_cuda(launch, len(copies), ctx.device).as_dict()
         except GraphCaptureError as exc:
             timing["graph"] = None
             timing["graph_error"] = str(exc)[:TRACEBACK_CHARS]

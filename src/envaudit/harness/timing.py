@@ -67,6 +67,10 @@ class TimingStats:
     calls_per_sample: int
     input_copies: int
     l2_flush_bytes: int
+    warmup_wall_ms: float | None = None
+    """Host wall time of the warm-up (for graphs: of capture and warm-up together)."""
+    measure_wall_ms: float | None = None
+    """Host wall time of the measured iterations, from the first launch to the last sync."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -133,16 +137,26 @@ def _event_loop(step: Launch, n: int, copies: int, flush: torch.Tensor) -> list[
     return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
 
 
+def _ms_since(start: float) -> float:
+    return (time.perf_counter() - start) * 1e3
+
+
 def time_eager_cuda(launch: Launch, copies: int, device: torch.device) -> TimingStats:
     flush = flush_buffer(device)
+    started = time.perf_counter()
     warmup, estimate = _cuda_warmup(launch, copies)
+    warmup_wall = _ms_since(started)
     n = _iterations(estimate, TARGET_MEASURE_MS, MIN_ITERS, MAX_ITERS)
+    started = time.perf_counter()
     samples = _event_loop(launch, n, copies, flush)
-    return summarize(samples, "cuda_events", warmup, copies, flush.numel())
+    stats = summarize(samples, "cuda_events", warmup, copies, flush.numel())
+    stats.warmup_wall_ms, stats.measure_wall_ms = warmup_wall, _ms_since(started)
+    return stats
 
 
 def time_graph_cuda(launch: Launch, copies: int, device: torch.device) -> TimingStats:
     """Capture graphs of back-to-back calls and time their replays (see module docstring)."""
+    started = time.perf_counter()
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
     try:
@@ -169,9 +183,13 @@ def time_graph_cuda(launch: Launch, copies: int, device: torch.device) -> Timing
 
     flush = flush_buffer(device)
     warmup, estimate = _cuda_warmup(replay, len(graphs))
+    warmup_wall = _ms_since(started)
     n = _iterations(estimate, TARGET_MEASURE_MS, MIN_ITERS, MAX_ITERS)
+    started = time.perf_counter()
     samples = [t / calls for t in _event_loop(replay, n, len(graphs), flush)]
-    return summarize(samples, "cuda_graph", warmup, copies, flush.numel(), calls)
+    stats = summarize(samples, "cuda_graph", warmup, copies, flush.numel(), calls)
+    stats.warmup_wall_ms, stats.measure_wall_ms = warmup_wall, _ms_since(started)
+    return stats
 
 
 def time_wall_clock(launch: Launch, copies: int) -> TimingStats:
@@ -182,9 +200,13 @@ def time_wall_clock(launch: Launch, copies: int) -> TimingStats:
         warmup += 1
     estimate = (time.perf_counter() - t0) * 1e3 / warmup
     n = _iterations(estimate, CPU_TARGET_MEASURE_MS, CPU_MIN_ITERS, CPU_MAX_ITERS)
+    warmup_wall = _ms_since(t0)
     samples = []
+    started = time.perf_counter()
     for i in range(n):
         start = time.perf_counter()
         launch(i % copies)
         samples.append((time.perf_counter() - start) * 1e3)
-    return summarize(samples, "wall_clock", warmup, copies, 0)
+    stats = summarize(samples, "wall_clock", warmup, copies, 0)
+    stats.warmup_wall_ms, stats.measure_wall_ms = warmup_wall, _ms_since(started)
+    return stats

@@ -74,6 +74,10 @@ class _Watch:
     current: str | None = None
     loading: bool = True
     finished: set[str] = field(default_factory=set)
+    started: float = field(default_factory=time.monotonic)
+    startup: dict[str, float] = field(default_factory=dict)
+    """Seconds from the launch to the worker's environment record (process and container
+    start, imports) and from there to its solution loaded; added to the worker's first line."""
 
 
 def default_jobs_root() -> Path:
@@ -207,8 +211,8 @@ def _run_worker(
     view = job.worker_view(launcher.seen_as, uuids)
     (folder / JOB_FILE).write_text(json.dumps(view))
     touch_heartbeat(folder)
-    handle = launcher.start(folder, log)
     watch = _Watch()
+    handle = launcher.start(folder, log)
     try:
         outcome, returncode = _follow(job, handle, folder, watch, timeouts)
     finally:
@@ -272,11 +276,15 @@ def _apply(job: Job, event: Mapping[str, Any], watch: _Watch) -> bool:
     """Act on one event; True when it restarts the workload clock."""
     kind = event.get("event")
     if kind == "env":
+        watch.startup["worker_start"] = time.monotonic() - watch.started
         watch.env = dict(event.get("environment") or {})
         dists = event.get("distributions") or {}
         record_distributions(job.report, str(watch.env.get("distributions_fingerprint")), dists)
         return False
     if kind == "ready":
+        watch.startup["solution_load"] = (
+            time.monotonic() - watch.started - watch.startup.get("worker_start", 0.0)
+        )
         watch.loading = False
         return False
     if kind == "begin":
@@ -285,7 +293,12 @@ def _apply(job: Job, event: Mapping[str, Any], watch: _Watch) -> bool:
         return True
     if kind == "result":
         uuid = str(event.get("uuid"))
-        append_line(job.report, event.get("line") or {})
+        line = dict(event.get("line") or {})
+        if watch.startup:
+            phases = {k: round(v, 6) for k, v in watch.startup.items()}
+            line["phases_s"] = {**phases, **(line.get("phases_s") or {})}
+            watch.startup = {}
+        append_line(job.report, line)
         watch.finished.add(uuid)
         watch.current = None
         return True

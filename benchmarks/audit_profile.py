@@ -1,0 +1,165 @@
+"""Where an audit's wall time goes: one `dev` audit of several solutions on a GPU, then the
+same audit again with everything cached (reference outputs, JIT caches), split by phase.
+
+Every result line carries `phases_s` (the harness's own clock around each phase of the
+workload, and the supervisor's for the worker's start and the solution's load), and its
+timings carry the wall time of their warm-up and of their measured iterations; this script only
+runs the audit and adds those up, so the profile is of the real command, not of a copy of it.
+
+    python benchmarks/audit_profile.py [--gpu GPU-<uuid>] --out DIR [--solution S ...]
+        [--runtime host] [--json OUT.json]
+
+Phases, per run: worker start (process or container start, imports, environment record);
+solution load; input generation; reference (computed on the cold run, read from the cache on
+the second); validation (prepare, the unjudged warm-up call, the judged call(s), comparison);
+timing set-up (input copies); eager and graph timing, each split into warm-up (graph: capture
+and warm-up) and measured iterations; clock read (NVML); post-timing re-check; and what lies
+outside every worker (environment checks, scheduling, result writing, process exits).
+
+Target (issue 16): the cached run's total at most 1.2x its timing phases (eager + graph).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+DEFAULT_SOLUTIONS = (
+    "gemm_bf16_n6144_k4096-torch",
+    "gdn_decode_qk4_v8_d128_k_last-triton",
+    "moe_router_mm_sqrtsoftplus_e128_h4096_topk6-triton",
+    "qsa_index_h64_d128_ps64_topk2048-triton",
+    "sparse_gqa_decode_h32_kv8_d128_ps64_topk2048-triton",
+    "neighborhood_attention_1d_k13_h8_d64-flex",
+)
+ORDER = (
+    "worker_start",
+    "solution_load",
+    "inputs",
+    "reference",
+    "validation",
+    "timing_setup",
+    "eager_warmup",
+    "eager_measure",
+    "graph_warmup",
+    "graph_measure",
+    "clock_read",
+    "recheck",
+    "scale_probe",
+    "outside_workers",
+)
+
+
+def run_audit(args: argparse.Namespace, out: Path) -> float:
+    """Run the audit command once; its wall seconds."""
+    command = [sys.executable, "-m", "envaudit", "audit", "--suite", args.suite, "--out", str(out)]
+    command += ["--runtime", args.runtime, "--timeout", "600"]
+    command += ["--gpu", args.gpu] if args.gpu else ["--device", "cpu"]
+    for solution in args.solution or DEFAULT_SOLUTIONS:
+        command += ["--solution", solution]
+    started = time.perf_counter()
+    done = subprocess.run(command, check=False)
+    wall = time.perf_counter() - started
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"the audit exited {done.returncode}: {' '.join(command)}")
+    return wall
+
+
+def phase_totals(lines: Iterable[Mapping[str, Any]], total_s: float) -> dict[str, float]:
+    """Seconds per phase over all lines; the timing phases split into warm-up and measurement."""
+    totals: dict[str, float] = defaultdict(float)
+    inside = 0.0
+    for line in lines:
+        phases = dict(line.get("phases_s") or {})
+        inside += float(line.get("wall_s") or 0.0)
+        inside += phases.get("worker_start", 0.0) + phases.get("solution_load", 0.0)
+        timing = line.get("timing") or {}
+        for mode in ("eager", "graph"):
+            spent = phases.pop(mode, 0.0)
+            stats = timing.get(mode) or {}
+            measure = (stats.get("measure_wall_ms") or 0.0) / 1e3
+            totals[f"{mode}_measure"] += measure
+            totals[f"{mode}_warmup"] += spent - measure
+        for name, spent in phases.items():
+            totals[name] += spent
+    totals["outside_workers"] = total_s - inside
+    return dict(totals)
+
+
+def read_lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(raw) for raw in path.read_text().splitlines() if raw.strip()]
+
+
+def profile(args: argparse.Namespace) -> dict[str, Any]:
+    out = Path(args.out)
+    if out.exists():
+        shutil.rmtree(out)
+    runs: dict[str, Any] = {}
+    for name in ("cold", "cached"):
+        wall = run_audit(args, out)
+        kept = out / f"results.{name}.jsonl"
+        os.replace(out / "results.jsonl", kept)
+        lines = read_lines(kept)
+        totals = phase_totals(lines, wall)
+        timing = sum(totals.get(k, 0.0) for k in ORDER if k.startswith(("eager", "graph")))
+        measure = totals.get("eager_measure", 0.0) + totals.get("graph_measure", 0.0)
+        runs[name] = {
+            "wall_s": wall,
+            "lines": len(lines),
+            "statuses": sorted({str(line.get("status")) for line in lines}),
+            "reference_cached": sum(1 for line in lines if line.get("reference_cached")),
+            "phases_s": totals,
+            "timing_s": timing,
+            "measure_s": measure,
+            "wall_over_timing": wall / timing if timing else None,
+            "wall_over_measure": wall / measure if measure else None,
+        }
+    return {"solutions": list(args.solution or DEFAULT_SOLUTIONS), "suite": args.suite, **runs}
+
+
+def print_profile(record: Mapping[str, Any]) -> None:
+    cold, cached = record["cold"], record["cached"]
+    print(f"{'phase':18} {'cold s':>9} {'share':>6} {'cached s':>9} {'share':>6}")
+    for name in ORDER:
+        a, b = cold["phases_s"].get(name, 0.0), cached["phases_s"].get(name, 0.0)
+        if a or b:
+            print(
+                f"{name:18} {a:9.2f} {a / cold['wall_s']:6.1%} {b:9.2f} {b / cached['wall_s']:6.1%}"
+            )
+    print(f"{'total (command)':18} {cold['wall_s']:9.2f} {'':6} {cached['wall_s']:9.2f}")
+    for name in ("cold", "cached"):
+        run = record[name]
+        print(
+            f"{name}: {run['lines']} lines {run['statuses']}, {run['reference_cached']} references"
+            f" from the cache; wall / timing phases {run['wall_over_timing']:.2f},"
+            f" wall / measured iterations {run['wall_over_measure']:.2f}"
+        )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--gpu", help="GPU UUID (default: the CPU, for a trial)")
+    parser.add_argument("--out", required=True, help="audit folder (emptied first)")
+    parser.add_argument("--solution", action="append", help="default: six dev-suite solutions")
+    parser.add_argument("--runtime", default="host")
+    parser.add_argument("--suite", default="dev")
+    parser.add_argument("--json", help="also write the profile here")
+    args = parser.parse_args()
+    record = profile(args)
+    print_profile(record)
+    if args.json:
+        Path(args.json).write_text(json.dumps(record, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
