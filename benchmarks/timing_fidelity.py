@@ -3,7 +3,8 @@
 For three calibration kernels (a 1 GiB device-to-device copy, an 8192^3 BF16 GEMM, a ~5 us
 copy) the harness times each launch exactly as it times solutions (eager: events with an L2
 flush between calls; graph: replays of a captured graph of back-to-back calls). Each kernel is
-first run for HEAT_UP_S seconds so that the GPU sits at its sustained clock. Each mode is then
+first run until the SM clock has settled (`heat_up`; the time it took is recorded), so that the
+GPU sits at its sustained clock. Each mode is then
 repeated five times; every repeat is timed once as is, and once more while torch.profiler
 (CUPTI) records the kernels of those launches (CUPTI tracing adds gaps between graph nodes, so
 the harness figure reported is the unprofiled one). The table gives the median harness time,
@@ -34,11 +35,16 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from envaudit.harness.environment import SmClock
 from envaudit.harness.timing import flush_buffer, time_eager_cuda, time_graph_cuda
 
 REPEATS = 5
 SMALL_COPIES = 8
-HEAT_UP_S = 2.0
+HEAT_MIN_S = 0.5
+HEAT_MAX_S = 30.0
+HEAT_READ_S = 0.05
+HEAT_WINDOW_S = 1.0
+HEAT_TOLERANCE = 0.005
 
 
 def calibration_kernels(device: torch.device) -> dict[str, tuple[Callable[[int], Any], int]]:
@@ -58,15 +64,18 @@ def calibration_kernels(device: torch.device) -> dict[str, tuple[Callable[[int],
     }
 
 
-def sm_clock_mhz() -> int | None:
-    try:
-        import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]
+_CLOCKS: list[SmClock] = []
 
-        pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
-        return int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
-    except Exception:
-        return None
+
+def clock() -> SmClock:
+    """One NVML reader for the whole run (the harness keeps one per worker)."""
+    if not _CLOCKS:
+        _CLOCKS.append(SmClock(torch.device("cuda")))
+    return _CLOCKS[0]
+
+
+def sm_clock_mhz() -> int | None:
+    return clock().read()
 
 
 def flush_kernel_names(device: torch.device) -> set[str]:
@@ -77,17 +86,36 @@ def flush_kernel_names(device: torch.device) -> set[str]:
     return {e.name for e in prof.events() if e.device_type.name == "CUDA"}
 
 
-def heat_up(launch: Callable[[int], Any], copies: int, seconds: float) -> None:
-    """Run the kernel for a while first: a cold H100 boosts higher for the first few hundred
-    milliseconds of a heavy GEMM, then settles at its power-limited clock."""
+def heat_up(launch: Callable[[int], Any], copies: int) -> dict[str, Any]:
+    """Run the kernel until the SM clock has settled: readings every HEAT_READ_S, steady when
+    the last HEAT_WINDOW_S of them lie within HEAT_TOLERANCE of each other (a cold GPU boosts
+    high for the first few hundred milliseconds of a heavy GEMM, then sinks to its power-limited
+    clock as it warms), for at least HEAT_MIN_S and at most HEAT_MAX_S. Returns how long it
+    took, whether it settled, and the readings."""
     start = time.perf_counter()
-    i = 0
-    while time.perf_counter() - start < seconds:
+    readings: list[int] = []
+    next_read, i = start, 0
+    window = int(HEAT_WINDOW_S / HEAT_READ_S)
+    settled = False
+    while (elapsed := time.perf_counter() - start) < HEAT_MAX_S:
         launch(i % copies)
         i += 1
-        if i % 64 == 0:
+        if time.perf_counter() >= next_read:
             torch.cuda.synchronize()
+            reading = sm_clock_mhz()
+            if reading is None:
+                if elapsed >= HEAT_MIN_S:
+                    break
+            else:
+                readings.append(reading)
+                last = readings[-window:]
+                steady = len(last) == window and max(last) <= min(last) * (1 + HEAT_TOLERANCE)
+                if steady and elapsed >= HEAT_MIN_S:
+                    settled = True
+                    break
+            next_read = time.perf_counter() + HEAT_READ_S
     torch.cuda.synchronize()
+    return {"seconds": time.perf_counter() - start, "settled": settled, "readings": readings}
 
 
 def cupti_kernel_us(run: Callable[[], float], flush_names: set[str]) -> tuple[float, float | None]:
@@ -118,8 +146,8 @@ def peer_timers(
         return float(timer.blocked_autorange(min_run_time=0.2).median * 1e6)
 
     return {
-        "harness graph": lambda: time_graph_cuda(launch, copies, device).median_ms * 1e3,
-        "harness eager": lambda: time_eager_cuda(launch, copies, device).median_ms * 1e3,
+        "harness graph": lambda: time_graph_cuda(launch, copies, device, clock()).median_ms * 1e3,
+        "harness eager": lambda: time_eager_cuda(launch, copies, device, clock()).median_ms * 1e3,
         "triton do_bench": lambda: float(triton.testing.do_bench(lambda: launch(0))) * 1e3,
         "triton do_bench_cudagraph": lambda: (
             float(triton.testing.do_bench_cudagraph(lambda: launch(0))) * 1e3
@@ -137,7 +165,7 @@ def peer_rows(
     the spread of the figures, and the wall time one measurement took."""
     rows = []
     for name, (launch, copies) in kernels.items():
-        heat_up(launch, copies, HEAT_UP_S)
+        heat_up(launch, copies)
         for method, measure in peer_timers(launch, copies, device).items():
             figures, walls = [], []
             for _ in range(REPEATS):
@@ -182,11 +210,15 @@ def main() -> int:
     flush_names = flush_kernel_names(device)
     rows = []
     for name, (launch, copies) in calibration_kernels(device).items():
-        heat_up(launch, copies, HEAT_UP_S)
+        heated = heat_up(launch, copies)
+        print(
+            f"{name}: heat-up {heated['seconds']:.2f} s, settled {heated['settled']},"
+            f" clock {heated['readings'][:1]} -> {heated['readings'][-1:]} MHz"
+        )
         for mode, time_fn in (("eager", time_eager_cuda), ("graph", time_graph_cuda)):
 
             def timer(tf: Any = time_fn, la: Any = launch, co: int = copies) -> float:
-                return float(tf(la, co, device).median_ms * 1e3)
+                return float(tf(la, co, device, clock()).median_ms * 1e3)
 
             repeats = []
             for _ in range(REPEATS):
@@ -214,6 +246,7 @@ def main() -> int:
                     "cupti_median_us": cupti_med,
                     "ratio": harness_med / cupti_med if cupti_med else None,
                     "spread": max(harness_values) / min(harness_values),
+                    "heat_up": heated,
                     "repeats": repeats,
                 }
             )

@@ -69,3 +69,28 @@ def test_random_rules() -> None:
     assert int(ints.min()) < -900 and int(ints.max()) > 900
     small = random_tensor((10000,), torch.int8, None, 1)
     assert int(small.min()) == -128 and int(small.max()) == 127
+
+
+def test_a_large_draw_is_chunked_and_independent_of_the_thread_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Chunks come from their own generators, so the values are the same on one thread and on
+    many; the first chunk (and so any tensor of at most one chunk) is one generator's draw."""
+    from envaudit.harness import inputs as module
+
+    n = module.DRAW_CHUNK * 5 // 2
+    init = {"dist": "normal", "mean": 0.5, "std": 2.0}
+    monkeypatch.setattr(module.os, "cpu_count", lambda: 1)
+    serial = random_tensor((n,), torch.bfloat16, init, 11)
+    monkeypatch.setattr(module.os, "cpu_count", lambda: 4)
+    parallel = random_tensor((n,), torch.bfloat16, init, 11)
+    assert torch.equal(serial.view(torch.int16), parallel.view(torch.int16))
+    one = torch.randn(module.DRAW_CHUNK, generator=torch.Generator().manual_seed(11)) * 2.0 + 0.5
+    assert torch.equal(serial[: module.DRAW_CHUNK], one.to(torch.bfloat16))
+    # later chunks are fresh draws, not a repeat of the first
+    second = serial[module.DRAW_CHUNK : 2 * module.DRAW_CHUNK]
+    assert not torch.equal(second, serial[: module.DRAW_CHUNK])
+    assert abs(float(serial.float().mean()) - 0.5) < 0.01
+    assert abs(float(serial.float().std()) - 2.0) < 0.01
+    ints = random_tensor((2, n // 2), torch.int8, None, 3)
+    assert int(ints.min()) == -128 and int(ints.max()) == 127

@@ -87,6 +87,39 @@ def clock_state(device: torch.device) -> dict[str, Any]:
     return {k: v for k, v in _nvml_state(uuid).items() if k in keep}
 
 
+class SmClock:
+    """The SM clock of one GPU, read through NVML many times a second while a warm-up runs (so
+    timing starts once the clock has settled). NVML is opened once and kept; `read` gives None
+    when NVML or the GPU's handle is unavailable, and then no decision waits on the clock."""
+
+    def __init__(self, device: torch.device) -> None:
+        self._nvml: Any = None
+        self._handle: Any = None
+        if device.type != "cuda":
+            return
+        try:
+            import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]
+
+            pynvml.nvmlInit()
+            uuid = _format_uuid(getattr(torch.cuda.get_device_properties(device), "uuid", None))
+            self._handle = (
+                pynvml.nvmlDeviceGetHandleByUUID(uuid)
+                if uuid
+                else pynvml.nvmlDeviceGetHandleByIndex(0)
+            )
+            self._nvml = pynvml
+        except Exception:
+            self._nvml = None
+
+    def read(self) -> int | None:
+        if self._nvml is None:
+            return None
+        try:
+            return int(self._nvml.nvmlDeviceGetClockInfo(self._handle, self._nvml.NVML_CLOCK_SM))
+        except Exception:
+            return None
+
+
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 

@@ -34,7 +34,7 @@ from envaudit.harness.compare import (
     overall_status,
     strict_diagnostic,
 )
-from envaudit.harness.environment import clock_state
+from envaudit.harness.environment import SmClock, clock_state
 from envaudit.harness.inputs import (
     InputError,
     axis_values,
@@ -80,6 +80,8 @@ class EvalContext:
     device: torch.device
     cache: ReferenceCache
     options: EvalOptions = field(default_factory=EvalOptions)
+    clock: SmClock | None = None
+    """The GPU's SM clock (NVML), read while timing warms up."""
 
 
 class SolutionFailure(Exception):
@@ -493,7 +495,8 @@ def _time(
     try:
         with clock.phase("eager"):
             if ctx.device.type == "cuda":
-                timing["eager"] = time_eager_cuda(launch, len(copies), ctx.device).as_dict()
+                eager = time_eager_cuda(launch, len(copies), ctx.device, ctx.clock)
+                timing["eager"] = eager.as_dict()
             else:
                 timing["eager"] = time_wall_clock(launch, len(copies)).as_dict()
     except Exception as exc:
@@ -504,7 +507,10 @@ def _time(
     if ctx.options.graph_timing and ctx.device.type == "cuda":
         try:
             with clock.phase("graph"):
-                timing["graph"] = time_graph_cuda(launch, len(copies), ctx.device).as_dict()
+                graph = time_graph_cuda(
+                    launch, len(copies), ctx.device, ctx.clock, timing["eager"]["median_ms"]
+                )
+                timing["graph"] = graph.as_dict()
         except GraphCaptureError as exc:
             timing["graph"] = None
             timing["graph_error"] = str(exc)[:TRACEBACK_CHARS]

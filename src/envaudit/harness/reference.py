@@ -19,13 +19,13 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from envaudit.harness.inputs import run_reference
+from envaudit.harness.inputs import INPUT_DRAW, run_reference
 
 
 def cache_key(
     definition: Mapping[str, Any], workload: Mapping[str, Any], seed_offset: int, device: str
 ) -> str:
-    doc = {"d": definition, "w": workload, "s": seed_offset, "dev": device}
+    doc = {"d": definition, "w": workload, "s": seed_offset, "dev": device, "draw": INPUT_DRAW}
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 

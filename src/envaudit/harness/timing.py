@@ -1,21 +1,31 @@
 """Time one prepared launch: eagerly with device events, or as a replayed CUDA graph.
 
-Stopping rule: after warm-up (at least WARMUP_MIN_ITERS calls and WARMUP_MIN_MS of work), the
-per-call time is estimated and enough iterations are run to cover TARGET_MEASURE_MS of measured
-time, clamped to [MIN_ITERS, MAX_ITERS]. Before every timed iteration the L2 cache is flushed by
-writing a buffer of twice its size, and the launch reads the next of several rotating input
-copies, so no iteration finds its operands in cache. The flush also gives the host time to queue
-the launch before the start event fires, so launch latency is not counted as kernel time.
+Warm-up: at least WARMUP_MIN_ITERS calls and WARMUP_MIN_MS of work, and, where NVML reads the
+SM clock, until the clock has settled (CLOCK_STEADY_READS readings in a row, one per
+CLOCK_READ_EVERY_MS of work, within CLOCK_STEADY_TOLERANCE), for at most WARMUP_MAX_MS: a GPU
+that was idle boosts up within milliseconds, and a heavy kernel pulls the clock down to its
+power limit over a few hundred. The per-call estimate is taken from the warm-up's second half.
+Stopping rule: iterations run in batches; the first covers MIN_MEASURE_MS of measured time (at
+least MIN_ITERS iterations), each later one doubles the count, and measuring stops as soon as
+the 95% confidence interval of the median (distribution-free, from order statistics) is within
+PRECISION of the median on either side, or when TARGET_MEASURE_MS of measured time or MAX_ITERS
+iterations are reached. A steady kernel is done in tens of milliseconds; a noisy one gets the
+whole budget. The record says why measuring stopped and how tight the median was.
+Before every timed iteration the L2 cache is flushed by writing a buffer of twice its size, and
+the launch reads the next of several rotating input copies, so no iteration finds its operands
+in cache. The flush also gives the host time to queue the launch before the start event fires,
+so launch latency is not counted as kernel time.
 Graph mode captures GRAPH_CALLS_TARGET_US worth (up to MAX_GRAPH_CALLS) of back-to-back calls
 (on rotating input copies) into one CUDA graph, flushes L2 before each replay and reports replay
 time divided by the calls in it: the steady state of a captured decode step, with launch
 latency amortised as it is when an engine replays graphs. Small kernels get many calls per
-graph, large ones one.
+graph, large ones one. Given the eager estimate, it skips warming up the uncaptured launch.
 On a CPU there are no events: a wall clock brackets each call, and the record says so.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -24,11 +34,19 @@ from typing import Any
 
 import torch
 
+from envaudit.harness.environment import SmClock
+
 WARMUP_MIN_ITERS = 3
 WARMUP_MIN_MS = 25.0
+WARMUP_MAX_MS = 1000.0
+CLOCK_READ_EVERY_MS = 10.0
+CLOCK_STEADY_READS = 6
+CLOCK_STEADY_TOLERANCE = 0.01
 MIN_ITERS = 10
 MAX_ITERS = 1000
+MIN_MEASURE_MS = 10.0
 TARGET_MEASURE_MS = 300.0
+PRECISION = 0.005
 CPU_TARGET_MEASURE_MS = 200.0
 CPU_MIN_ITERS = 3
 CPU_MAX_ITERS = 50
@@ -71,6 +89,15 @@ class TimingStats:
     """Host wall time of the warm-up (for graphs: of capture and warm-up together)."""
     measure_wall_ms: float | None = None
     """Host wall time of the measured iterations, from the first launch to the last sync."""
+    stop: str | None = None
+    """Why measuring stopped: precise (the median's interval reached PRECISION), time_budget
+    (TARGET_MEASURE_MS measured) or iteration_cap (MAX_ITERS)."""
+    median_halfwidth: float | None = None
+    """Half-width of the median's 95% confidence interval, relative to the median."""
+    sm_clock_mhz: int | None = None
+    """The SM clock when the warm-up ended (NVML), None when NVML cannot read it."""
+    clock_steady: bool | None = None
+    """Whether the warm-up saw the clock settle before WARMUP_MAX_MS (None: no NVML)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -104,58 +131,147 @@ def _iterations(estimate_ms: float, target: float, lo: int, hi: int) -> int:
     return max(lo, min(hi, int(target / estimate_ms) + 1))
 
 
+def median_interval(samples: list[float]) -> tuple[float, float]:
+    """Distribution-free 95% confidence interval of the median: the order statistics
+    n/2 -/+ 0.98 sqrt(n) places from the middle (0-based, symmetric about it)."""
+    ordered = sorted(samples)
+    n = len(ordered)
+    reach = 0.98 * math.sqrt(n)
+    lo = max(0, math.floor(n / 2 - reach))
+    hi = min(n - 1, math.ceil(n / 2 + reach) - 1)
+    return ordered[lo], ordered[hi]
+
+
+def median_halfwidth(samples: list[float]) -> float:
+    """Half the width of `median_interval`, relative to the median."""
+    lo, hi = median_interval(samples)
+    median = statistics.median(samples)
+    return (hi - lo) / 2 / median if median > 0 else math.inf
+
+
 def flush_buffer(device: torch.device) -> torch.Tensor:
     l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0))
     return torch.empty(max(2 * l2, L2_FLUSH_MIN_BYTES), dtype=torch.uint8, device=device)
 
 
-def _cuda_warmup(launch: Launch, copies: int) -> tuple[int, float]:
-    """Warm up; return (iterations, estimated ms per call)."""
+@dataclass
+class Warmup:
+    iterations: int
+    estimate_ms: float
+    sm_clock_mhz: int | None
+    clock_steady: bool | None
+
+
+def clock_settled(readings: list[int]) -> bool:
+    last = readings[-CLOCK_STEADY_READS:]
+    return len(last) == CLOCK_STEADY_READS and max(last) <= min(last) * (1 + CLOCK_STEADY_TOLERANCE)
+
+
+def _cuda_warmup(launch: Launch, copies: int, clock: SmClock | None = None) -> Warmup:
+    """Warm up (module docstring); the per-call estimate comes from the second half."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    done, elapsed = 0, 0.0
-    while done < WARMUP_MIN_ITERS or elapsed < WARMUP_MIN_MS:
+    times: list[float] = []
+    readings: list[int] = []
+    reading = clock.read() if clock is not None else None
+    if reading is not None:
+        readings.append(reading)
+    since_read = 0.0
+    began = time.perf_counter()
+    while True:
         start.record()
-        launch(done % copies)
+        launch(len(times) % copies)
         end.record()
         end.synchronize()
-        elapsed += start.elapsed_time(end)
-        done += 1
-        if done >= MAX_ITERS:
+        times.append(start.elapsed_time(end))
+        since_read += times[-1]
+        if readings and since_read >= CLOCK_READ_EVERY_MS:
+            since_read = 0.0
+            reading = clock.read() if clock is not None else None
+            if reading is not None:
+                readings.append(reading)
+        enough = len(times) >= WARMUP_MIN_ITERS and sum(times) >= WARMUP_MIN_MS
+        if enough and (not readings or clock_settled(readings)):
             break
-    return done, elapsed / done
+        if len(times) >= MAX_ITERS or _ms_since(began) >= WARMUP_MAX_MS:
+            break
+    tail = times[len(times) // 2 :]
+    steady = clock_settled(readings) if readings else None
+    return Warmup(len(times), sum(tail) / len(tail), readings[-1] if readings else None, steady)
 
 
-def _event_loop(step: Launch, n: int, copies: int, flush: torch.Tensor) -> list[float]:
+def _event_loop(
+    step: Launch, n: int, copies: int, flush: torch.Tensor, first: int = 0
+) -> list[float]:
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
     for i in range(n):
         flush.zero_()
         starts[i].record()
-        step(i % copies)
+        step((first + i) % copies)
         ends[i].record()
     torch.cuda.synchronize()
     return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+
+
+def _measure(
+    step: Launch, copies: int, flush: torch.Tensor, estimate_ms: float, scale: int = 1
+) -> tuple[list[float], str, float]:
+    """Batches until the median is PRECISION-tight or the budget is spent (module docstring);
+    (per-call samples, why it stopped, the median's relative half-width). `scale` is the
+    number of calls one step makes (graph replays)."""
+    samples: list[float] = []
+    batch = _iterations(estimate_ms, MIN_MEASURE_MS, MIN_ITERS, MAX_ITERS)
+    while True:
+        raw = _event_loop(step, batch, copies, flush, len(samples))
+        samples += [t / scale for t in raw]
+        width = median_halfwidth(samples)
+        if width <= PRECISION:
+            return samples, "precise", width
+        spent = sum(samples) * scale
+        if spent >= TARGET_MEASURE_MS:
+            return samples, "time_budget", width
+        if len(samples) >= MAX_ITERS:
+            return samples, "iteration_cap", width
+        left = TARGET_MEASURE_MS - spent
+        per_step = spent / len(samples)
+        batch = max(1, min(len(samples), MAX_ITERS - len(samples), int(left / per_step) + 1))
 
 
 def _ms_since(start: float) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
-def time_eager_cuda(launch: Launch, copies: int, device: torch.device) -> TimingStats:
-    flush = flush_buffer(device)
-    started = time.perf_counter()
-    warmup, estimate = _cuda_warmup(launch, copies)
-    warmup_wall = _ms_since(started)
-    n = _iterations(estimate, TARGET_MEASURE_MS, MIN_ITERS, MAX_ITERS)
-    started = time.perf_counter()
-    samples = _event_loop(launch, n, copies, flush)
-    stats = summarize(samples, "cuda_events", warmup, copies, flush.numel())
-    stats.warmup_wall_ms, stats.measure_wall_ms = warmup_wall, _ms_since(started)
+def _finish(
+    stats: TimingStats, warm: Warmup, warmup_wall: float, measured: float, stop: str, width: float
+) -> TimingStats:
+    stats.warmup_wall_ms, stats.measure_wall_ms = warmup_wall, measured
+    stats.stop, stats.median_halfwidth = stop, width
+    stats.sm_clock_mhz, stats.clock_steady = warm.sm_clock_mhz, warm.clock_steady
     return stats
 
 
-def time_graph_cuda(launch: Launch, copies: int, device: torch.device) -> TimingStats:
-    """Capture graphs of back-to-back calls and time their replays (see module docstring)."""
+def time_eager_cuda(
+    launch: Launch, copies: int, device: torch.device, clock: SmClock | None = None
+) -> TimingStats:
+    flush = flush_buffer(device)
+    started = time.perf_counter()
+    warm = _cuda_warmup(launch, copies, clock)
+    warmup_wall = _ms_since(started)
+    started = time.perf_counter()
+    samples, stop, width = _measure(launch, copies, flush, warm.estimate_ms)
+    stats = summarize(samples, "cuda_events", warm.iterations, copies, flush.numel())
+    return _finish(stats, warm, warmup_wall, _ms_since(started), stop, width)
+
+
+def time_graph_cuda(
+    launch: Launch,
+    copies: int,
+    device: torch.device,
+    clock: SmClock | None = None,
+    estimate_ms: float | None = None,
+) -> TimingStats:
+    """Capture graphs of back-to-back calls and time their replays (see module docstring).
+    `estimate_ms` (the eager median, when known) sizes the graph without a warm-up of its own."""
     started = time.perf_counter()
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
@@ -164,7 +280,8 @@ def time_graph_cuda(launch: Launch, copies: int, device: torch.device) -> Timing
             for i in range(copies):
                 launch(i)
         torch.cuda.current_stream(device).wait_stream(side)
-        _, estimate_ms = _cuda_warmup(launch, copies)
+        if estimate_ms is None:
+            estimate_ms = _cuda_warmup(launch, copies).estimate_ms
         calls = max(1, min(MAX_GRAPH_CALLS, int(GRAPH_CALLS_TARGET_US / 1e3 / estimate_ms)))
         graphs = []
         for g in range(min(copies, MAX_GRAPHS)):
@@ -182,14 +299,12 @@ def time_graph_cuda(launch: Launch, copies: int, device: torch.device) -> Timing
         graphs[i].replay()
 
     flush = flush_buffer(device)
-    warmup, estimate = _cuda_warmup(replay, len(graphs))
+    warm = _cuda_warmup(replay, len(graphs), clock)
     warmup_wall = _ms_since(started)
-    n = _iterations(estimate, TARGET_MEASURE_MS, MIN_ITERS, MAX_ITERS)
     started = time.perf_counter()
-    samples = [t / calls for t in _event_loop(replay, n, len(graphs), flush)]
-    stats = summarize(samples, "cuda_graph", warmup, copies, flush.numel(), calls)
-    stats.warmup_wall_ms, stats.measure_wall_ms = warmup_wall, _ms_since(started)
-    return stats
+    samples, stop, width = _measure(replay, len(graphs), flush, warm.estimate_ms, calls)
+    stats = summarize(samples, "cuda_graph", warm.iterations, copies, flush.numel(), calls)
+    return _finish(stats, warm, warmup_wall, _ms_since(started), stop, width)
 
 
 def time_wall_clock(launch: Launch, copies: int) -> TimingStats:

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from envaudit.harness.environment import environment_record
+from envaudit.harness.environment import SmClock, environment_record
 from envaudit.harness.evaluate import EvalContext, EvalOptions, evaluate_workload
 from envaudit.harness.reference import ReferenceCache
 from envaudit.harness.solution import SolutionLoadError, hash_sources, load_solution, source_files
@@ -114,6 +114,7 @@ def main(job_dir: Path) -> int:
             job.get("strict_diagnostic", False),
             job.get("scale_probe", False),
         ),
+        clock=SmClock(device),
     )
     progress.send("ready")
     for workload in workloads:

@@ -9,6 +9,7 @@ said once, before any job, and is never a solution's status.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import sys
@@ -16,7 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from envaudit.lock.files import LockError, env_dir, load_lock
-from envaudit.lock.verify import compare, drift_record, installed_distributions, python_version
+from envaudit.lock.verify import (
+    InstalledDist,
+    compare,
+    drift_record,
+    installed_distributions,
+    python_version,
+)
 from envaudit.runtime.jit import jit_cache_folder, jit_environment, prepare_jit_cache
 from envaudit.runtime.jobs import Job
 from envaudit.runtime.launchers import Launcher, ProcessLauncher
@@ -62,12 +69,16 @@ def env_check(env_name: str | None, locks_dir: Path = Path("locks")) -> dict[str
         return {"matches": None, "reason": "the solution declares no environment"}
     try:
         lock = load_lock(env_dir(env_name, locks_dir))
-        drift = compare(
-            lock,
-            installed_distributions(sys.executable, records=False),
-            None,
-            python_version(sys.executable),
-        )
+        listing, version = this_interpreter()
+        drift = compare(lock, list(listing), None, version)
     except LockError as exc:
         return {"matches": None, "reason": str(exc).splitlines()[0][:300]}
     return drift_record(drift, lock.closure_hash)
+
+
+@functools.cache
+def this_interpreter() -> tuple[tuple[InstalledDist, ...], str]:
+    """What this interpreter holds and its Python version, listed once per process (two child
+    interpreters, about a second on a large stack): every job of an audit checks against it."""
+    listing = installed_distributions(sys.executable, records=False)
+    return tuple(listing), python_version(sys.executable)

@@ -1,0 +1,83 @@
+"""The stopping rule's statistics on the CPU (known answers), and on a GPU the rule itself: a
+steady kernel stops early with a tight median, a noisy one spends the budget."""
+
+from __future__ import annotations
+
+import random
+import statistics
+
+import pytest
+import torch
+
+from envaudit.harness import timing
+from envaudit.harness.environment import SmClock
+
+
+def test_median_halfwidth_uses_the_order_statistics_around_the_median() -> None:
+    samples = [float(v) for v in range(1, 101)]  # n = 100: places 40 and 59 (0-based)
+    assert timing.median_interval(samples) == (41.0, 60.0)
+    assert timing.median_halfwidth(samples) == pytest.approx((60 - 41) / 2 / 50.5)
+    assert timing.median_halfwidth([5.0] * 20) == 0.0
+
+
+def test_the_median_interval_covers_the_true_median_about_95_percent() -> None:
+    """Over 2000 samples of 40 draws from a skewed distribution (true median ln 2 for the unit
+    exponential), the interval holds the true median 93-99% of the time (order-statistic
+    intervals are slightly conservative at this n)."""
+    rng = random.Random(5)
+    true_median = 0.6931471805599453
+    hits = 0
+    for _ in range(2000):
+        draws = [rng.expovariate(1.0) for _ in range(40)]
+        lo, hi = timing.median_interval(draws)
+        assert (lo, hi) == (sorted(draws)[13], sorted(draws)[26])
+        half = timing.median_halfwidth(draws) * statistics.median(draws)
+        assert half == pytest.approx((hi - lo) / 2)
+        hits += lo <= true_median <= hi
+    assert 0.93 <= hits / 2000 <= 0.99
+
+
+def test_clock_settled_needs_a_run_of_close_readings() -> None:
+    n = timing.CLOCK_STEADY_READS
+    assert not timing.clock_settled([1980] * (n - 1))
+    assert timing.clock_settled([345] + [1980] * n)
+    assert not timing.clock_settled([1980] * (n - 1) + [1900])
+
+
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.mark.gpu
+@gpu
+def test_a_steady_kernel_stops_early_with_a_tight_median() -> None:
+    device = torch.device("cuda")
+    src = torch.randn(64 << 20, device=device)
+    dst = torch.empty_like(src)
+    stats = timing.time_eager_cuda(
+        lambda i: torch.mul(src, 1.0, out=dst), 1, device, SmClock(device)
+    )
+    assert stats.stop == "precise" and stats.median_halfwidth is not None
+    assert stats.median_halfwidth <= timing.PRECISION
+    assert stats.iterations < timing.MAX_ITERS
+    assert stats.measure_wall_ms is not None and stats.measure_wall_ms < timing.TARGET_MEASURE_MS
+    graph = timing.time_graph_cuda(
+        lambda i: torch.mul(src, 1.0, out=dst), 1, device, None, stats.median_ms
+    )
+    assert graph.stop == "precise"
+    assert graph.median_ms == pytest.approx(stats.median_ms, rel=0.05)
+
+
+@pytest.mark.gpu
+@gpu
+def test_a_noisy_kernel_spends_the_budget() -> None:
+    """Every other call sleeps 10x longer: the median's interval never tightens."""
+    device = torch.device("cuda")
+    calls = [0]
+
+    def launch(i: int) -> None:
+        calls[0] += 1
+        torch.cuda._sleep(20_000 if calls[0] % 2 else 200_000)
+
+    stats = timing.time_eager_cuda(launch, 1, device)
+    assert stats.stop in ("time_budget", "iteration_cap")
+    assert stats.median_halfwidth is not None and stats.median_halfwidth > timing.PRECISION
