@@ -14,4 +14,5 @@ python3 benchmarks/timing_fidelity.py --peers --json "$out/$name-fidelity.json" 
   >"$out/$name-fidelity.txt" 2>&1
 python3 benchmarks/audit_profile.py --gpu "$uuid" --out /root/ea/profile \
   --json "$out/$name-profile.json" >"$out/$name-profile.txt" 2>&1
-tail -40 "$out/$name-fidelity.txt" "$out/$name-profile.txt"
+cp /root/ea/profile/results.cached.jsonl "$out/$name-profile-cached.jsonl"
+tail -n 40 "$out/$name-fidelity.txt" "$out/$name-profile.txt"
