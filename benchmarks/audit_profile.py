@@ -9,12 +9,13 @@ runs the audit and adds those up, so the profile is of the real command, not of 
     python benchmarks/audit_profile.py [--gpu GPU-<uuid>] --out DIR [--solution S ...]
         [--runtime host] [--json OUT.json]
 
-Phases, per run: worker start (process or container start, imports, environment record);
-solution load; input generation; reference (computed on the cold run, read from the cache on
-the second); validation (prepare, the unjudged warm-up call, the judged call(s), comparison);
-timing set-up (input copies); eager and graph timing, each split into warm-up (graph: capture
-and warm-up) and measured iterations; clock read (NVML); post-timing re-check; and what lies
-outside every worker (environment checks, scheduling, result writing, process exits).
+Phases, per run: worker start, split into the process (interpreter or container start), the
+harness's imports (torch first), the CUDA context and the environment record; solution load;
+input generation; reference (computed on the cold run, read from the cache on the second);
+validation (prepare, the unjudged warm-up call, the judged call(s), comparison); timing set-up
+(input copies); eager and graph timing, each split into warm-up (graph: capture and warm-up)
+and measured iterations; clock read (NVML); post-timing re-check; and what lies outside every
+worker (environment checks, scheduling, result writing, process exits).
 
 Target (issue 16): the cached run's total at most 1.2x its timing phases (eager + graph).
 """
@@ -42,7 +43,10 @@ DEFAULT_SOLUTIONS = (
     "neighborhood_attention_1d_k13_h8_d64-flex",
 )
 ORDER = (
-    "worker_start",
+    "worker_process",
+    "worker_imports",
+    "worker_cuda_init",
+    "worker_env_record",
     "solution_load",
     "inputs",
     "reference",
@@ -91,6 +95,8 @@ def phase_totals(lines: Iterable[Mapping[str, Any]], total_s: float) -> dict[str
             totals[f"{mode}_warmup"] += spent - measure
         for name, spent in phases.items():
             totals[name] += spent
+    parts = ("worker_imports", "worker_cuda_init", "worker_env_record")
+    totals["worker_process"] = totals.pop("worker_start", 0.0) - sum(totals[p] for p in parts)
     totals["outside_workers"] = total_s - inside
     return dict(totals)
 

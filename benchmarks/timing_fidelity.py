@@ -8,8 +8,9 @@ GPU sits at its sustained clock. Each mode is then
 repeated five times; every repeat is timed once as is, and once more while torch.profiler
 (CUPTI) records the kernels of those launches (CUPTI tracing adds gaps between graph nodes, so
 the harness figure reported is the unprofiled one). The table gives the median harness time,
-the median CUPTI kernel duration, their ratio, the spread (max/min) of the five harness
-medians, and the SM clock NVML reported around the first repeat.
+the median CUPTI kernel duration, their ratio, the paired ratio (the median over repeats of
+each harness figure over the CUPTI time measured right after it, at the same clock), the spread
+(max/min) of the five harness medians, and the SM clock NVML reported around the first repeat.
 
 Targets (issue 3): eager within 2% of kernel time for kernels >= 20 us; graph within 10% for the
 ~5 us kernel; spread under 1.02.
@@ -18,8 +19,8 @@ Targets (issue 3): eager within 2% of kernel time for kernels >= 20 us; graph wi
 
 With --peers the same kernels are also timed by the peers' timers (triton.testing.do_bench and
 do_bench_cudagraph, torch.utils.benchmark.Timer.blocked_autorange), each called as its users
-call it, against the same CUPTI kernel time (the eager rows'), with the wall time one
-measurement takes: accuracy and cost side by side (issue 16).
+call it, each figure against a CUPTI measurement of the same method taken right after it, with
+the wall time one measurement takes: accuracy and cost side by side (issue 16).
 """
 
 from __future__ import annotations
@@ -36,15 +37,15 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from envaudit.harness.environment import SmClock
-from envaudit.harness.timing import flush_buffer, time_eager_cuda, time_graph_cuda
+from envaudit.harness.timing import clock_settled, flush_buffer, time_eager_cuda, time_graph_cuda
 
 REPEATS = 5
 SMALL_COPIES = 8
-HEAT_MIN_S = 0.5
+HEAT_MIN_S = 2.0
 HEAT_MAX_S = 30.0
-HEAT_READ_S = 0.05
-HEAT_WINDOW_S = 1.0
-HEAT_TOLERANCE = 0.005
+HEAT_READ_S = 0.1
+HEAT_HALF_S = 1.0
+HEAT_TOLERANCE = 0.01
 
 
 def calibration_kernels(device: torch.device) -> dict[str, tuple[Callable[[int], Any], int]]:
@@ -87,33 +88,32 @@ def flush_kernel_names(device: torch.device) -> set[str]:
 
 
 def heat_up(launch: Callable[[int], Any], copies: int) -> dict[str, Any]:
-    """Run the kernel until the SM clock has settled: readings every HEAT_READ_S, steady when
-    the last HEAT_WINDOW_S of them lie within HEAT_TOLERANCE of each other (a cold GPU boosts
-    high for the first few hundred milliseconds of a heavy GEMM, then sinks to its power-limited
-    clock as it warms), for at least HEAT_MIN_S and at most HEAT_MAX_S. Returns how long it
-    took, whether it settled, and the readings."""
+    """Run the kernel until the SM clock has settled: a reading every HEAT_READ_S, settled when
+    the mean of the last HEAT_HALF_S of readings is within HEAT_TOLERANCE of the mean of the
+    HEAT_HALF_S before (the harness's rule, over longer windows: a cold GPU boosts high for the
+    first few hundred milliseconds of a heavy GEMM, then sinks to its power-limited clock, where
+    it dithers), for at least HEAT_MIN_S and at most HEAT_MAX_S. Returns how long it took,
+    whether it settled, and the readings."""
     start = time.perf_counter()
     readings: list[int] = []
     next_read, i = start, 0
-    window = int(HEAT_WINDOW_S / HEAT_READ_S)
+    half = int(HEAT_HALF_S / HEAT_READ_S)
     settled = False
     while (elapsed := time.perf_counter() - start) < HEAT_MAX_S:
         launch(i % copies)
         i += 1
-        if time.perf_counter() >= next_read:
-            torch.cuda.synchronize()
-            reading = sm_clock_mhz()
-            if reading is None:
-                if elapsed >= HEAT_MIN_S:
-                    break
-            else:
-                readings.append(reading)
-                last = readings[-window:]
-                steady = len(last) == window and max(last) <= min(last) * (1 + HEAT_TOLERANCE)
-                if steady and elapsed >= HEAT_MIN_S:
-                    settled = True
-                    break
-            next_read = time.perf_counter() + HEAT_READ_S
+        if time.perf_counter() < next_read:
+            continue
+        torch.cuda.synchronize()
+        reading = sm_clock_mhz()
+        if reading is None and elapsed >= HEAT_MIN_S:
+            break
+        if reading is not None:
+            readings.append(reading)
+            if elapsed >= HEAT_MIN_S and clock_settled(readings, half, HEAT_TOLERANCE):
+                settled = True
+                break
+        next_read = time.perf_counter() + HEAT_READ_S
     torch.cuda.synchronize()
     return {"seconds": time.perf_counter() - start, "settled": settled, "readings": readings}
 
@@ -158,27 +158,31 @@ def peer_timers(
 
 def peer_rows(
     kernels: dict[str, tuple[Callable[[int], Any], int]],
-    cupti_us: dict[str, float],
+    flush_names: set[str],
     device: torch.device,
 ) -> list[dict[str, Any]]:
-    """Per kernel and method: median of REPEATS figures, its ratio to the kernel's CUPTI time,
-    the spread of the figures, and the wall time one measurement took."""
+    """Per kernel and method, over REPEATS: the median figure; its ratio to the CUPTI kernel
+    time, each figure paired with a CUPTI measurement of the same method taken right after it
+    (a power-limited GEMM's clock dithers by a few percent, so a CUPTI time from another moment
+    would move every ratio); the spread of the figures; the wall time one measurement took."""
     rows = []
     for name, (launch, copies) in kernels.items():
         heat_up(launch, copies)
         for method, measure in peer_timers(launch, copies, device).items():
-            figures, walls = [], []
+            figures, walls, ratios = [], [], []
             for _ in range(REPEATS):
                 start = time.perf_counter()
                 figures.append(measure())
                 walls.append(time.perf_counter() - start)
-            median = statistics.median(figures)
+                _, cupti = cupti_kernel_us(measure, flush_names)
+                if cupti:
+                    ratios.append(figures[-1] / cupti)
             rows.append(
                 {
                     "kernel": name,
                     "method": method,
-                    "median_us": median,
-                    "ratio_to_cupti": median / cupti_us[name] if cupti_us.get(name) else None,
+                    "median_us": statistics.median(figures),
+                    "ratio_to_cupti": statistics.median(ratios) if ratios else None,
                     "spread": max(figures) / min(figures),
                     "wall_s": [min(walls), max(walls)],
                 }
@@ -245,21 +249,28 @@ def main() -> int:
                     "harness_median_us": harness_med,
                     "cupti_median_us": cupti_med,
                     "ratio": harness_med / cupti_med if cupti_med else None,
+                    "paired_ratio": statistics.median(
+                        r["harness_us"] / r["cupti_us"] for r in repeats if r["cupti_us"]
+                    )
+                    if cupti_values
+                    else None,
                     "spread": max(harness_values) / min(harness_values),
                     "heat_up": heated,
                     "repeats": repeats,
                 }
             )
     print(
-        f"{'kernel':16} {'mode':6} {'harness us':>11} {'cupti us':>10} {'ratio':>7} {'spread':>7}"
+        f"{'kernel':16} {'mode':6} {'harness us':>11} {'cupti us':>10} {'ratio':>7} {'paired':>7}"
+        f" {'spread':>7}"
         "  sm clock MHz (first repeat)"
     )
     for r in rows:
         cupti = f"{r['cupti_median_us']:10.2f}" if r["cupti_median_us"] else f"{'-':>10}"
         ratio = f"{r['ratio']:7.4f}" if r["ratio"] else f"{'-':>7}"
+        paired = f"{r['paired_ratio']:7.4f}" if r["paired_ratio"] else f"{'-':>7}"
         print(
             f"{r['kernel']:16} {r['mode']:6} {r['harness_median_us']:11.2f} {cupti} {ratio} "
-            f"{r['spread']:7.4f}  {r['repeats'][0]['sm_clock_mhz']}"
+            f"{paired} {r['spread']:7.4f}  {r['repeats'][0]['sm_clock_mhz']}"
         )
     record: dict[str, Any] = {
         "device": torch.cuda.get_device_name(device),
@@ -267,12 +278,7 @@ def main() -> int:
         "rows": rows,
     }
     if args.peers:
-        cupti = {
-            r["kernel"]: r["cupti_median_us"]
-            for r in rows
-            if r["mode"] == "eager" and r["cupti_median_us"]
-        }
-        record["peers"] = peer_rows(calibration_kernels(device), cupti, device)
+        record["peers"] = peer_rows(calibration_kernels(device), flush_names, device)
         print_peers(record["peers"])
     if args.json:
         with open(args.json, "w") as handle:

@@ -37,11 +37,15 @@ def test_the_median_interval_covers_the_true_median_about_95_percent() -> None:
     assert 0.93 <= hits / 2000 <= 0.99
 
 
-def test_clock_settled_needs_a_run_of_close_readings() -> None:
-    n = timing.CLOCK_STEADY_READS
-    assert not timing.clock_settled([1980] * (n - 1))
-    assert timing.clock_settled([345] + [1980] * n)
-    assert not timing.clock_settled([1980] * (n - 1) + [1900])
+def test_clock_settled_compares_the_trend_not_single_readings() -> None:
+    half = timing.CLOCK_HALF_READS
+    assert not timing.clock_settled([1980] * (2 * half - 1))
+    assert timing.clock_settled([345] + [1980] * 2 * half)
+    # boosting up from idle, or sinking to the power limit: still moving
+    assert not timing.clock_settled([345] * half + [1980] * half)
+    assert not timing.clock_settled([1980] * half + [1830] * half)
+    # dithering by a few percent around a power-limited level: settled
+    assert timing.clock_settled([1470, 1545, 1485, 1530, 1470, 1515][-2 * half :])
 
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -1,10 +1,12 @@
 """Time one prepared launch: eagerly with device events, or as a replayed CUDA graph.
 
 Warm-up: at least WARMUP_MIN_ITERS calls and WARMUP_MIN_MS of work, and, where NVML reads the
-SM clock, until the clock has settled (CLOCK_STEADY_READS readings in a row, one per
-CLOCK_READ_EVERY_MS of work, within CLOCK_STEADY_TOLERANCE), for at most WARMUP_MAX_MS: a GPU
-that was idle boosts up within milliseconds, and a heavy kernel pulls the clock down to its
-power limit over a few hundred. The per-call estimate is taken from the warm-up's second half.
+SM clock (once per CLOCK_READ_EVERY_MS of work), until the clock has stopped moving: the mean of
+the last CLOCK_HALF_READS readings within CLOCK_TREND_TOLERANCE of the mean of the ones before,
+for at most WARMUP_MAX_MS. A GPU that was idle boosts up within milliseconds and a heavy kernel
+pulls the clock down to its power limit over a few hundred; at that limit the clock dithers by a
+few percent around a steady level, so it is the trend that is compared, not single readings.
+The per-call estimate is taken from the warm-up's second half.
 Stopping rule: iterations run in batches; the first covers MIN_MEASURE_MS of measured time (at
 least MIN_ITERS iterations), each later one doubles the count, and measuring stops as soon as
 the 95% confidence interval of the median (distribution-free, from order statistics) is within
@@ -39,9 +41,9 @@ from envaudit.harness.environment import SmClock
 WARMUP_MIN_ITERS = 3
 WARMUP_MIN_MS = 25.0
 WARMUP_MAX_MS = 1000.0
-CLOCK_READ_EVERY_MS = 10.0
-CLOCK_STEADY_READS = 6
-CLOCK_STEADY_TOLERANCE = 0.01
+CLOCK_READ_EVERY_MS = 5.0
+CLOCK_HALF_READS = 3
+CLOCK_TREND_TOLERANCE = 0.02
 MIN_ITERS = 10
 MAX_ITERS = 1000
 MIN_MEASURE_MS = 10.0
@@ -162,9 +164,16 @@ class Warmup:
     clock_steady: bool | None
 
 
-def clock_settled(readings: list[int]) -> bool:
-    last = readings[-CLOCK_STEADY_READS:]
-    return len(last) == CLOCK_STEADY_READS and max(last) <= min(last) * (1 + CLOCK_STEADY_TOLERANCE)
+def clock_settled(
+    readings: list[int], half: int = CLOCK_HALF_READS, tolerance: float = CLOCK_TREND_TOLERANCE
+) -> bool:
+    """Whether the clock has stopped moving: the mean of the last `half` readings is within
+    `tolerance` of the mean of the `half` before them."""
+    if len(readings) < 2 * half:
+        return False
+    recent = statistics.fmean(readings[-half:])
+    before = statistics.fmean(readings[-2 * half : -half])
+    return abs(recent - before) <= tolerance * before
 
 
 def _cuda_warmup(launch: Launch, copies: int, clock: SmClock | None = None) -> Warmup:

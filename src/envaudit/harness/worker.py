@@ -9,12 +9,16 @@ so the supervisor continues in a fresh process. It exits (ORPHANED) as soon as t
 heartbeat goes stale.
 """
 
+# ruff: noqa: E402 - the clock below times the imports after it
 from __future__ import annotations
+
+import time
+
+IMPORTS_BEGAN = time.perf_counter()
 
 import faulthandler
 import json
 import sys
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,6 +31,8 @@ from envaudit.harness.reference import ReferenceCache
 from envaudit.harness.solution import SolutionLoadError, hash_sources, load_solution, source_files
 from envaudit.schema.progress import CONTEXT_LOST, JOB_FILE, ProgressWriter
 from envaudit.schema.results import result_line, workloads_by_uuid
+
+IMPORTS_S = time.perf_counter() - IMPORTS_BEGAN
 
 
 def device_supported(spec: Mapping[str, Any], device: torch.device) -> bool:
@@ -59,10 +65,18 @@ def main(job_dir: Path) -> int:
     progress.watch_supervisor()
     job = json.loads((job_dir / JOB_FILE).read_text())
     device = torch.device(job["device"])
+    began = time.perf_counter()
     if device.type == "cuda":
         torch.cuda.set_device(device)
+        torch.cuda.init()
+    cuda_init = time.perf_counter() - began
     env, dists = environment_record(device)
-    progress.send("env", environment=env, distributions=dists)
+    startup = {
+        "worker_imports": IMPORTS_S,
+        "worker_cuda_init": cuda_init,
+        "worker_env_record": time.perf_counter() - began - cuda_init,
+    }
+    progress.send("env", environment=env, distributions=dists, startup=startup)
     definition = json.loads(Path(job["definition_file"]).read_text())
     by_uuid = workloads_by_uuid(Path(job["workload_file"]))
     workloads = [by_uuid[u] for u in job["workloads"]]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,8 +38,21 @@ def _smi(argv: list[str]) -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
+_LISTED: list[tuple[float, list[Gpu] | None]] = []
+LISTING_TTL_S = 60.0
+
+
 def gpus() -> list[Gpu] | None:
-    """Every GPU here, or None when there is no NVIDIA driver to ask."""
+    """Every GPU here, or None when there is no NVIDIA driver to ask. Asked at most once a
+    minute: `nvidia-smi -q` takes about a second on a large GPU, and an audit asks per job."""
+    if _LISTED and time.monotonic() - _LISTED[0][0] < LISTING_TTL_S:
+        return _LISTED[0][1]
+    found = _ask_driver()
+    _LISTED[:] = [(time.monotonic(), found)]
+    return found
+
+
+def _ask_driver() -> list[Gpu] | None:
     out = _smi(["--query-gpu=uuid,name,index,driver_version", "--format=csv,noheader"])
     if out is None:
         return None

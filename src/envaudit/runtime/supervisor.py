@@ -277,6 +277,9 @@ def _apply(job: Job, event: Mapping[str, Any], watch: _Watch) -> bool:
     kind = event.get("event")
     if kind == "env":
         watch.startup["worker_start"] = time.monotonic() - watch.started
+        for name, spent in (event.get("startup") or {}).items():
+            if isinstance(spent, int | float):
+                watch.startup[str(name)] = float(spent)
         watch.env = dict(event.get("environment") or {})
         dists = event.get("distributions") or {}
         record_distributions(job.report, str(watch.env.get("distributions_fingerprint")), dists)
