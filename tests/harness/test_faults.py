@@ -219,11 +219,16 @@ def test_lines_carry_the_phase_profile(fault_run: dict) -> None:
     lines = list(fault_run["correct"].values())
     first = [line for line in lines if "worker_start" in line["phases_s"]]
     assert len(first) == 1 and first[0]["phases_s"]["worker_start"] > 0.1
-    assert first[0]["phases_s"]["solution_load"] >= 0
+    startup = first[0]["phases_s"]
+    assert startup["solution_load"] >= 0 and startup["worker_imports"] > 0.1
+    parts = ("worker_imports", "worker_cuda_init", "worker_env_record")
+    assert sum(startup[p] for p in parts) < startup["worker_start"]
     for line in lines:
         phases = line["phases_s"]
         assert {"inputs", "reference", "validation", "eager", "recheck"} <= set(phases)
-        inside = sum(v for k, v in phases.items() if k not in ("worker_start", "solution_load"))
+        inside = sum(
+            v for k, v in phases.items() if not k.startswith("worker_") and k != "solution_load"
+        )
         assert inside <= line["wall_s"] + 0.01
         eager = line["timing"]["eager"]
         assert 0 < eager["measure_wall_ms"] <= phases["eager"] * 1e3
