@@ -85,3 +85,9 @@ def test_a_noisy_kernel_spends_the_budget() -> None:
     stats = timing.time_eager_cuda(launch, 1, device)
     assert stats.stop in ("time_budget", "iteration_cap")
     assert stats.median_halfwidth is not None and stats.median_halfwidth > timing.PRECISION
+
+
+def test_a_measurement_stops_early_only_while_the_clock_holds() -> None:
+    assert timing._clock_held([])  # no NVML: nothing to wait for
+    assert timing._clock_held([1980, 1980, 1980])
+    assert not timing._clock_held([1470, 1650, 1515])  # a GEMM at the power limit

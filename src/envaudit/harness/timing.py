@@ -10,9 +10,11 @@ The per-call estimate is taken from the warm-up's second half.
 Stopping rule: iterations run in batches; the first covers MIN_MEASURE_MS of measured time (at
 least MIN_ITERS iterations), each later one doubles the count, and measuring stops as soon as
 the 95% confidence interval of the median (distribution-free, from order statistics) is within
-PRECISION of the median on either side, or when TARGET_MEASURE_MS of measured time or MAX_ITERS
-iterations are reached. A steady kernel is done in tens of milliseconds; a noisy one gets the
-whole budget. The record says why measuring stopped and how tight the median was.
+PRECISION of the median on either side while the SM clock has held within CLOCK_HOLD_TOLERANCE,
+or when TARGET_MEASURE_MS of measured time or MAX_ITERS iterations are reached. A steady kernel
+is done in tens of milliseconds; a noisy one, or one whose clock swings at the power limit, gets
+the whole budget. The record says why measuring stopped, how tight the median was and the range
+of the clock.
 Before every timed iteration the L2 cache is flushed by writing a buffer of twice its size, and
 the launch reads the next of several rotating input copies, so no iteration finds its operands
 in cache. The flush also gives the host time to queue the launch before the start event fires,
@@ -44,6 +46,7 @@ WARMUP_MAX_MS = 1000.0
 CLOCK_READ_EVERY_MS = 5.0
 CLOCK_HALF_READS = 3
 CLOCK_TREND_TOLERANCE = 0.02
+CLOCK_HOLD_TOLERANCE = 0.01
 MIN_ITERS = 10
 MAX_ITERS = 1000
 MIN_MEASURE_MS = 10.0
@@ -100,6 +103,8 @@ class TimingStats:
     """The SM clock when the warm-up ended (NVML), None when NVML cannot read it."""
     clock_steady: bool | None = None
     """Whether the warm-up saw the clock settle before WARMUP_MAX_MS (None: no NVML)."""
+    sm_clock_range_mhz: list[int] | None = None
+    """Lowest and highest SM clock read around the measured batches (None: no NVML)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -223,27 +228,47 @@ def _event_loop(
 
 
 def _measure(
-    step: Launch, copies: int, flush: torch.Tensor, estimate_ms: float, scale: int = 1
-) -> tuple[list[float], str, float]:
+    step: Launch,
+    copies: int,
+    flush: torch.Tensor,
+    estimate_ms: float,
+    scale: int = 1,
+    clock: SmClock | None = None,
+) -> tuple[list[float], str, float, list[int]]:
     """Batches until the median is PRECISION-tight or the budget is spent (module docstring);
-    (per-call samples, why it stopped, the median's relative half-width). `scale` is the
-    number of calls one step makes (graph replays)."""
+    (per-call samples, why it stopped, the median's relative half-width, the SM clock read
+    around every batch). `scale` is the number of calls one step makes (graph replays)."""
     samples: list[float] = []
+    readings = _read(clock, [])
     batch = _iterations(estimate_ms, MIN_MEASURE_MS, MIN_ITERS, MAX_ITERS)
     while True:
         raw = _event_loop(step, batch, copies, flush, len(samples))
         samples += [t / scale for t in raw]
+        readings = _read(clock, readings)
         width = median_halfwidth(samples)
-        if width <= PRECISION:
-            return samples, "precise", width
+        if width <= PRECISION and _clock_held(readings):
+            return samples, "precise", width, readings
         spent = sum(samples) * scale
         if spent >= TARGET_MEASURE_MS:
-            return samples, "time_budget", width
+            return samples, "time_budget", width, readings
         if len(samples) >= MAX_ITERS:
-            return samples, "iteration_cap", width
+            return samples, "iteration_cap", width, readings
         left = TARGET_MEASURE_MS - spent
         per_step = spent / len(samples)
         batch = max(1, min(len(samples), MAX_ITERS - len(samples), int(left / per_step) + 1))
+
+
+def _read(clock: SmClock | None, readings: list[int]) -> list[int]:
+    reading = clock.read() if clock is not None else None
+    return readings if reading is None else [*readings, reading]
+
+
+def _clock_held(readings: list[int]) -> bool:
+    """The SM clock stayed within CLOCK_HOLD_TOLERANCE over the whole measurement (or cannot be
+    read). A power-limited kernel's clock swings by 10% and more over hundreds of milliseconds
+    (1470-1770 MHz for a BF16 GEMM on the H200): samples taken in a few tens of milliseconds
+    cannot see that, so such a measurement never stops early and spans the whole budget."""
+    return not readings or max(readings) <= min(readings) * (1 + CLOCK_HOLD_TOLERANCE)
 
 
 def _ms_since(start: float) -> float:
@@ -251,11 +276,17 @@ def _ms_since(start: float) -> float:
 
 
 def _finish(
-    stats: TimingStats, warm: Warmup, warmup_wall: float, measured: float, stop: str, width: float
+    stats: TimingStats,
+    warm: Warmup,
+    warmup_wall: float,
+    measured: float,
+    outcome: tuple[str, float, list[int]],
 ) -> TimingStats:
+    stop, width, clocks = outcome
     stats.warmup_wall_ms, stats.measure_wall_ms = warmup_wall, measured
     stats.stop, stats.median_halfwidth = stop, width
     stats.sm_clock_mhz, stats.clock_steady = warm.sm_clock_mhz, warm.clock_steady
+    stats.sm_clock_range_mhz = [min(clocks), max(clocks)] if clocks else None
     return stats
 
 
@@ -267,9 +298,9 @@ def time_eager_cuda(
     warm = _cuda_warmup(launch, copies, clock)
     warmup_wall = _ms_since(started)
     started = time.perf_counter()
-    samples, stop, width = _measure(launch, copies, flush, warm.estimate_ms)
+    samples, stop, width, clocks = _measure(launch, copies, flush, warm.estimate_ms, 1, clock)
     stats = summarize(samples, "cuda_events", warm.iterations, copies, flush.numel())
-    return _finish(stats, warm, warmup_wall, _ms_since(started), stop, width)
+    return _finish(stats, warm, warmup_wall, _ms_since(started), (stop, width, clocks))
 
 
 def time_graph_cuda(
@@ -311,9 +342,11 @@ def time_graph_cuda(
     warm = _cuda_warmup(replay, len(graphs), clock)
     warmup_wall = _ms_since(started)
     started = time.perf_counter()
-    samples, stop, width = _measure(replay, len(graphs), flush, warm.estimate_ms, calls)
+    samples, stop, width, clocks = _measure(
+        replay, len(graphs), flush, warm.estimate_ms, calls, clock
+    )
     stats = summarize(samples, "cuda_graph", warm.iterations, copies, flush.numel(), calls)
-    return _finish(stats, warm, warmup_wall, _ms_since(started), stop, width)
+    return _finish(stats, warm, warmup_wall, _ms_since(started), (stop, width, clocks))
 
 
 def time_wall_clock(launch: Launch, copies: int) -> TimingStats:
