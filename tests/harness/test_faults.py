@@ -220,7 +220,8 @@ def test_lines_carry_the_phase_profile(fault_run: dict) -> None:
     first = [line for line in lines if "worker_start" in line["phases_s"]]
     assert len(first) == 1 and first[0]["phases_s"]["worker_start"] > 0.1
     startup = first[0]["phases_s"]
-    assert startup["solution_load"] >= 0 and startup["worker_imports"] > 0.1
+    # forked from a fork server, the worker paid no imports of its own
+    assert startup["solution_load"] >= 0 and startup["worker_imports"] >= 0
     parts = ("worker_imports", "worker_cuda_init", "worker_env_record")
     assert sum(startup[p] for p in parts) < startup["worker_start"]
     for line in lines:

@@ -9,6 +9,7 @@ job folder the killed run left and writes exactly one line per workload.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -83,8 +84,11 @@ def make_scene(base: Path) -> Scene:
 
 
 def workers_of(scene: Scene) -> list[int]:
-    """Pids of harness workers started on this scene's job folders."""
+    """Pids of harness workers on this scene's job folders: started as an interpreter (the job
+    folder is in their command line) or forked by a fork server (they hold the job's progress
+    file open for writing; the supervisor only reads it)."""
     found = []
+    jobs = str(scene.jobs)
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -95,11 +99,30 @@ def workers_of(scene: Scene) -> list[int]:
             continue
         if state == "Z":
             continue  # a zombie has ended; only its parent has not collected it yet
-        if b"envaudit.harness.worker" in argv and any(
-            a.startswith(str(scene.jobs).encode()) for a in argv
-        ):
+        started = b"envaudit.harness.worker" in argv and any(
+            a.startswith(jobs.encode()) for a in argv
+        )
+        if started or _holds_a_file_under(entry, jobs):
             found.append(int(entry.name))
     return found
+
+
+def _holds_a_file_under(process: Path, folder: str) -> bool:
+    """Whether the process has a job's progress file under `folder` open for writing."""
+    try:
+        fds = list((process / "fd").iterdir())
+    except OSError:
+        return False
+    for fd in fds:
+        with contextlib.suppress(OSError, ValueError):
+            target = os.readlink(fd)
+            if not target.startswith(folder) or not target.endswith(PROGRESS_FILE):
+                continue
+            info = (process / "fdinfo" / fd.name).read_text()
+            flags = int(info.split("flags:")[1].split()[0], 8)
+            if flags & os.O_ACCMODE != os.O_RDONLY:
+                return True
+    return False
 
 
 def wait_for_begin(scene: Scene, process: subprocess.Popen[bytes]) -> None:

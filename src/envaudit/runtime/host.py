@@ -26,7 +26,7 @@ from envaudit.lock.verify import (
 )
 from envaudit.runtime.jit import jit_cache_folder, jit_environment, prepare_jit_cache
 from envaudit.runtime.jobs import Job
-from envaudit.runtime.launchers import Launcher, ProcessLauncher
+from envaudit.runtime.launchers import ForkServerLauncher, Launcher
 from envaudit.runtime.registry import RunOptions, Runtime
 
 HARNESS_NEEDS = ("torch", "safetensors")
@@ -59,8 +59,8 @@ class HostRuntime(Runtime):
         job = job.with_context(
             env_check=check, closure_hash=closure, jit_cache=prepare_jit_cache(folder)
         )
-        env = {**os.environ, **job.device_env, **jit_environment(str(folder))}
-        return job, ProcessLauncher(sys.executable, env)
+        late = {**job.device_env, **jit_environment(str(folder))}
+        return job, ForkServerLauncher(sys.executable, os.environ, late)
 
 
 def env_check(env_name: str | None, locks_dir: Path = Path("locks")) -> dict[str, Any]:

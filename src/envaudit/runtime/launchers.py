@@ -7,14 +7,23 @@ handle gives it, so supervision is the same around a process and around a contai
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
+import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
+import tempfile
+import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
+
+from envaudit.schema.progress import fork_exit_file
 
 PR_SET_PDEATHSIG = 1
 
@@ -76,7 +85,7 @@ class ProcessLauncher:
         return str(path)
 
     def start(self, job_dir: Path, log: Path) -> WorkerHandle:
-        with log.open("wb") as log_handle:
+        with log.open("ab") as log_handle:
             process = subprocess.Popen(
                 [self.python, "-m", "envaudit.harness.worker", str(job_dir)],
                 stdout=log_handle,
@@ -87,3 +96,156 @@ class ProcessLauncher:
                 preexec_fn=_die_with_parent,
             )
         return ProcessHandle(process)
+
+
+FORK_SERVER_SWITCH = "ENVAUDIT_FORKSERVER"
+"""Set to 0 to start every worker as a fresh interpreter instead of forking it from a server."""
+SERVER_READY_S = 300.0
+KILL_WAIT_S = 10.0
+
+
+class ForkedHandle:
+    """A worker forked by a fork server: not our child, so its status comes from the file the
+    server writes when it reaps it."""
+
+    def __init__(self, pid: int, socket_path: Path) -> None:
+        self.pid = pid
+        self.exit_path = fork_exit_file(socket_path, pid)
+
+    def poll(self) -> int | None:
+        try:
+            return int(self.exit_path.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+        deadline = time.monotonic() + KILL_WAIT_S
+        while self.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def finish(self, log: Path) -> None:
+        """The output went to the log as it was written; forget the status file."""
+        with contextlib.suppress(OSError):
+            self.exit_path.unlink()
+
+
+class ForkServer:
+    """One running `envaudit.harness.forkserver` for an interpreter and a base environment. It
+    reads its standard input until end of file: when this process ends, however it ends, the
+    pipe closes and the server exits, and its children with it (parent-death signal)."""
+
+    def __init__(self, python: str, env: Mapping[str, str]) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="envaudit-fork-"))
+        self.socket = self.folder / "socket"
+        self.log = self.folder / "server.log"
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(
+                [python, "-m", "envaudit.harness.forkserver", str(self.socket)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                env=dict(env),
+                start_new_session=True,
+            )
+        ready = self._ready()
+        if not ready:
+            self.close()
+            raise OSError(f"the fork server did not start: {self.log.read_text()[-2000:]}")
+
+    def _ready(self) -> bool:
+        """Whether the server said `ready` (its imports done) within SERVER_READY_S."""
+        stdout = self.process.stdout
+        if stdout is None:
+            return False
+        found = threading.Event()
+
+        def read() -> None:
+            if stdout.readline().strip() == b"ready":
+                found.set()
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(SERVER_READY_S)
+        return found.is_set()
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def fork(self, job_dir: Path, log: Path, env: Mapping[str, str]) -> int:
+        request = {"job_dir": str(job_dir), "log": str(log), "env": dict(env)}
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(60)
+            conn.connect(str(self.socket))
+            conn.sendall((json.dumps(request) + "\n").encode())
+            with conn.makefile("rb") as stream:
+                reply = json.loads(stream.readline() or b"{}")
+        if "pid" not in reply:
+            raise OSError(f"the fork server refused the job: {reply.get('error', 'no reply')}")
+        return int(reply["pid"])
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            if self.process.stdin is not None:
+                self.process.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=10)
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+_SERVERS: dict[tuple[str, tuple[tuple[str, str], ...]], ForkServer] = {}
+_SERVERS_LOCK = threading.Lock()
+
+
+def fork_server(python: str, env: Mapping[str, str]) -> ForkServer:
+    """The running server for this interpreter and environment, started on first use (and
+    again if it died)."""
+    key = (python, tuple(sorted(env.items())))
+    with _SERVERS_LOCK:
+        server = _SERVERS.get(key)
+        if server is None or not server.alive():
+            if server is not None:
+                server.close()
+            server = _SERVERS[key] = ForkServer(python, env)
+        return server
+
+
+@atexit.register
+def close_fork_servers() -> None:
+    with _SERVERS_LOCK:
+        for server in _SERVERS.values():
+            server.close()
+        _SERVERS.clear()
+
+
+class ForkServerLauncher:
+    """A worker forked from a fork server of this interpreter (envaudit.harness.forkserver):
+    the harness's imports, torch's among them, are paid once per interpreter and environment
+    rather than once per job. `env` is what the server starts with; `late` holds the variables
+    that differ between jobs and are read only after the imports (the GPU's visibility, JIT
+    cache folders), set in each forked worker. Falls back to a fresh interpreter when the
+    server cannot start or fork, or when ENVAUDIT_FORKSERVER=0."""
+
+    def __init__(self, python: str, env: Mapping[str, str], late: Mapping[str, str]) -> None:
+        self.python = python
+        self.env = {k: v for k, v in env.items() if k not in late}
+        self.late = dict(late)
+
+    def seen_as(self, path: Path) -> str:
+        return str(path)
+
+    def start(self, job_dir: Path, log: Path) -> WorkerHandle:
+        full = {**self.env, **self.late}
+        if os.environ.get(FORK_SERVER_SWITCH, "1") != "0":
+            try:
+                server = fork_server(self.python, self.env)
+                return ForkedHandle(server.fork(job_dir, log, full), server.socket)
+            except (OSError, ValueError) as exc:
+                with log.open("a") as note:
+                    note.write(f"envaudit: no fork server ({exc}); starting an interpreter\n")
+        return ProcessLauncher(self.python, full).start(job_dir, log)

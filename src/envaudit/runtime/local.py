@@ -29,7 +29,7 @@ from envaudit.lock.resolve import current_lock
 from envaudit.lock.store import Store
 from envaudit.runtime.jit import jit_cache_folder, jit_environment, prepare_jit_cache
 from envaudit.runtime.jobs import Job
-from envaudit.runtime.launchers import Launcher, ProcessLauncher
+from envaudit.runtime.launchers import ForkServerLauncher, Launcher
 from envaudit.runtime.registry import Progress, RunOptions, Runtime, fetch_env
 from envaudit.runtime.staging import staged_harness
 from envaudit.schema.locks import Artifact, Lock
@@ -178,10 +178,6 @@ class LocalRuntime(Runtime):
             },
         )
         inherited = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-        env = {
-            **inherited,
-            **job.device_env,
-            **local.variables(lock),
-            **jit_environment(str(folder)),
-        }
-        return job, ProcessLauncher(str(local.python), env)
+        late = {**job.device_env, **jit_environment(str(folder))}
+        env = {**inherited, **local.variables(lock)}
+        return job, ForkServerLauncher(str(local.python), env, late)

@@ -18,6 +18,7 @@ HARNESS_FILES = (
     "envaudit/harness/compare.py",
     "envaudit/harness/environment.py",
     "envaudit/harness/evaluate.py",
+    "envaudit/harness/forkserver.py",
     "envaudit/harness/inputs.py",
     "envaudit/harness/reference.py",
     "envaudit/harness/solution.py",

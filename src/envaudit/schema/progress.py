@@ -35,6 +35,12 @@ ORPHANED = 4
 """Worker exit status: the supervisor stopped watching; the worker stopped without a word."""
 
 
+def fork_exit_file(socket_path: Path, pid: int) -> Path:
+    """Where a fork server (envaudit.harness.forkserver) writes the exit status of the worker
+    it forked as `pid`: beside its socket."""
+    return socket_path.parent / f"exit-{pid}"
+
+
 def touch_heartbeat(job_dir: Path) -> None:
     path = job_dir / HEARTBEAT_FILE
     try:

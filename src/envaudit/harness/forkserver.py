@@ -1,0 +1,131 @@
+"""A fork server: one process per interpreter and environment that has imported the harness
+(and with it torch) once, and forks a fresh worker for every job.
+
+`python -m envaudit.harness.forkserver SOCKET`. Importing torch took 2.9-4.5 s of every
+worker's start on the H200 machine, a third of a cached audit (docs/benchmarks.md); a fork
+costs milliseconds. Each job still gets a process of its own that has run no other solution:
+the server never imports a solution and never touches CUDA (a CUDA context does not survive a
+fork), so what a child inherits is the state right after the harness's imports.
+
+Protocol: one connection per job on the Unix socket, one JSON line in ({job_dir, log, env}),
+one JSON line out ({pid} or {error}). The child starts a session of its own (a group kill
+reaches whatever it starts), sends its output to `log`, replaces its environment with `env`
+(only variables read after import differ between jobs: the GPU's visibility, JIT cache
+folders), dies with the server (parent-death signal) and runs the worker. The server reaps
+its children and writes each exit status to `exit-<pid>` beside the socket (negative: the
+signal that killed it, as `subprocess` reports it). It exits when its standard input reaches
+end of file, that is when the supervisor that started it is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from envaudit.harness import worker
+from envaudit.schema.progress import fork_exit_file
+
+PR_SET_PDEATHSIG = 1
+
+
+def _status(raw: int) -> int:
+    if os.WIFSIGNALED(raw):
+        return -os.WTERMSIG(raw)
+    return os.WEXITSTATUS(raw)
+
+
+def _write_exit(socket_path: Path, pid: int, code: int) -> None:
+    path = fork_exit_file(socket_path, pid)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(str(code))
+    os.replace(tmp, path)
+
+
+def _reap(socket_path: Path) -> None:
+    """Collect every ended child and record its status (SIGCHLD handler)."""
+    while True:
+        try:
+            pid, raw = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        _write_exit(socket_path, pid, _status(raw))
+
+
+def _child(request: dict[str, Any], inherited: list[socket.socket]) -> None:
+    """In the forked child: become the worker of this job; never returns."""
+    try:
+        for sock in inherited:
+            sock.close()
+        os.setsid()
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        worker.IMPORTS_S = 0.0  # imported once, in the server
+        code = worker.main(Path(request["job_dir"]))
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    worker.exit_now(code)
+
+
+def _serve_one(conn: socket.socket, server: socket.socket) -> None:
+    with conn, conn.makefile("rwb") as stream:
+        line = stream.readline()
+        try:
+            request = json.loads(line)
+            pid = os.fork()
+        except (ValueError, OSError) as exc:
+            stream.write((json.dumps({"error": str(exc)}) + "\n").encode())
+            return
+        if pid == 0:
+            _child(request, [conn, server])
+        stream.write((json.dumps({"pid": pid}) + "\n").encode())
+
+
+def _exit_at_end_of_input() -> None:
+    sys.stdin.buffer.read()
+    os._exit(0)
+
+
+def main(socket_path: Path) -> int:
+    if torch.cuda.is_initialized():
+        print("CUDA was initialised by the imports: forked workers could not use it", flush=True)
+        return 1
+    signal.signal(signal.SIGCHLD, lambda *_: _reap(socket_path))
+    threading.Thread(target=_exit_at_end_of_input, daemon=True).start()
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(socket_path))
+    server.listen(16)
+    print("ready", flush=True)
+    while True:
+        try:
+            conn, _ = server.accept()
+        except InterruptedError:
+            continue
+        _serve_one(conn, server)
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1])))
