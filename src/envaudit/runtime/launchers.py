@@ -108,9 +108,10 @@ class ForkedHandle:
     """A worker forked by a fork server: not our child, so its status comes from the file the
     server writes when it reaps it."""
 
-    def __init__(self, pid: int, socket_path: Path) -> None:
+    def __init__(self, pid: int, server: ForkServer) -> None:
         self.pid = pid
-        self.exit_path = fork_exit_file(socket_path, pid)
+        self.server = server
+        self.exit_path = fork_exit_file(server.socket, pid)
 
     def poll(self) -> int | None:
         try:
@@ -129,6 +130,7 @@ class ForkedHandle:
         """The output went to the log as it was written; forget the status file."""
         with contextlib.suppress(OSError):
             self.exit_path.unlink()
+        self.server.release()
 
 
 class ForkServer:
@@ -137,6 +139,8 @@ class ForkServer:
     pipe closes and the server exits, and its children with it (parent-death signal)."""
 
     def __init__(self, python: str, env: Mapping[str, str]) -> None:
+        self.running = 0
+        """Workers forked and not yet finished: a server with none may be closed."""
         self.folder = Path(tempfile.mkdtemp(prefix="envaudit-fork-"))
         self.socket = self.folder / "socket"
         self.log = self.folder / "server.log"
@@ -185,6 +189,10 @@ class ForkServer:
             raise OSError(f"the fork server refused the job: {reply.get('error', 'no reply')}")
         return int(reply["pid"])
 
+    def release(self) -> None:
+        with _SERVERS_LOCK:
+            self.running = max(0, self.running - 1)
+
     def close(self) -> None:
         with contextlib.suppress(OSError):
             if self.process.stdin is not None:
@@ -202,16 +210,28 @@ _SERVERS: dict[tuple[str, tuple[tuple[str, str], ...]], ForkServer] = {}
 _SERVERS_LOCK = threading.Lock()
 
 
+MAX_IDLE_SERVERS = 2
+"""Servers kept with no worker running (each holds torch's imports, a few hundred MB)."""
+
+
 def fork_server(python: str, env: Mapping[str, str]) -> ForkServer:
     """The running server for this interpreter and environment, started on first use (and
-    again if it died)."""
+    again if it died), with one worker reserved on it. Idle servers beyond MAX_IDLE_SERVERS are
+    closed, oldest first; a server with a worker running is never closed (its workers would die
+    with it)."""
     key = (python, tuple(sorted(env.items())))
     with _SERVERS_LOCK:
-        server = _SERVERS.get(key)
-        if server is None or not server.alive():
-            if server is not None:
-                server.close()
-            server = _SERVERS[key] = ForkServer(python, env)
+        server = _SERVERS.pop(key, None)
+        if server is not None and not server.alive():
+            server.close()
+            server = None
+        idle = [k for k, s in _SERVERS.items() if s.running == 0]
+        for old in idle[: max(0, len(idle) - MAX_IDLE_SERVERS + 1)]:
+            _SERVERS.pop(old).close()
+        if server is None:
+            server = ForkServer(python, env)
+        _SERVERS[key] = server  # most recently used last
+        server.running += 1  # reserved for the caller's worker; `release` gives it back
         return server
 
 
@@ -244,8 +264,14 @@ class ForkServerLauncher:
         if os.environ.get(FORK_SERVER_SWITCH, "1") != "0":
             try:
                 server = fork_server(self.python, self.env)
-                return ForkedHandle(server.fork(job_dir, log, full), server.socket)
-            except (OSError, ValueError) as exc:
+            except OSError as exc:
                 with log.open("a") as note:
                     note.write(f"envaudit: no fork server ({exc}); starting an interpreter\n")
+            else:
+                try:
+                    return ForkedHandle(server.fork(job_dir, log, full), server)
+                except (OSError, ValueError) as exc:
+                    server.release()
+                    with log.open("a") as note:
+                        note.write(f"envaudit: the fork server failed ({exc}); an interpreter\n")
         return ProcessLauncher(self.python, full).start(job_dir, log)
