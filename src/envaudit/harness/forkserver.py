@@ -11,10 +11,10 @@ Protocol: one connection per job on the Unix socket, one JSON line in ({job_dir,
 one JSON line out ({pid} or {error}). The child starts a session of its own (a group kill
 reaches whatever it starts), sends its output to `log`, replaces its environment with `env`
 (only variables read after import differ between jobs: the GPU's visibility, JIT cache
-folders), dies with the server (parent-death signal) and runs the worker. The server reaps
-its children and writes each exit status to `exit-<pid>` beside the socket (negative: the
-signal that killed it, as `subprocess` reports it). It exits when its standard input reaches
-end of file, that is when the supervisor that started it is gone.
+folders), dies with the server (parent-death signal) and runs the worker. A thread of the
+server waits for its children and writes each exit status to `exit-<pid>` beside the socket
+(negative: the signal that killed it, as `subprocess` reports it). The server exits when its
+standard input reaches end of file, that is when the supervisor that started it is gone.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from envaudit.harness import worker
 from envaudit.schema.progress import fork_exit_file
 
 PR_SET_PDEATHSIG = 1
+REAP_IDLE_S = 0.01
 
 
 def _status(raw: int) -> int:
@@ -52,15 +54,15 @@ def _write_exit(socket_path: Path, pid: int, code: int) -> None:
     os.replace(tmp, path)
 
 
-def _reap(socket_path: Path) -> None:
-    """Collect every ended child and record its status (SIGCHLD handler)."""
+def _reap_forever(socket_path: Path) -> None:
+    """Collect every ended child and record its status (a thread of its own: a SIGCHLD handler
+    would run only when the main thread next runs Python, and it sits in `accept`)."""
     while True:
         try:
-            pid, raw = os.waitpid(-1, os.WNOHANG)
+            pid, raw = os.waitpid(-1, 0)
         except ChildProcessError:
-            return
-        if pid == 0:
-            return
+            time.sleep(REAP_IDLE_S)  # no child yet
+            continue
         _write_exit(socket_path, pid, _status(raw))
 
 
@@ -72,7 +74,6 @@ def _child(request: dict[str, Any], inherited: list[socket.socket]) -> None:
         os.setsid()
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(log, 1)
         os.dup2(log, 2)
@@ -113,7 +114,7 @@ def main(socket_path: Path) -> int:
     if torch.cuda.is_initialized():
         print("CUDA was initialised by the imports: forked workers could not use it", flush=True)
         return 1
-    signal.signal(signal.SIGCHLD, lambda *_: _reap(socket_path))
+    threading.Thread(target=_reap_forever, args=(socket_path,), daemon=True).start()
     threading.Thread(target=_exit_at_end_of_input, daemon=True).start()
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(str(socket_path))

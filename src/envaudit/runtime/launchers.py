@@ -104,6 +104,15 @@ SERVER_READY_S = 300.0
 KILL_WAIT_S = 10.0
 
 
+def _running(pid: int) -> bool:
+    """Whether `pid` is a live process (not gone, not a zombie)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 class ForkedHandle:
     """A worker forked by a fork server: not our child, so its status comes from the file the
     server writes when it reaps it."""
@@ -117,7 +126,10 @@ class ForkedHandle:
         try:
             return int(self.exit_path.read_text())
         except (OSError, ValueError):
-            return None
+            pass
+        if not self.server.alive() and not _running(self.pid):
+            return -signal.SIGKILL  # died with its server (parent-death signal), unreaped
+        return None
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
