@@ -65,6 +65,7 @@ class Scene:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            preexec_fn=_ctrl_c_as_a_terminal_sends_it,
         )
 
     def lines(self) -> list[dict]:
@@ -74,6 +75,12 @@ class Scene:
 
     def job_folders(self) -> list[Path]:
         return sorted(self.jobs.glob("job-*")) if self.jobs.is_dir() else []
+
+
+def _ctrl_c_as_a_terminal_sends_it() -> None:
+    """SIGINT at its default in the run, whatever this process inherited: a shell starts a
+    background command with SIGINT ignored, and a Python started so never sees Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def make_scene(base: Path) -> Scene:
