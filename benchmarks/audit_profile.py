@@ -34,6 +34,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from envaudit.schema.results import read_lines
+
 DEFAULT_SOLUTIONS = (
     "gemm_bf16_n6144_k4096-torch",
     "gdn_decode_qk4_v8_d128_k_last-triton",
@@ -101,10 +103,6 @@ def phase_totals(lines: Iterable[Mapping[str, Any]], total_s: float) -> dict[str
     return dict(totals)
 
 
-def read_lines(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(raw) for raw in path.read_text().splitlines() if raw.strip()]
-
-
 def profile(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.out)
     if out.exists():
@@ -114,7 +112,7 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
         wall = run_audit(args, out)
         kept = out / f"results.{name}.jsonl"
         os.replace(out / "results.jsonl", kept)
-        lines = read_lines(kept)
+        lines = [line for _, line in read_lines(kept) if line is not None]
         totals = phase_totals(lines, wall)
         timing = sum(totals.get(k, 0.0) for k in ORDER if k.startswith(("eager", "graph")))
         measure = totals.get("eager_measure", 0.0) + totals.get("graph_measure", 0.0)

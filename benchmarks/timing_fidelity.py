@@ -26,6 +26,7 @@ the wall time one measurement takes: accuracy and cost side by side (issue 16).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -65,14 +66,10 @@ def calibration_kernels(device: torch.device) -> dict[str, tuple[Callable[[int],
     }
 
 
-_CLOCKS: list[SmClock] = []
-
-
+@functools.cache
 def clock() -> SmClock:
     """One NVML reader for the whole run (the harness keeps one per worker)."""
-    if not _CLOCKS:
-        _CLOCKS.append(SmClock(torch.device("cuda")))
-    return _CLOCKS[0]
+    return SmClock(torch.device("cuda"))
 
 
 def sm_clock_mhz() -> int | None:

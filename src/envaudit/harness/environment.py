@@ -53,11 +53,7 @@ def _nvml_state(uuid: str | None) -> dict[str, Any]:
     try:
         pynvml.nvmlInit()
         try:
-            handle = (
-                pynvml.nvmlDeviceGetHandleByUUID(uuid)
-                if uuid
-                else pynvml.nvmlDeviceGetHandleByIndex(0)
-            )
+            handle = _nvml_handle(pynvml, uuid)
             return {
                 "driver": _text(pynvml.nvmlSystemGetDriverVersion()),
                 "gpu_uuid": _text(pynvml.nvmlDeviceGetUUID(handle)),
@@ -78,11 +74,20 @@ def _nvml_state(uuid: str | None) -> dict[str, Any]:
         return {"nvml_error": f"{type(exc).__name__}: {exc}"}
 
 
+def _nvml_handle(pynvml: Any, uuid: str | None) -> Any:
+    """The NVML handle of the GPU with this UUID (the first GPU when the UUID is unknown)."""
+    return pynvml.nvmlDeviceGetHandleByUUID(uuid) if uuid else pynvml.nvmlDeviceGetHandleByIndex(0)
+
+
+def _device_uuid(device: torch.device) -> str | None:
+    return _format_uuid(getattr(torch.cuda.get_device_properties(device), "uuid", None))
+
+
 def clock_state(device: torch.device) -> dict[str, Any]:
     """SM clock, temperature, power and throttle reasons now (recorded after each timing)."""
     if device.type != "cuda":
         return {}
-    uuid = _format_uuid(getattr(torch.cuda.get_device_properties(device), "uuid", None))
+    uuid = _device_uuid(device)
     keep = ("sm_clock_mhz", "temperature_c", "power_w", "throttle_reasons", "nvml_error")
     return {k: v for k, v in _nvml_state(uuid).items() if k in keep}
 
@@ -101,12 +106,7 @@ class SmClock:
             import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]
 
             pynvml.nvmlInit()
-            uuid = _format_uuid(getattr(torch.cuda.get_device_properties(device), "uuid", None))
-            self._handle = (
-                pynvml.nvmlDeviceGetHandleByUUID(uuid)
-                if uuid
-                else pynvml.nvmlDeviceGetHandleByIndex(0)
-            )
+            self._handle = _nvml_handle(pynvml, _device_uuid(device))
             self._nvml = pynvml
         except Exception:
             self._nvml = None

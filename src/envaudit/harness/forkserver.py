@@ -121,10 +121,7 @@ def main(socket_path: Path) -> int:
     server.listen(16)
     print("ready", flush=True)
     while True:
-        try:
-            conn, _ = server.accept()
-        except InterruptedError:
-            continue
+        conn, _ = server.accept()
         _serve_one(conn, server)
 
 

@@ -118,8 +118,7 @@ def random_tensor(
         piece.copy_(_draw(piece.numel(), init, torch.Generator().manual_seed(chunk_seed)))
 
     if len(chunks) <= 1:
-        for start in chunks:
-            fill(start)
+        list(map(fill, chunks))
     else:
         with ThreadPoolExecutor(max_workers=min(len(chunks), os.cpu_count() or 1)) as pool:
             list(pool.map(fill, chunks))

@@ -185,11 +185,8 @@ def _cuda_warmup(launch: Launch, copies: int, clock: SmClock | None = None) -> W
     """Warm up (module docstring); the per-call estimate comes from the second half."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times: list[float] = []
-    readings: list[int] = []
-    reading = clock.read() if clock is not None else None
-    if reading is not None:
-        readings.append(reading)
-    since_read = 0.0
+    readings = _read(clock, [])
+    elapsed = since_read = 0.0
     began = time.perf_counter()
     while True:
         start.record()
@@ -197,13 +194,12 @@ def _cuda_warmup(launch: Launch, copies: int, clock: SmClock | None = None) -> W
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end))
+        elapsed += times[-1]
         since_read += times[-1]
         if readings and since_read >= CLOCK_READ_EVERY_MS:
             since_read = 0.0
-            reading = clock.read() if clock is not None else None
-            if reading is not None:
-                readings.append(reading)
-        enough = len(times) >= WARMUP_MIN_ITERS and sum(times) >= WARMUP_MIN_MS
+            readings = _read(clock, readings)
+        enough = len(times) >= WARMUP_MIN_ITERS and elapsed >= WARMUP_MIN_MS
         if enough and (not readings or clock_settled(readings)):
             break
         if len(times) >= MAX_ITERS or _ms_since(began) >= WARMUP_MAX_MS:

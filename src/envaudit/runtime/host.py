@@ -70,7 +70,7 @@ def env_check(env_name: str | None, locks_dir: Path = Path("locks")) -> dict[str
     try:
         lock = load_lock(env_dir(env_name, locks_dir))
         listing, version = this_interpreter()
-        drift = compare(lock, list(listing), None, version)
+        drift = compare(lock, listing, None, version)
     except LockError as exc:
         return {"matches": None, "reason": str(exc).splitlines()[0][:300]}
     return drift_record(drift, lock.closure_hash)

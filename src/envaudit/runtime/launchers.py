@@ -275,15 +275,16 @@ class ForkServerLauncher:
         full = {**self.env, **self.late}
         if os.environ.get(FORK_SERVER_SWITCH, "1") != "0":
             try:
-                server = fork_server(self.python, self.env)
-            except OSError as exc:
+                return self._forked(job_dir, log, full)
+            except (OSError, ValueError) as exc:
                 with log.open("a") as note:
                     note.write(f"envaudit: no fork server ({exc}); starting an interpreter\n")
-            else:
-                try:
-                    return ForkedHandle(server.fork(job_dir, log, full), server)
-                except (OSError, ValueError) as exc:
-                    server.release()
-                    with log.open("a") as note:
-                        note.write(f"envaudit: the fork server failed ({exc}); an interpreter\n")
         return ProcessLauncher(self.python, full).start(job_dir, log)
+
+    def _forked(self, job_dir: Path, log: Path, env: Mapping[str, str]) -> WorkerHandle:
+        server = fork_server(self.python, self.env)
+        try:
+            return ForkedHandle(server.fork(job_dir, log, env), server)
+        except BaseException:
+            server.release()
+            raise
