@@ -34,6 +34,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from envaudit.runtime.timeline import TIMELINE_ENV
 from envaudit.schema.results import read_lines
 
 DEFAULT_SOLUTIONS = (
@@ -64,20 +65,62 @@ ORDER = (
     "outside_workers",
 )
 
+OUTSIDE = (
+    "cli_start",
+    "audit_setup",
+    "job_setup",
+    "worker_exit",
+    "worker_cleanup",
+    "job_cleanup",
+    "cli_finish",
+)
 
-def run_audit(args: argparse.Namespace, out: Path) -> float:
-    """Run the audit command once; its wall seconds."""
+
+def run_audit(args: argparse.Namespace, out: Path, timeline: Path) -> tuple[float, float]:
+    """Run the audit command once, its supervisor marking its timeline (runtime/timeline.py);
+    (the wall time at its start, its wall seconds)."""
     command = [sys.executable, "-m", "envaudit", "audit", "--suite", args.suite, "--out", str(out)]
     command += ["--runtime", args.runtime, "--timeout", "600"]
     command += ["--gpu", args.gpu] if args.gpu else ["--device", "cpu"]
     for solution in args.solution or DEFAULT_SOLUTIONS:
         command += ["--solution", solution]
+    timeline.unlink(missing_ok=True)
+    environ = {**os.environ, TIMELINE_ENV: str(timeline)}
+    launched = time.time()
     started = time.perf_counter()
-    done = subprocess.run(command, check=False)
+    done = subprocess.run(command, check=False, env=environ)
     wall = time.perf_counter() - started
     if done.returncode not in (0, 1):
         raise SystemExit(f"the audit exited {done.returncode}: {' '.join(command)}")
-    return wall
+    return launched, wall
+
+
+def outside_split(timeline: Path, launched: float, wall: float) -> dict[str, float]:
+    """The supervisor's side, from its marks: the command's start (interpreter, imports) up to
+    the audit, the audit's set-up (plans, environments), each job's set-up before its worker
+    starts, each worker's exit after its last line, the supervisor's clean-up after it, and the
+    command's end after the last job."""
+    marks = [json.loads(text) for text in timeline.read_text().splitlines() if text.strip()]
+    first = {m["event"]: m["t"] for m in reversed(marks) if not m["job"]}
+    split: dict[str, float] = defaultdict(float)
+    split["cli_start"] = first.get("audit_start", launched) - launched
+    split["audit_setup"] = first.get("jobs_ready", launched) - first.get("audit_start", launched)
+    split["cli_finish"] = launched + wall - first.get("audit_end", launched + wall)
+    last: dict[tuple[str, str], float] = {}
+    for m in marks:
+        job, event, t = m["job"], m["event"], m["t"]
+        if event == "worker_launch" and (job, "worker_finished") not in last:
+            split["job_setup"] += t - last[(job, "job_begin")]
+        elif (
+            event == "worker_exited" and last.get((job, "result"), 0) > last[(job, "worker_launch")]
+        ):
+            split["worker_exit"] += t - last[(job, "result")]
+        elif event == "worker_finished":
+            split["worker_cleanup"] += t - last[(job, "worker_exited")]
+        elif event == "job_end" and (job, "worker_finished") in last:
+            split["job_cleanup"] += t - last[(job, "worker_finished")]
+        last[(job, event)] = t
+    return dict(split)
 
 
 def phase_totals(lines: Iterable[Mapping[str, Any]], total_s: float) -> dict[str, float]:
@@ -109,7 +152,8 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
         shutil.rmtree(out)
     runs: dict[str, Any] = {}
     for name in ("cold", "cached"):
-        wall = run_audit(args, out)
+        timeline = out.parent / f"{out.name}.timeline.{name}.jsonl"
+        launched, wall = run_audit(args, out, timeline)
         kept = out / f"results.{name}.jsonl"
         os.replace(out / "results.jsonl", kept)
         lines = [line for _, line in read_lines(kept) if line is not None]
@@ -122,6 +166,7 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
             "statuses": sorted({str(line.get("status")) for line in lines}),
             "reference_cached": sum(1 for line in lines if line.get("reference_cached")),
             "phases_s": totals,
+            "outside_s": outside_split(timeline, launched, wall),
             "timing_s": timing,
             "measure_s": measure,
             "wall_over_timing": wall / timing if timing else None,
@@ -139,6 +184,10 @@ def print_profile(record: Mapping[str, Any]) -> None:
             print(
                 f"{name:18} {a:9.2f} {a / cold['wall_s']:6.1%} {b:9.2f} {b / cached['wall_s']:6.1%}"
             )
+        if name == "outside_workers":
+            for part in OUTSIDE:
+                a, b = cold["outside_s"].get(part, 0.0), cached["outside_s"].get(part, 0.0)
+                print(f"  {part:16} {a:9.2f} {'':6} {b:9.2f}")
     print(f"{'total (command)':18} {cold['wall_s']:9.2f} {'':6} {cached['wall_s']:9.2f}")
     for name in ("cold", "cached"):
         run = record[name]

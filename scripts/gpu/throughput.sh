@@ -4,6 +4,7 @@
 # fidelity table with the peers. Carry scratch/gpu-wheels (envaudit's Python deps). State
 # outside the repository copy goes to SCRATCH (default /root/ea, as in library-session.sh).
 #   scripts/gpu/throughput.sh OUT NAME      -> OUT/NAME-profile.{json,txt}, OUT/NAME-fidelity.{json,txt}
+# With TESTS=1, also the GPU tests of timing and of faults (forked workers) -> OUT/NAME-tests.txt
 set -u
 out=$1 name=$2
 scratch=${SCRATCH:-/root/ea}
@@ -17,4 +18,10 @@ python3 benchmarks/timing_fidelity.py --peers --json "$out/$name-fidelity.json" 
 python3 benchmarks/audit_profile.py --gpu "$uuid" --out "$scratch/profile" \
   --json "$out/$name-profile.json" >"$out/$name-profile.txt" 2>&1
 cp "$scratch/profile/results.cached.jsonl" "$out/$name-profile-cached.jsonl"
+cp "$scratch/profile.timeline.cached.jsonl" "$out/$name-timeline-cached.jsonl"
+if [ -n "${TESTS:-}" ]; then
+  python3 -m pytest -q -p no:cacheprovider tests/harness/test_timing.py tests/harness/test_gpu_faults.py \
+    >"$out/$name-tests.txt" 2>&1
+  tail -n 3 "$out/$name-tests.txt"
+fi
 tail -n 40 "$out/$name-fidelity.txt" "$out/$name-profile.txt"

@@ -39,6 +39,7 @@ from envaudit.runtime.slurm import (
     merge_task_reports,
     run_tasks,
 )
+from envaudit.runtime.timeline import mark
 from envaudit.schema.names import shown
 from envaudit.schema.results import kept_lines, read_lines
 
@@ -191,10 +192,12 @@ def run_audit(
     """Every solution once per pool of devices (GPUs of one model; each GPU its own pool with
     `each_gpu`), the longest jobs first, one job at a time per device and all devices at once.
     Environments are made first, one after the other, so no two jobs build one image."""
+    mark("audit_start")
     check_audit(plan)
     report = plan.out / "results.jsonl"
     result = AuditResult(report)
     ordered = longest_first(plan, _ready(plan, prepare_env, result), report)
+    mark("jobs_ready")
     guard = threading.Lock()
 
     def work(pool: queue.SimpleQueue[str], gpu: str | None, device: str | None) -> None:
@@ -205,12 +208,14 @@ def run_audit(
                 return
             if on_job:
                 on_job(name, gpu or device or "")
+            mark("job_begin", name)
             try:
                 run_job(_request(plan, name, gpu, device, report), plan.runtime, plan.options)
             except EnvauditError as exc:
                 hint = f" (hint: {exc.hint})" if exc.hint else ""
                 with guard:
                     result.errors.append(f"{name}: {exc}{hint}")
+            mark("job_end", name)
 
     threads = []
     for slots in device_pools(plan):
@@ -223,7 +228,9 @@ def run_audit(
         thread.start()
     for thread in threads:
         thread.join()
-    return _counted(result)
+    counted = _counted(result)
+    mark("audit_end")
+    return counted
 
 
 def _ready(plan: AuditPlan, prepare_env: BuildHook | None, result: AuditResult) -> list[str]:

@@ -33,6 +33,7 @@ from typing import Any
 from envaudit.errors import EnvauditError
 from envaudit.runtime.jobs import Job
 from envaudit.runtime.launchers import Launcher, WorkerHandle
+from envaudit.runtime.timeline import mark
 from envaudit.schema.progress import (
     CONTEXT_LOST,
     JOB_FILE,
@@ -212,13 +213,16 @@ def _run_worker(
     (folder / JOB_FILE).write_text(json.dumps(view))
     touch_heartbeat(folder)
     watch = _Watch()
+    mark("worker_launch", job.solution)
     handle = launcher.start(folder, log)
     try:
         outcome, returncode = _follow(job, handle, folder, watch, timeouts)
+        mark("worker_exited", job.solution)
     finally:
         with contextlib.suppress(Exception):
             handle.kill()
         handle.finish(log)
+    mark("worker_finished", job.solution)
 
     def fail(failed: list[str], status: str, message: str) -> None:
         for uuid in failed:
@@ -302,6 +306,7 @@ def _apply(job: Job, event: Mapping[str, Any], watch: _Watch) -> bool:
             line["phases_s"] = {**phases, **(line.get("phases_s") or {})}
             watch.startup = {}
         append_line(job.report, line)
+        mark("result", job.solution)
         watch.finished.add(uuid)
         watch.current = None
         return True
