@@ -71,26 +71,61 @@ def test_random_rules() -> None:
     assert int(small.min()) == -128 and int(small.max()) == 127
 
 
-def test_a_large_draw_is_chunked_and_independent_of_the_thread_count(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Chunks come from their own generators, so the values are the same on one thread and on
-    many; the first chunk (and so any tensor of at most one chunk) is one generator's draw."""
+def _splitmix64(seed: int, i: int) -> int:
+    """The generator's definition in Python's unbounded integers, to check torch's int64 one."""
+    mask = (1 << 64) - 1
+    z = (seed + i * 0x9E3779B97F4A7C15) & mask
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+    return z ^ (z >> 31)
+
+
+def test_counter_hash_is_splitmix64_with_wrapping_int64() -> None:
+    from envaudit.harness.inputs import counter_hash
+
+    seed = input_seed(5, "kv_cache")  # a real seed: up to 63 bits
+    start = (1 << 40) - 100  # counters far past any chunk boundary
+    bits = counter_hash(seed, start, 300, "cpu").tolist()
+    assert [b & ((1 << 64) - 1) for b in bits] == [_splitmix64(seed, start + i) for i in range(300)]
+
+
+def test_a_large_draw_does_not_depend_on_its_chunking(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Element i is a function of the seed and i alone: drawn in one chunk or in many, the
+    values are the same bits, and the distribution is the one asked for."""
     from envaudit.harness import inputs as module
 
-    n = module.DRAW_CHUNK * 5 // 2
+    n = 1 << 20
     init = {"dist": "normal", "mean": 0.5, "std": 2.0}
-    monkeypatch.setattr(module.os, "cpu_count", lambda: 1)
-    serial = random_tensor((n,), torch.bfloat16, init, 11)
-    monkeypatch.setattr(module.os, "cpu_count", lambda: 4)
-    parallel = random_tensor((n,), torch.bfloat16, init, 11)
-    assert torch.equal(serial.view(torch.int16), parallel.view(torch.int16))
-    one = torch.randn(module.DRAW_CHUNK, generator=torch.Generator().manual_seed(11)) * 2.0 + 0.5
-    assert torch.equal(serial[: module.DRAW_CHUNK], one.to(torch.bfloat16))
-    # later chunks are fresh draws, not a repeat of the first
-    second = serial[module.DRAW_CHUNK : 2 * module.DRAW_CHUNK]
-    assert not torch.equal(second, serial[: module.DRAW_CHUNK])
-    assert abs(float(serial.float().mean()) - 0.5) < 0.01
-    assert abs(float(serial.float().std()) - 2.0) < 0.01
+    whole = random_tensor((n,), torch.bfloat16, init, 11)
+    monkeypatch.setattr(module, "DRAW_CHUNK", 1000)  # chunks not aligned to anything
+    pieces = random_tensor((n,), torch.bfloat16, init, 11)
+    assert torch.equal(whole.view(torch.int16), pieces.view(torch.int16))
+    assert abs(float(whole.float().mean()) - 0.5) < 0.01
+    assert abs(float(whole.float().std()) - 2.0) < 0.01
+    # a prefix of a longer tensor is the shorter tensor
+    assert torch.equal(random_tensor((1000,), torch.bfloat16, init, 11), whole[:1000])
     ints = random_tensor((2, n // 2), torch.int8, None, 3)
     assert int(ints.min()) == -128 and int(ints.max()) == 127
+    coins = random_tensor((n,), torch.bool, None, 4)
+    assert abs(float(coins.float().mean()) - 0.5) < 0.005
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_the_gpu_draws_what_the_cpu_draws() -> None:
+    """Integer and uniform inputs are the same bits on both; normal floats may differ only by
+    an ulp, in a few elements per billion (module docstring)."""
+    n = 1 << 26
+    for dtype, init in (
+        (torch.int32, None),
+        (torch.float32, {"dist": "uniform", "low": -1, "high": 3}),
+        (torch.bool, None),
+    ):
+        cpu = random_tensor((n,), dtype, init, 21)
+        assert torch.equal(random_tensor((n,), dtype, init, 21, "cuda").cpu(), cpu)
+    cpu = random_tensor((n,), torch.float32, None, 22)
+    gpu = random_tensor((n,), torch.float32, None, 22, "cuda").cpu()
+    differ = cpu != gpu
+    assert int(differ.sum()) <= 4
+    assert torch.allclose(cpu[differ], gpu[differ], rtol=2**-22, atol=0)
+    half = random_tensor((n,), torch.bfloat16, None, 22)
+    assert torch.equal(random_tensor((n,), torch.bfloat16, None, 22, "cuda").cpu(), half)

@@ -91,3 +91,27 @@ def test_a_measurement_stops_early_only_while_the_clock_holds() -> None:
     assert timing._clock_held([])  # no NVML: nothing to wait for
     assert timing._clock_held([1980, 1980, 1980])
     assert not timing._clock_held([1470, 1650, 1515])  # a GEMM at the power limit
+
+
+@pytest.mark.gpu
+@gpu
+def test_a_power_limited_measurement_spends_the_budget() -> None:
+    """A steady kernel stops early, unless NVML says a power or thermal limit holds the clock
+    down: then the clock swings between measurements, and only the whole budget averages it.
+    The clock here reports a limit at every read (the rule under test is the stopping one)."""
+
+    class LimitedClock(SmClock):
+        def read(self) -> int | None:
+            self.limited_reads += 1
+            return 1500
+
+    device = torch.device("cuda")
+    src = torch.randn(1 << 22, device=device)
+    dst = torch.empty_like(src)
+    stats = timing.time_eager_cuda(
+        lambda i: torch.mul(src, 1.0, out=dst), 1, device, LimitedClock(device)
+    )
+    assert stats.power_limited is True and stats.sm_clock_range_mhz == [1500, 1500]
+    assert stats.stop in ("time_budget", "iteration_cap")
+    free = timing.time_eager_cuda(lambda i: torch.mul(src, 1.0, out=dst), 1, device, None)
+    assert free.stop == "precise" and free.power_limited is None

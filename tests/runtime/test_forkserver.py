@@ -70,3 +70,35 @@ def test_each_job_gets_a_clean_process(tmp_path: Path, forkserver: str) -> None:
         assert imports == [0.0, 0.0]  # imported once, by the server
     else:
         assert min(imports) > 0.1
+
+
+PRELOAD_SOLUTIONS = {
+    "a_first": ("def run(x, lengths, scale):\n    return scaled(x, lengths, scale)\n", False),
+    "b_second": (
+        """
+        import sys
+        def run(x, lengths, scale):
+            if "torch._dynamo" not in sys.modules:
+                raise RuntimeError("torch._dynamo was not imported before this solution")
+            return scaled(x, lengths, scale)
+        """,
+        False,
+    ),
+}
+
+
+def test_workers_after_the_first_find_dynamo_imported(tmp_path: Path) -> None:
+    """The server imports torch._dynamo once its first worker is forked (forkserver.PRELOAD):
+    the second job's worker starts with it, as FlexAttention and torch.compile need it."""
+    root = write_toy_root(tmp_path / "data")
+    solutions = tmp_path / "solutions"
+    for name in PRELOAD_SOLUTIONS:
+        write_solution(solutions, name, PRELOAD_SOLUTIONS)
+    out = tmp_path / "audit"
+    argv = [sys.executable, "-m", "envaudit", "audit", "--device", "cpu", "--runtime", "host"]
+    argv += ["--data-root", str(root), "--solutions-root", str(solutions), "--out", str(out)]
+    argv += ["--suite", "all", "--timeout", "60", "--solution", "a_first", "--solution", "b_second"]
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
+    lines = [json.loads(t) for t in (out / "results.jsonl").read_text().splitlines()]
+    by_solution = {line["solution"]: line["status"] for line in lines}
+    assert by_solution == {"a_first": "PASSED", "b_second": "PASSED"}, done.stdout + done.stderr

@@ -8,6 +8,7 @@ is returned separately so a run can store it once rather than on every line.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import platform
@@ -92,14 +93,23 @@ def clock_state(device: torch.device) -> dict[str, Any]:
     return {k: v for k, v in _nvml_state(uuid).items() if k in keep}
 
 
+# NVML's clock event reasons that mean the clock is held below what the kernel would get:
+# software power cap, hardware slowdown, software and hardware thermal slowdown, power brake.
+LIMITING_REASONS = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+
+
 class SmClock:
     """The SM clock of one GPU, read through NVML many times a second while a warm-up runs (so
     timing starts once the clock has settled). NVML is opened once and kept; `read` gives None
-    when NVML or the GPU's handle is unavailable, and then no decision waits on the clock."""
+    when NVML or the GPU's handle is unavailable, and then no decision waits on the clock.
+    Each read also asks why the clock is where it is, and counts the reads that found it held
+    down by a power or thermal limit (`limited_reads`)."""
 
     def __init__(self, device: torch.device) -> None:
         self._nvml: Any = None
         self._handle: Any = None
+        self._reasons: Any = None
+        self.limited_reads = 0
         if device.type != "cuda":
             return
         try:
@@ -108,6 +118,9 @@ class SmClock:
             pynvml.nvmlInit()
             self._handle = _nvml_handle(pynvml, _device_uuid(device))
             self._nvml = pynvml
+            self._reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or (
+                getattr(pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+            )
         except Exception:
             self._nvml = None
 
@@ -115,9 +128,13 @@ class SmClock:
         if self._nvml is None:
             return None
         try:
-            return int(self._nvml.nvmlDeviceGetClockInfo(self._handle, self._nvml.NVML_CLOCK_SM))
+            mhz = int(self._nvml.nvmlDeviceGetClockInfo(self._handle, self._nvml.NVML_CLOCK_SM))
         except Exception:
             return None
+        with contextlib.suppress(Exception):
+            if self._reasons is not None and int(self._reasons(self._handle)) & LIMITING_REASONS:
+                self.limited_reads += 1
+        return mhz
 
 
 def _text(value: Any) -> str:

@@ -5,7 +5,8 @@
 worker's start on the H200 machine, a third of a cached audit (docs/benchmarks.md); a fork
 costs milliseconds. Each job still gets a process of its own that has run no other solution:
 the server never imports a solution and never touches CUDA (a CUDA context does not survive a
-fork), so what a child inherits is the state right after the harness's imports.
+fork), so what a child inherits is the state right after the harness's imports (from the
+second job on, and PRELOAD's).
 
 Protocol: one connection per job on the Unix socket, one JSON line in ({job_dir, log, env}),
 one JSON line out ({pid} or {error}). The child starts a session of its own (a group kill
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import importlib
 import json
 import os
 import signal
@@ -39,6 +41,14 @@ from envaudit.schema.progress import fork_exit_file
 
 PR_SET_PDEATHSIG = 1
 REAP_IDLE_S = 0.01
+
+
+PRELOAD = ("torch._dynamo",)
+"""Imported by the server once it has forked its first worker, while it would otherwise wait:
+torch.compile and FlexAttention import torch._dynamo on first use, which took most of a
+FlexAttention solution's 4.7 s load on the H200 machine. After the first fork, so that the
+first job never waits for it; a job that asks meanwhile waits for the import to finish. Like
+torch, it is imported before any solution, never by one for another."""
 
 
 def _status(raw: int) -> int:
@@ -91,9 +101,12 @@ def _child(request: dict[str, Any], inherited: list[socket.socket]) -> None:
     worker.exit_now(code)
 
 
-def _serve_one(conn: socket.socket, server: socket.socket) -> None:
+def _serve_one(conn: socket.socket, server: socket.socket, refusal: str | None) -> None:
     with conn, conn.makefile("rwb") as stream:
         line = stream.readline()
+        if refusal is not None:
+            stream.write((json.dumps({"error": refusal}) + "\n").encode())
+            return
         try:
             request = json.loads(line)
             pid = os.fork()
@@ -103,6 +116,20 @@ def _serve_one(conn: socket.socket, server: socket.socket) -> None:
         if pid == 0:
             _child(request, [conn, server])
         stream.write((json.dumps({"pid": pid}) + "\n").encode())
+
+
+def _preload() -> str | None:
+    """Import PRELOAD; why the server must stop forking if that changed what a fork would copy
+    (CUDA, a thread), else None. A module that fails to import is left to the worker."""
+    threads = threading.active_count()
+    for name in PRELOAD:
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+    if torch.cuda.is_initialized():
+        return "preloading initialised CUDA"
+    if threading.active_count() != threads:
+        return "preloading started a thread"
+    return None
 
 
 def _exit_at_end_of_input() -> None:
@@ -120,9 +147,14 @@ def main(socket_path: Path) -> int:
     server.bind(str(socket_path))
     server.listen(16)
     print("ready", flush=True)
+    refusal: str | None = None
+    served = 0
     while True:
         conn, _ = server.accept()
-        _serve_one(conn, server)
+        _serve_one(conn, server, refusal)
+        served += 1
+        if served == 1:
+            refusal = _preload()
 
 
 if __name__ == "__main__":

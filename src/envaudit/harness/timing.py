@@ -34,7 +34,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -105,6 +105,9 @@ class TimingStats:
     """Whether the warm-up saw the clock settle before WARMUP_MAX_MS (None: no NVML)."""
     sm_clock_range_mhz: list[int] | None = None
     """Lowest and highest SM clock read around the measured batches (None: no NVML)."""
+    power_limited: bool | None = None
+    """Whether NVML found the clock held down by a power or thermal limit at some read around
+    the measured batches (None: no NVML); such a measurement never stops early."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -223,6 +226,18 @@ def _event_loop(
     return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
 
 
+class Measured(NamedTuple):
+    samples: list[float]
+    """Per-call times, ms."""
+    stop: str
+    width: float
+    """The median's relative half-width."""
+    clocks: list[int]
+    """The SM clock read around every batch (MHz)."""
+    limited: bool
+    """NVML reported a power or thermal limit at some read."""
+
+
 def _measure(
     step: Launch,
     copies: int,
@@ -230,11 +245,12 @@ def _measure(
     estimate_ms: float,
     scale: int = 1,
     clock: SmClock | None = None,
-) -> tuple[list[float], str, float, list[int]]:
+) -> Measured:
     """Batches until the median is PRECISION-tight or the budget is spent (module docstring);
     (per-call samples, why it stopped, the median's relative half-width, the SM clock read
     around every batch). `scale` is the number of calls one step makes (graph replays)."""
     samples: list[float] = []
+    limited_before = clock.limited_reads if clock is not None else 0
     readings = _read(clock, [])
     batch = _iterations(estimate_ms, MIN_MEASURE_MS, MIN_ITERS, MAX_ITERS)
     while True:
@@ -242,13 +258,14 @@ def _measure(
         samples += [t / scale for t in raw]
         readings = _read(clock, readings)
         width = median_halfwidth(samples)
-        if width <= PRECISION and _clock_held(readings):
-            return samples, "precise", width, readings
+        limited = clock is not None and clock.limited_reads > limited_before
+        if width <= PRECISION and _clock_held(readings) and not limited:
+            return Measured(samples, "precise", width, readings, limited)
         spent = sum(samples) * scale
         if spent >= TARGET_MEASURE_MS:
-            return samples, "time_budget", width, readings
+            return Measured(samples, "time_budget", width, readings, limited)
         if len(samples) >= MAX_ITERS:
-            return samples, "iteration_cap", width, readings
+            return Measured(samples, "iteration_cap", width, readings, limited)
         left = TARGET_MEASURE_MS - spent
         per_step = spent / len(samples)
         batch = max(1, min(len(samples), MAX_ITERS - len(samples), int(left / per_step) + 1))
@@ -262,8 +279,9 @@ def _read(clock: SmClock | None, readings: list[int]) -> list[int]:
 def _clock_held(readings: list[int]) -> bool:
     """The SM clock stayed within CLOCK_HOLD_TOLERANCE over the whole measurement (or cannot be
     read). A power-limited kernel's clock swings by 10% and more over hundreds of milliseconds
-    (1470-1770 MHz for a BF16 GEMM on the H200): samples taken in a few tens of milliseconds
-    cannot see that, so such a measurement never stops early and spans the whole budget."""
+    (1470-1770 MHz for a BF16 GEMM on the H200), and can hold within 1% for the few tens of
+    milliseconds a short measurement lasts while being 15% off the next one's: so a measurement
+    during which NVML reports a power or thermal limit never stops early either (_measure)."""
     return not readings or max(readings) <= min(readings) * (1 + CLOCK_HOLD_TOLERANCE)
 
 
@@ -276,13 +294,14 @@ def _finish(
     warm: Warmup,
     warmup_wall: float,
     measured: float,
-    outcome: tuple[str, float, list[int]],
+    outcome: Measured,
 ) -> TimingStats:
-    stop, width, clocks = outcome
+    clocks = outcome.clocks
     stats.warmup_wall_ms, stats.measure_wall_ms = warmup_wall, measured
-    stats.stop, stats.median_halfwidth = stop, width
+    stats.stop, stats.median_halfwidth = outcome.stop, outcome.width
     stats.sm_clock_mhz, stats.clock_steady = warm.sm_clock_mhz, warm.clock_steady
     stats.sm_clock_range_mhz = [min(clocks), max(clocks)] if clocks else None
+    stats.power_limited = outcome.limited if clocks else None
     return stats
 
 
@@ -294,9 +313,9 @@ def time_eager_cuda(
     warm = _cuda_warmup(launch, copies, clock)
     warmup_wall = _ms_since(started)
     started = time.perf_counter()
-    samples, stop, width, clocks = _measure(launch, copies, flush, warm.estimate_ms, 1, clock)
-    stats = summarize(samples, "cuda_events", warm.iterations, copies, flush.numel())
-    return _finish(stats, warm, warmup_wall, _ms_since(started), (stop, width, clocks))
+    measured = _measure(launch, copies, flush, warm.estimate_ms, 1, clock)
+    stats = summarize(measured.samples, "cuda_events", warm.iterations, copies, flush.numel())
+    return _finish(stats, warm, warmup_wall, _ms_since(started), measured)
 
 
 def time_graph_cuda(
@@ -338,11 +357,9 @@ def time_graph_cuda(
     warm = _cuda_warmup(replay, len(graphs), clock)
     warmup_wall = _ms_since(started)
     started = time.perf_counter()
-    samples, stop, width, clocks = _measure(
-        replay, len(graphs), flush, warm.estimate_ms, calls, clock
-    )
-    stats = summarize(samples, "cuda_graph", warm.iterations, copies, flush.numel(), calls)
-    return _finish(stats, warm, warmup_wall, _ms_since(started), (stop, width, clocks))
+    measured = _measure(replay, len(graphs), flush, warm.estimate_ms, calls, clock)
+    stats = summarize(measured.samples, "cuda_graph", warm.iterations, copies, flush.numel(), calls)
+    return _finish(stats, warm, warmup_wall, _ms_since(started), measured)
 
 
 def time_wall_clock(launch: Launch, copies: int) -> TimingStats:
