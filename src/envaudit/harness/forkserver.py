@@ -43,12 +43,17 @@ PR_SET_PDEATHSIG = 1
 REAP_IDLE_S = 0.01
 
 
-PRELOAD = ("torch._dynamo",)
-"""Imported by the server once it has forked its first worker, while it would otherwise wait:
-torch.compile and FlexAttention import torch._dynamo on first use, which took most of a
-FlexAttention solution's 4.7 s load on the H200 machine. After the first fork, so that the
-first job never waits for it; a job that asks meanwhile waits for the import to finish. Like
-torch, it is imported before any solution, never by one for another."""
+PRELOAD: tuple[tuple[str, str | None], ...] = (
+    ("torch._dynamo", None),
+    ("triton.compiler.compiler", "triton_key"),
+)
+"""(module, function to call once) imported by the server once it has forked its first worker,
+while it would otherwise wait. torch.compile and FlexAttention import torch._dynamo on first
+use, which took most of a FlexAttention solution's 4.7 s load on the H200 machine; Triton's
+first launch in a process hashes Triton's own files (`triton_key`, memoised per process), which
+a forked child inherits. After the first fork, so the first job never waits for them; a job
+that asks meanwhile waits for them to finish. Like torch, they are imported before any
+solution, never by one solution for another; what cannot be imported is left to the worker."""
 
 
 def _status(raw: int) -> int:
@@ -122,9 +127,11 @@ def _preload() -> str | None:
     """Import PRELOAD; why the server must stop forking if that changed what a fork would copy
     (CUDA, a thread), else None. A module that fails to import is left to the worker."""
     threads = threading.active_count()
-    for name in PRELOAD:
+    for name, call in PRELOAD:
         with contextlib.suppress(Exception):
-            importlib.import_module(name)
+            module = importlib.import_module(name)
+            if call is not None:
+                getattr(module, call)()
     if torch.cuda.is_initialized():
         return "preloading initialised CUDA"
     if threading.active_count() != threads:
