@@ -45,20 +45,29 @@ SOLUTIONS = {
 }
 
 
-@pytest.mark.parametrize("forkserver", ["1", "0"])
-def test_each_job_gets_a_clean_process(tmp_path: Path, forkserver: str) -> None:
+def audit_two_solutions(
+    tmp_path: Path, sources: dict[str, tuple[str, bool]], env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
+    """Write `sources` as solutions of the toy definition, audit all of them on the CPU (host
+    runtime) and return the finished command and its result lines."""
     root = write_toy_root(tmp_path / "data")
     solutions = tmp_path / "solutions"
-    for name in SOLUTIONS:
-        write_solution(solutions, name, SOLUTIONS)
+    for name in sources:
+        write_solution(solutions, name, sources)
     out = tmp_path / "audit"
     argv = [sys.executable, "-m", "envaudit", "audit", "--device", "cpu", "--runtime", "host"]
     argv += ["--data-root", str(root), "--solutions-root", str(solutions), "--out", str(out)]
     argv += ["--suite", "all", "--timeout", "60"]
-    env = {**os.environ, "ENVAUDIT_FORKSERVER": forkserver}
+    env = {**os.environ, **(env or {})}
     done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
     lines = [json.loads(raw) for raw in (out / "results.jsonl").read_text().splitlines()]
+    return done, lines
+
+
+@pytest.mark.parametrize("forkserver", ["1", "0"])
+def test_each_job_gets_a_clean_process(tmp_path: Path, forkserver: str) -> None:
+    done, lines = audit_two_solutions(tmp_path, SOLUTIONS, {"ENVAUDIT_FORKSERVER": forkserver})
+    assert done.returncode == 0, done.stdout + done.stderr
     statuses = {(line["solution"], line["status"]) for line in lines}
     assert statuses == {("a_marks", "PASSED"), ("b_checks", "PASSED")}, [
         line.get("message") for line in lines
@@ -90,15 +99,6 @@ PRELOAD_SOLUTIONS = {
 def test_workers_after_the_first_find_dynamo_imported(tmp_path: Path) -> None:
     """The server imports torch._dynamo once its first worker is forked (forkserver.PRELOAD):
     the second job's worker starts with it, as FlexAttention and torch.compile need it."""
-    root = write_toy_root(tmp_path / "data")
-    solutions = tmp_path / "solutions"
-    for name in PRELOAD_SOLUTIONS:
-        write_solution(solutions, name, PRELOAD_SOLUTIONS)
-    out = tmp_path / "audit"
-    argv = [sys.executable, "-m", "envaudit", "audit", "--device", "cpu", "--runtime", "host"]
-    argv += ["--data-root", str(root), "--solutions-root", str(solutions), "--out", str(out)]
-    argv += ["--suite", "all", "--timeout", "60", "--solution", "a_first", "--solution", "b_second"]
-    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
-    lines = [json.loads(t) for t in (out / "results.jsonl").read_text().splitlines()]
+    done, lines = audit_two_solutions(tmp_path, PRELOAD_SOLUTIONS)
     by_solution = {line["solution"]: line["status"] for line in lines}
     assert by_solution == {"a_first": "PASSED", "b_second": "PASSED"}, done.stdout + done.stderr

@@ -45,15 +45,18 @@ REAP_IDLE_S = 0.01
 
 PRELOAD: tuple[tuple[str, str | None], ...] = (
     ("torch._dynamo", None),
+    ("triton.runtime.cache", "triton_key"),
     ("triton.compiler.compiler", "triton_key"),
 )
 """(module, function to call once) imported by the server once it has forked its first worker,
 while it would otherwise wait. torch.compile and FlexAttention import torch._dynamo on first
-use, which took most of a FlexAttention solution's 4.7 s load on the H200 machine; Triton's
+use, which took most of a FlexAttention solution's 4.7 s load on the H200 machine. Triton's
 first launch in a process hashes Triton's own files (`triton_key`, memoised per process), which
-a forked child inherits. After the first fork, so the first job never waits for them; a job
-that asks meanwhile waits for them to finish. Like torch, they are imported before any
-solution, never by one solution for another; what cannot be imported is left to the worker."""
+a forked child inherits; recent Triton (3.6 on the H200 machine) keeps it in
+triton.runtime.cache, older Triton in triton.compiler.compiler, so both are tried. After the
+first fork, so the first job never waits for them; a job that asks meanwhile waits for them to
+finish. Like torch, they are imported before any solution, never by one solution for another;
+what cannot be imported is left to the worker."""
 
 
 def _status(raw: int) -> int:
