@@ -20,11 +20,19 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from benchmarks.timing_fidelity import flush_kernel_names, heat_up
+from benchmarks.timing_fidelity import heat_up
 from envaudit.harness import timing
 
 CALLS = (1, 4, 16, 20, 32, 64, 128, 256)
 COPIES = 8
+
+
+def flush_kernel_names(device: torch.device) -> set[str]:
+    flush = timing.flush_buffer(device)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        flush.zero_()
+        torch.cuda.synchronize(device)
+    return {e.name for e in prof.events() if e.device_type.name == "CUDA"}
 
 
 def cupti_kernel_us(launch: Any, flush_names: set[str]) -> float:

@@ -10,8 +10,9 @@ The per-call estimate is taken from the warm-up's second half.
 Stopping rule: iterations run in batches; the first covers MIN_MEASURE_MS of measured time (at
 least MIN_ITERS iterations), each later one doubles the count, and measuring stops as soon as
 the 95% confidence interval of the median (distribution-free, from order statistics) is within
-PRECISION of the median on either side while the SM clock has held within CLOCK_HOLD_TOLERANCE,
-or when TARGET_MEASURE_MS of measured time or MAX_ITERS iterations are reached. A steady kernel
+PRECISION of the median on either side while the SM clock has held within CLOCK_HOLD_TOLERANCE
+and NVML has reported no power or thermal limit, or when TARGET_MEASURE_MS of measured time (the
+`budget_ms` argument) or MAX_ITERS iterations are reached. A steady kernel
 is done in tens of milliseconds; a noisy one, or one whose clock swings at the power limit, gets
 the whole budget. The record says why measuring stopped, how tight the median was and the range
 of the clock.
@@ -245,6 +246,7 @@ def _measure(
     estimate_ms: float,
     scale: int = 1,
     clock: SmClock | None = None,
+    budget_ms: float = TARGET_MEASURE_MS,
 ) -> Measured:
     """Batches until the median is PRECISION-tight or the budget is spent (module docstring);
     (per-call samples, why it stopped, the median's relative half-width, the SM clock read
@@ -262,11 +264,11 @@ def _measure(
         if width <= PRECISION and _clock_held(readings) and not limited:
             return Measured(samples, "precise", width, readings, limited)
         spent = sum(samples) * scale
-        if spent >= TARGET_MEASURE_MS:
+        if spent >= budget_ms:
             return Measured(samples, "time_budget", width, readings, limited)
         if len(samples) >= MAX_ITERS:
             return Measured(samples, "iteration_cap", width, readings, limited)
-        left = TARGET_MEASURE_MS - spent
+        left = budget_ms - spent
         per_step = spent / len(samples)
         batch = max(1, min(len(samples), MAX_ITERS - len(samples), int(left / per_step) + 1))
 
@@ -306,14 +308,18 @@ def _finish(
 
 
 def time_eager_cuda(
-    launch: Launch, copies: int, device: torch.device, clock: SmClock | None = None
+    launch: Launch,
+    copies: int,
+    device: torch.device,
+    clock: SmClock | None = None,
+    budget_ms: float = TARGET_MEASURE_MS,
 ) -> TimingStats:
     flush = flush_buffer(device)
     started = time.perf_counter()
     warm = _cuda_warmup(launch, copies, clock)
     warmup_wall = _ms_since(started)
     started = time.perf_counter()
-    measured = _measure(launch, copies, flush, warm.estimate_ms, 1, clock)
+    measured = _measure(launch, copies, flush, warm.estimate_ms, 1, clock, budget_ms)
     stats = summarize(measured.samples, "cuda_events", warm.iterations, copies, flush.numel())
     return _finish(stats, warm, warmup_wall, _ms_since(started), measured)
 
@@ -324,6 +330,7 @@ def time_graph_cuda(
     device: torch.device,
     clock: SmClock | None = None,
     estimate_ms: float | None = None,
+    budget_ms: float = TARGET_MEASURE_MS,
 ) -> TimingStats:
     """Capture graphs of back-to-back calls and time their replays (see module docstring).
     `estimate_ms` (the eager median, when known) sizes the graph without a warm-up of its own."""
@@ -357,7 +364,7 @@ def time_graph_cuda(
     warm = _cuda_warmup(replay, len(graphs), clock)
     warmup_wall = _ms_since(started)
     started = time.perf_counter()
-    measured = _measure(replay, len(graphs), flush, warm.estimate_ms, calls, clock)
+    measured = _measure(replay, len(graphs), flush, warm.estimate_ms, calls, clock, budget_ms)
     stats = summarize(measured.samples, "cuda_graph", warm.iterations, copies, flush.numel(), calls)
     return _finish(stats, warm, warmup_wall, _ms_since(started), measured)
 
