@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from envaudit.schema.progress import fork_exit_file
 from tests.conftest import REPO, write_toy_root
 from tests.harness.test_faults import write_solution
 
@@ -81,24 +84,99 @@ def test_each_job_gets_a_clean_process(tmp_path: Path, forkserver: str) -> None:
         assert min(imports) > 0.1
 
 
+SERVER_FOLDER = """
+import os
+from pathlib import Path
+def server_folder():
+    # the socket is the last argument of the fork server that forked this worker
+    args = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().split(b"\\0")
+    return Path(os.fsdecode([a for a in args if a][-1])).parent
+"""
+
 PRELOAD_SOLUTIONS = {
-    "a_first": ("def run(x, lengths, scale):\n    return scaled(x, lengths, scale)\n", False),
+    "a_first": (
+        SERVER_FOLDER
+        + """
+import sys
+import time
+def run(x, lengths, scale):
+    if "torch._dynamo" in sys.modules:
+        raise RuntimeError("the first job's worker waited for the preload")
+    folder = server_folder()
+    (folder / "first-parent").write_text(str(os.getppid()))
+    deadline = time.monotonic() + 120
+    while not (folder / "preloaded").exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError("the preload did not finish within 120 s")
+        time.sleep(0.05)
+    return scaled(x, lengths, scale)
+""",
+        False,
+    ),
     "b_second": (
-        """
-        import sys
-        def run(x, lengths, scale):
-            if "torch._dynamo" not in sys.modules:
-                raise RuntimeError("torch._dynamo was not imported before this solution")
-            return scaled(x, lengths, scale)
-        """,
+        SERVER_FOLDER
+        + """
+import sys
+def run(x, lengths, scale):
+    if "torch._dynamo" not in sys.modules:
+        raise RuntimeError("torch._dynamo was not imported before this solution")
+    first = (server_folder() / "first-parent").read_text()
+    if str(os.getppid()) == first:
+        raise RuntimeError("forked by the first server, not by the preloaded one")
+    return scaled(x, lengths, scale)
+""",
         False,
     ),
 }
 
 
-def test_workers_after_the_first_find_dynamo_imported(tmp_path: Path) -> None:
-    """The server imports torch._dynamo once its first worker is forked (forkserver.PRELOAD):
-    the second job's worker starts with it, as FlexAttention and torch.compile need it."""
+def test_workers_after_the_preload_are_forked_with_dynamo_imported(tmp_path: Path) -> None:
+    """The server forks a second server after its first job, which imports torch._dynamo
+    (forkserver.PRELOAD) and then serves the later jobs: the first job's worker does not wait
+    for it (no torch._dynamo there), and a job that arrives once it is ready is forked by it,
+    with torch._dynamo imported, as FlexAttention and torch.compile need. The first solution
+    holds its job until the preloaded server is ready, so the order is certain."""
     done, lines = audit_two_solutions(tmp_path, PRELOAD_SOLUTIONS)
-    by_solution = {line["solution"]: line["status"] for line in lines}
-    assert by_solution == {"a_first": "PASSED", "b_second": "PASSED"}, done.stdout + done.stderr
+    by_solution = {line["solution"]: (line["status"], line.get("message")) for line in lines}
+    assert {k: v[0] for k, v in by_solution.items()} == {
+        "a_first": "PASSED",
+        "b_second": "PASSED",
+    }, (by_solution, done.stdout + done.stderr)
+
+
+def test_a_preload_that_crashes_leaves_the_first_server_serving(tmp_path: Path) -> None:
+    """If the preloaded server dies while importing (here: PRELOAD aborts it), the first server,
+    which never imported PRELOAD, goes on forking every job itself."""
+    socket_path = tmp_path / "socket"
+    start = (
+        "import sys; from pathlib import Path; import envaudit.harness.forkserver as server;"
+        " server.PRELOAD = (('os', 'abort'),); sys.exit(server.main(Path(sys.argv[1])))"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", start, str(socket_path)],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert process.stdout is not None and process.stdout.readline().strip() == b"ready"
+        for n in range(3):
+            log = tmp_path / f"worker-{n}.log"
+            request = {"job_dir": str(tmp_path / "no-such-job"), "log": str(log), "env": {}}
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+                conn.settimeout(60)
+                conn.connect(str(socket_path))
+                conn.sendall((json.dumps(request) + "\n").encode())
+                reply = json.loads(conn.makefile("rb").readline())
+            exit_file = fork_exit_file(socket_path, reply["pid"])
+            deadline = time.monotonic() + 60
+            while not exit_file.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert exit_file.read_text() == "1", log.read_text()  # the job folder is missing
+            time.sleep(0.5 if n == 0 else 0)  # time for the preloaded server to die
+        assert not (socket_path.parent / "preloaded").exists()
+    finally:
+        assert process.stdin is not None
+        process.stdin.close()
+        process.wait(timeout=30)

@@ -5,8 +5,8 @@
 worker's start on the H200 machine, a third of a cached audit (docs/benchmarks.md); a fork
 costs milliseconds. Each job still gets a process of its own that has run no other solution:
 the server never imports a solution and never touches CUDA (a CUDA context does not survive a
-fork), so what a child inherits is the state right after the harness's imports (from the
-second job on, and PRELOAD's).
+fork), so what a child inherits is the state right after the harness's imports; from the
+second job on, usually also PRELOAD's (see Preloaded).
 
 Protocol: one connection per job on the Unix socket, one JSON line in ({job_dir, log, env}),
 one JSON line out ({pid} or {error}). The child starts a session of its own (a group kill
@@ -48,15 +48,15 @@ PRELOAD: tuple[tuple[str, str | None], ...] = (
     ("triton.runtime.cache", "triton_key"),
     ("triton.compiler.compiler", "triton_key"),
 )
-"""(module, function to call once) imported by the server once it has forked its first worker,
-while it would otherwise wait. torch.compile and FlexAttention import torch._dynamo on first
-use, which took most of a FlexAttention solution's 4.7 s load on the H200 machine. Triton's
-first launch in a process hashes Triton's own files (`triton_key`, memoised per process), which
-a forked child inherits; recent Triton (3.6 on the H200 machine) keeps it in
-triton.runtime.cache, older Triton in triton.compiler.compiler, so both are tried. After the
-first fork, so the first job never waits for them; a job that asks meanwhile waits for them to
-finish. Like torch, they are imported before any solution, never by one solution for another;
-what cannot be imported is left to the worker."""
+"""(module, function to call once) imported by a second server forked from this one after its
+first job (Preloaded), which serves every job from then on. torch.compile and FlexAttention
+import torch._dynamo on first use, which took most of a FlexAttention solution's 4.7 s load on
+the H200 machine. Triton's first launch in a process hashes Triton's own files (`triton_key`,
+memoised per process; 0.6 s on the H200 machine), which a forked child inherits; recent Triton
+(3.6 there) keeps it in triton.runtime.cache, older Triton in triton.compiler.compiler, so both
+are tried. A job that arrives before the preload is done is forked without them. Like torch,
+they are imported before any solution, never by one solution for another; what cannot be
+imported is left to the worker."""
 
 
 def _status(raw: int) -> int:
@@ -109,12 +109,11 @@ def _child(request: dict[str, Any], inherited: list[socket.socket]) -> None:
     worker.exit_now(code)
 
 
-def _serve_one(conn: socket.socket, server: socket.socket, refusal: str | None) -> None:
+def _serve_one(conn: socket.socket, inherited: list[socket.socket]) -> None:
+    """Read one job request from `conn`, fork its worker and reply with its pid. The child
+    closes `conn` and the `inherited` sockets, which belong to the server."""
     with conn, conn.makefile("rwb") as stream:
         line = stream.readline()
-        if refusal is not None:
-            stream.write((json.dumps({"error": refusal}) + "\n").encode())
-            return
         try:
             request = json.loads(line)
             pid = os.fork()
@@ -122,13 +121,13 @@ def _serve_one(conn: socket.socket, server: socket.socket, refusal: str | None) 
             stream.write((json.dumps({"error": str(exc)}) + "\n").encode())
             return
         if pid == 0:
-            _child(request, [conn, server])
+            _child(request, [conn, *inherited])
         stream.write((json.dumps({"pid": pid}) + "\n").encode())
 
 
 def _preload() -> str | None:
-    """Import PRELOAD; why the server must stop forking if that changed what a fork would copy
-    (CUDA, a thread), else None. A module that fails to import is left to the worker."""
+    """Import PRELOAD; why this process must not fork workers if that changed what a fork would
+    copy (CUDA, a thread), else None. A module that fails to import is left to the worker."""
     threads = threading.active_count()
     for name, call in PRELOAD:
         with contextlib.suppress(Exception):
@@ -140,6 +139,80 @@ def _preload() -> str | None:
     if threading.active_count() != threads:
         return "preloading started a thread"
     return None
+
+
+class Preloaded:
+    """A second server, forked from this one once it has served its first job: it imports
+    PRELOAD while this one goes on forking workers, says `ready` on their shared socket pair,
+    and from then on forks the worker of every job whose connection this one hands it
+    (SCM_RIGHTS). So no job waits for the preload (on the H200 machine the second job of an
+    audit waited 2.8 s for it when the server preloaded in its own process), and a preload that
+    goes wrong (CUDA initialised, a thread started, a crash) costs nothing but itself: this
+    server, which never imported PRELOAD, keeps serving. PRELOADED_FILE beside the socket
+    records how long the preload took once it is ready."""
+
+    def __init__(self, listener: socket.socket, socket_path: Path) -> None:
+        self.link, theirs = socket.socketpair()
+        self.state = "loading"
+        parent = os.getpid()
+        self.pid = os.fork()
+        if self.pid == 0:
+            self.link.close()
+            listener.close()
+            _serve_handed(theirs, socket_path, parent)
+        theirs.close()
+        self.link.setblocking(False)
+
+    def take(self, conn: socket.socket) -> bool:
+        """Hand `conn` over if the preloaded server is ready; whether it was handed over."""
+        if self.state == "loading":
+            try:
+                said = self.link.recv(256)
+            except BlockingIOError:
+                return False
+            except OSError:
+                said = b""
+            self.state = "ready" if said == b"ready" else "gone"
+        if self.state != "ready":
+            return False
+        try:
+            socket.send_fds(self.link, [b"j"], [conn.fileno()])
+        except OSError:
+            self.state = "gone"
+            return False
+        conn.close()
+        return True
+
+
+PRELOADED_FILE = "preloaded"
+
+
+def _serve_handed(link: socket.socket, socket_path: Path, parent: int) -> None:
+    """The preloaded server's life (see Preloaded); never returns."""
+    code = 0
+    try:
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the first server died before the line above
+            os._exit(0)
+        began = time.perf_counter()
+        refusal = _preload()
+        if refusal is not None:
+            link.sendall(refusal.encode())
+            os._exit(0)
+        threading.Thread(target=_reap_forever, args=(socket_path,), daemon=True).start()
+        marker = socket_path.parent / PRELOADED_FILE
+        marker.write_text(f"{time.perf_counter() - began:.3f}\n")
+        link.sendall(b"ready")
+        while True:
+            _, fds, _, _ = socket.recv_fds(link, 16, 1)
+            if not fds:  # the first server is gone
+                break
+            _serve_one(socket.socket(fileno=fds[0]), [link])
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    os._exit(code)
 
 
 def _exit_at_end_of_input() -> None:
@@ -157,14 +230,14 @@ def main(socket_path: Path) -> int:
     server.bind(str(socket_path))
     server.listen(16)
     print("ready", flush=True)
-    refusal: str | None = None
-    served = 0
+    preloaded: Preloaded | None = None
     while True:
         conn, _ = server.accept()
-        _serve_one(conn, server, refusal)
-        served += 1
-        if served == 1:
-            refusal = _preload()
+        if preloaded is not None and preloaded.take(conn):
+            continue
+        _serve_one(conn, [server] if preloaded is None else [server, preloaded.link])
+        if preloaded is None:
+            preloaded = Preloaded(server, socket_path)
 
 
 if __name__ == "__main__":
