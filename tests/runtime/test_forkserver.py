@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from envaudit.schema.progress import fork_exit_file
+from envaudit.harness.forkserver import wants_preload
+from envaudit.schema.progress import JOB_FILE, fork_exit_file
 from tests.conftest import REPO, write_toy_root
 from tests.harness.test_faults import write_solution
 
@@ -180,3 +181,52 @@ def test_a_preload_that_crashes_leaves_the_first_server_serving(tmp_path: Path) 
         assert process.stdin is not None
         process.stdin.close()
         process.wait(timeout=30)
+
+
+WAITING_SOLUTIONS = {
+    "a_quick": ("def run(x, lengths, scale):\n    return scaled(x, lengths, scale)\n", False),
+    "b_compiles": (
+        """
+        import sys
+        def run(x, lengths, scale):  # a torch.compile solution, as far as the server can tell
+            if "torch._dynamo" not in sys.modules:
+                raise RuntimeError("forked before the preload was done")
+            return scaled(x, lengths, scale)
+        """,
+        False,
+    ),
+}
+
+
+def test_a_job_that_wants_the_preload_waits_for_it(tmp_path: Path) -> None:
+    """The second job arrives right after a quick first one, while the preloaded server is still
+    importing torch._dynamo (seconds on this machine): its source mentions torch.compile, so it
+    is handed to that server and forked once the preload is done."""
+    done, lines = audit_two_solutions(tmp_path, WAITING_SOLUTIONS)
+    by_solution = {line["solution"]: (line["status"], line.get("message")) for line in lines}
+    assert {k: v[0] for k, v in by_solution.items()} == {
+        "a_quick": "PASSED",
+        "b_compiles": "PASSED",
+    }, (by_solution, done.stdout + done.stderr)
+
+
+@pytest.mark.parametrize(
+    ("source", "wanted"),
+    [
+        ("from torch.nn.attention.flex_attention import flex_attention\n", True),
+        ("kernel = torch.compile(body)\n", True),
+        ("import triton\n", False),
+        (None, False),  # no job file: not a reason to wait
+    ],
+)
+def test_which_jobs_want_the_preload(tmp_path: Path, source: str | None, wanted: bool) -> None:
+    solution = tmp_path / "solution"
+    solution.mkdir()
+    (solution / "main.py").write_text(source or "")
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    if source is not None:
+        job = {"solution_file": str(solution / "solution.json")}
+        (job_dir / JOB_FILE).write_text(json.dumps(job))
+    line = json.dumps({"job_dir": str(job_dir), "log": "", "env": {}}).encode()
+    assert wants_preload(line) is wanted

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from envaudit.harness import worker
-from envaudit.schema.progress import fork_exit_file
+from envaudit.schema.progress import JOB_FILE, fork_exit_file
 
 PR_SET_PDEATHSIG = 1
 REAP_IDLE_S = 0.01
@@ -109,20 +109,50 @@ def _child(request: dict[str, Any], inherited: list[socket.socket]) -> None:
     worker.exit_now(code)
 
 
-def _serve_one(conn: socket.socket, inherited: list[socket.socket]) -> None:
-    """Read one job request from `conn`, fork its worker and reply with its pid. The child
-    closes `conn` and the `inherited` sockets, which belong to the server."""
-    with conn, conn.makefile("rwb") as stream:
-        line = stream.readline()
+def _read_request(conn: socket.socket) -> bytes:
+    """The job request: one line (the client sends it whole, then waits for the reply)."""
+    with conn.makefile("rb") as stream:
+        return stream.readline()
+
+
+def _serve_one(conn: socket.socket, line: bytes, inherited: list[socket.socket]) -> None:
+    """Fork the worker of the job request `line` read from `conn`, and reply with its pid. The
+    child closes `conn` and the `inherited` sockets, which belong to the server."""
+    with conn:
         try:
             request = json.loads(line)
             pid = os.fork()
         except (ValueError, OSError) as exc:
-            stream.write((json.dumps({"error": str(exc)}) + "\n").encode())
+            conn.sendall((json.dumps({"error": str(exc)}) + "\n").encode())
             return
         if pid == 0:
             _child(request, [conn, *inherited])
-        stream.write((json.dumps({"pid": pid}) + "\n").encode())
+        conn.sendall((json.dumps({"pid": pid}) + "\n").encode())
+
+
+PRELOAD_MARKERS = ("torch.compile", "flex_attention", "torch._dynamo", "torch._inductor")
+MARKER_SCAN_FILES = 200
+MARKER_SCAN_BYTES = 1 << 20
+
+
+def wants_preload(line: bytes) -> bool:
+    """Whether the job's solution names what PRELOAD's torch._dynamo serves (its Python sources
+    mention torch.compile, FlexAttention, dynamo or inductor). Such a job waits for the
+    preloaded server rather than import torch._dynamo itself: 4.3 s in a fresh process on the
+    H200 machine, and 8.1 s for a FlexAttention solution whose worker did so while the preload
+    ran beside it. A guess for scheduling only: a solution that reaches torch.compile through a
+    library is forked without waiting and imports it itself."""
+    try:
+        job = json.loads((Path(json.loads(line)["job_dir"]) / JOB_FILE).read_text())
+        folder = Path(job["solution_file"]).parent
+        for path in sorted(folder.rglob("*.py"))[:MARKER_SCAN_FILES]:
+            with path.open(errors="replace") as source:
+                text = source.read(MARKER_SCAN_BYTES)
+            if any(marker in text for marker in PRELOAD_MARKERS):
+                return True
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return False
 
 
 def _preload() -> str | None:
@@ -144,15 +174,17 @@ def _preload() -> str | None:
 class Preloaded:
     """A second server, forked from this one once it has served its first job: it imports
     PRELOAD while this one goes on forking workers, says `ready` on their shared socket pair,
-    and from then on forks the worker of every job whose connection this one hands it
-    (SCM_RIGHTS). So no job waits for the preload (on the H200 machine the second job of an
-    audit waited 2.8 s for it when the server preloaded in its own process), and a preload that
-    goes wrong (CUDA initialised, a thread started, a crash) costs nothing but itself: this
-    server, which never imported PRELOAD, keeps serving. PRELOADED_FILE beside the socket
-    records how long the preload took once it is ready."""
+    and from then on forks the worker of every job whose connection this one hands it (the
+    request line and the socket, SCM_RIGHTS). Until it is ready, only the jobs that want the
+    preload (wants_preload) are handed to it and wait; the others are forked here at once (on
+    the H200 machine the second job of an audit waited 2.8 s for the preload when the server
+    preloaded in its own process). A preload that goes wrong (CUDA initialised, a thread
+    started, a crash) costs only the jobs handed over meanwhile, which their supervisor starts
+    as fresh interpreters: this server never imported PRELOAD and keeps serving.
+    PRELOADED_FILE beside the socket records how long the preload took once it is ready."""
 
     def __init__(self, listener: socket.socket, socket_path: Path) -> None:
-        self.link, theirs = socket.socketpair()
+        self.link, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.state = "loading"
         parent = os.getpid()
         self.pid = os.fork()
@@ -163,20 +195,22 @@ class Preloaded:
         theirs.close()
         self.link.setblocking(False)
 
-    def take(self, conn: socket.socket) -> bool:
-        """Hand `conn` over if the preloaded server is ready; whether it was handed over."""
+    def take(self, conn: socket.socket, line: bytes) -> bool:
+        """Hand the job over if the preloaded server is ready, or still loading and the job
+        wants the preload; whether it was handed over."""
         if self.state == "loading":
             try:
                 said = self.link.recv(256)
             except BlockingIOError:
-                return False
+                said = None
             except OSError:
                 said = b""
-            self.state = "ready" if said == b"ready" else "gone"
-        if self.state != "ready":
+            if said is not None:
+                self.state = "ready" if said == b"ready" else "gone"
+        if self.state == "gone" or (self.state == "loading" and not wants_preload(line)):
             return False
         try:
-            socket.send_fds(self.link, [b"j"], [conn.fileno()])
+            socket.send_fds(self.link, [line], [conn.fileno()])
         except OSError:
             self.state = "gone"
             return False
@@ -185,6 +219,7 @@ class Preloaded:
 
 
 PRELOADED_FILE = "preloaded"
+MAX_REQUEST_BYTES = 1 << 20
 
 
 def _serve_handed(link: socket.socket, socket_path: Path, parent: int) -> None:
@@ -205,10 +240,10 @@ def _serve_handed(link: socket.socket, socket_path: Path, parent: int) -> None:
         marker.write_text(f"{time.perf_counter() - began:.3f}\n")
         link.sendall(b"ready")
         while True:
-            _, fds, _, _ = socket.recv_fds(link, 16, 1)
+            line, fds, _, _ = socket.recv_fds(link, MAX_REQUEST_BYTES, 1)
             if not fds:  # the first server is gone
                 break
-            _serve_one(socket.socket(fileno=fds[0]), [link])
+            _serve_one(socket.socket(fileno=fds[0]), line, [link])
     except BaseException:
         traceback.print_exc()
         code = 1
@@ -233,9 +268,10 @@ def main(socket_path: Path) -> int:
     preloaded: Preloaded | None = None
     while True:
         conn, _ = server.accept()
-        if preloaded is not None and preloaded.take(conn):
+        line = _read_request(conn)
+        if preloaded is not None and preloaded.take(conn, line):
             continue
-        _serve_one(conn, [server] if preloaded is None else [server, preloaded.link])
+        _serve_one(conn, line, [server] if preloaded is None else [server, preloaded.link])
         if preloaded is None:
             preloaded = Preloaded(server, socket_path)
 
