@@ -123,6 +123,26 @@ def outside_split(timeline: Path, launched: float, wall: float) -> dict[str, flo
     return dict(split)
 
 
+def annotate_timeline(timeline: Path, lines: Iterable[Mapping[str, Any]]) -> None:
+    """Give every mark of the timeline the environment that made it: a job's marks the
+    `context` (runtime, env, closure hash) of that job's result lines, the audit's own marks the
+    context its lines share (none where they differ). The supervisor marks only times."""
+    contexts: dict[str, dict[str, Any]] = {}
+    for line in lines:
+        context = line.get("context") or {}
+        contexts[str(line.get("solution"))] = {
+            key: context.get(key) for key in ("runtime", "env", "closure_hash")
+        }
+    shared = next(iter(contexts.values())) if len(set(map(str, contexts.values()))) == 1 else None
+    marks = [json.loads(text) for text in timeline.read_text().splitlines() if text.strip()]
+    text = "".join(
+        json.dumps({**mark, "context": contexts.get(mark["job"], shared)}) + "\n" for mark in marks
+    )
+    tmp = timeline.with_name(timeline.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, timeline)
+
+
 def phase_totals(lines: Iterable[Mapping[str, Any]], total_s: float) -> dict[str, float]:
     """Seconds per phase over all lines; the timing phases split into warm-up and measurement."""
     totals: dict[str, float] = defaultdict(float)
@@ -184,6 +204,7 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
         kept = out / f"results.{name}.jsonl"
         os.replace(out / "results.jsonl", kept)
         lines = [line for _, line in read_lines(kept) if line is not None]
+        annotate_timeline(timeline, lines)
         totals = phase_totals(lines, wall)
         timing = sum(totals.get(k, 0.0) for k in ORDER if k.startswith(("eager", "graph")))
         measure = totals.get("eager_measure", 0.0) + totals.get("graph_measure", 0.0)
