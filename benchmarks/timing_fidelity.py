@@ -157,7 +157,8 @@ def peer_timers(
             * 1e3
         ),
         f"harness eager {SHORT_BUDGET_MS:.0f} ms": lambda: (
-            time_eager_cuda(launch, copies, device, clock(), SHORT_BUDGET_MS).median_ms * 1e3
+            time_eager_cuda(launch, copies, device, clock(), budget_ms=SHORT_BUDGET_MS).median_ms
+            * 1e3
         ),
         "triton do_bench": lambda: float(triton.testing.do_bench(lambda: launch(0))) * 1e3,
         "triton do_bench_cudagraph": lambda: (

@@ -84,14 +84,19 @@ def _reap_forever(socket_path: Path) -> None:
         _write_exit(socket_path, pid, _status(raw))
 
 
+def _die_with_parent() -> None:
+    """SIGKILL this process when the one that forked it ends (parent-death signal)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def _child(request: dict[str, Any], inherited: list[socket.socket]) -> None:
     """In the forked child: become the worker of this job; never returns."""
     try:
         for sock in inherited:
             sock.close()
         os.setsid()
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        _die_with_parent()
         log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(log, 1)
         os.dup2(log, 2)
@@ -226,8 +231,7 @@ def _serve_handed(link: socket.socket, socket_path: Path, parent: int) -> None:
     """The preloaded server's life (see Preloaded); never returns."""
     code = 0
     try:
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        _die_with_parent()
         if os.getppid() != parent:  # the first server died before the line above
             os._exit(0)
         began = time.perf_counter()
