@@ -3,8 +3,11 @@ heated until its clock settles (timing_fidelity.heat_up), then run back to back 
 seconds with device events around every call and the SM clock and its limit reasons read from
 NVML every READ_EVERY calls. The calls are then cut into consecutive windows of W ms of kernel
 time, and for each W the spread (max/min) of the windows' medians is what five measurements of
-W ms each could disagree by. The harness's rule (harness/timing.py) lets a measurement during
-which NVML reports a power limit run for its whole budget; this says what that budget buys.
+W ms each could disagree by. Since a max/min grows with the number of windows it is taken over,
+each length also gets the coefficient of variation of its medians and the spread of EVEN_WINDOWS
+windows spaced evenly over the run. The harness's rule (harness/timing.py) makes a measurement
+during which NVML reports a power limit last WANDER_MIN_MEASURE_MS at least; this says what a
+longer one would buy.
 
     python benchmarks/clock_window.py [--json OUT.json]
 """
@@ -20,9 +23,10 @@ from typing import Any
 import torch
 from timing_fidelity import calibration_kernels, clock, heat_up
 
-RUN_S = 6.0
+RUN_S = 10.0
+EVEN_WINDOWS = 9
 READ_EVERY = 5
-WINDOWS_MS = (20.0, 40.0, 80.0, 150.0, 300.0, 600.0)
+WINDOWS_MS = (20.0, 40.0, 80.0, 100.0, 150.0, 300.0, 600.0)
 
 
 def run_back_to_back(launch: Any) -> tuple[list[float], list[tuple[int, int | None, bool]]]:
@@ -58,8 +62,24 @@ def window_spreads(times: list[float]) -> dict[str, dict[str, float]]:
                 medians.append(statistics.median(current))
                 current, spent = [], 0.0
         if len(medians) >= 2:
-            out[f"{window:g}"] = {"windows": len(medians), "spread": max(medians) / min(medians)}
+            out[f"{window:g}"] = {
+                "windows": len(medians),
+                "spread": max(medians) / min(medians),
+                "cv": statistics.stdev(medians) / statistics.fmean(medians),
+                f"spread_of_{EVEN_WINDOWS}": spread_of_even(medians),
+            }
     return out
+
+
+def spread_of_even(medians: list[float], count: int = 0) -> float:
+    """max/min over `count` (EVEN_WINDOWS) windows spaced evenly across the run: the same number
+    of windows for every length, so the spreads compare (a max/min over more windows is larger
+    for the same scatter: 283 windows of 20 ms against 9 of 600 ms)."""
+    count = count or EVEN_WINDOWS
+    if len(medians) < count:
+        return max(medians) / min(medians)
+    picked = [medians[round(j * (len(medians) - 1) / (count - 1))] for j in range(count)]
+    return max(picked) / min(picked)
 
 
 def main() -> int:
@@ -83,9 +103,13 @@ def main() -> int:
     print(f"GEMM after {heat['seconds']:.1f} s heat-up: {len(times)} calls over {RUN_S} s,")
     print(f"median {record['median_ms']:.3f} ms, clock {record['clock_mhz']} MHz,")
     print(f"{record['limited_share']:.0%} of reads power/thermal limited")
-    print(f"{'window ms':>10} {'windows':>8} {'spread':>8}")
+    even = f"spread_of_{EVEN_WINDOWS}"
+    print(f"{'window ms':>10} {'windows':>8} {'spread':>8} {'cv':>8} {even:>12}")
     for window, row in record["windows"].items():
-        print(f"{window:>10} {row['windows']:>8} {row['spread']:8.4f}")
+        print(
+            f"{window:>10} {row['windows']:>8} {row['spread']:8.4f} {row['cv']:8.4f}"
+            f" {row[even]:12.4f}"
+        )
     print("clock trace (MHz):", " ".join(str(c) for c in record["clock_trace"]))
     if args.json:
         with open(args.json, "w") as out:

@@ -93,11 +93,38 @@ def test_a_measurement_stops_early_only_while_the_clock_holds() -> None:
     assert not timing._clock_held([1470, 1650, 1515])  # a GEMM at the power limit
 
 
+def test_a_wandering_clock_makes_a_tight_median_wait_for_the_window() -> None:
+    tight, loose = timing.PRECISION / 2, timing.PRECISION * 2
+    window, budget = timing.WANDER_MIN_MEASURE_MS, timing.TARGET_MEASURE_MS
+    steady = timing.Progress(20, 15.0, tight, wandering=False)
+    assert timing.stop_reason(steady) == "precise"
+    assert timing.stop_reason(steady._replace(wandering=True)) is None
+    assert timing.stop_reason(timing.Progress(60, window, tight, True)) == "precise"
+    assert timing.stop_reason(timing.Progress(60, window, loose, True)) is None
+    assert timing.stop_reason(timing.Progress(200, budget, loose, True)) == "time_budget"
+    assert timing.stop_reason(timing.Progress(timing.MAX_ITERS, 50.0, loose, False)) == (
+        "iteration_cap"
+    )
+    # the old rule, measured beside the new one by benchmarks/timing_fidelity.py
+    assert timing.stop_reason(timing.Progress(60, window, tight, True), wander_ms=budget) is None
+
+
+def test_batches_double_but_a_wandering_clock_stops_them_just_past_the_window() -> None:
+    # 1 ms steps: 70 measured, a steady clock doubles to 70 more; a wandering one asks for 11,
+    # so its tight median is checked again at 81 ms, not at 140
+    assert timing.next_batch(timing.Progress(70, 70.0, 0.01, False)) == 70
+    assert timing.next_batch(timing.Progress(70, 70.0, 0.01, True)) == 11
+    assert timing.next_batch(timing.Progress(90, 90.0, 0.01, True)) == 90  # past it: doubling
+    assert timing.next_batch(timing.Progress(250, 250.0, 0.01, False)) == 51  # budget: 300 ms
+    assert timing.next_batch(timing.Progress(990, 99.0, 0.01, False)) == 10  # MAX_ITERS
+
+
 @pytest.mark.gpu
 @gpu
-def test_a_power_limited_measurement_spends_the_budget() -> None:
-    """A steady kernel stops early, unless NVML says a power or thermal limit holds the clock
-    down: then the clock swings between measurements, and only the whole budget averages it.
+def test_a_power_limited_measurement_lasts_the_window_not_the_budget() -> None:
+    """A steady kernel stops as soon as its median is tight, unless NVML says a power or
+    thermal limit holds the clock down: then the clock wanders between measurements, and the
+    measurement lasts at least WANDER_MIN_MEASURE_MS (with the old rule, the whole budget).
     The clock here reports a limit at every read (the rule under test is the stopping one)."""
 
     class LimitedClock(SmClock):
@@ -108,10 +135,18 @@ def test_a_power_limited_measurement_spends_the_budget() -> None:
     device = torch.device("cuda")
     src = torch.randn(64 << 20, device=device)  # the steady kernel of the test above
     dst = torch.empty_like(src)
-    stats = timing.time_eager_cuda(
-        lambda i: torch.mul(src, 1.0, out=dst), 1, device, LimitedClock(device)
-    )
+
+    def launch(i: int) -> None:
+        torch.mul(src, 1.0, out=dst)
+
+    stats = timing.time_eager_cuda(launch, 1, device, LimitedClock(device))
     assert stats.power_limited is True and stats.sm_clock_range_mhz == [1500, 1500]
-    assert stats.stop in ("time_budget", "iteration_cap")
-    free = timing.time_eager_cuda(lambda i: torch.mul(src, 1.0, out=dst), 1, device, None)
+    assert stats.stop == "precise"
+    measured = stats.median_ms * stats.iterations
+    assert timing.WANDER_MIN_MEASURE_MS * 0.95 <= measured < timing.TARGET_MEASURE_MS * 0.6
+    old = timing.time_eager_cuda(
+        launch, 1, device, LimitedClock(device), wander_ms=timing.TARGET_MEASURE_MS
+    )
+    assert old.stop in ("time_budget", "iteration_cap")
+    free = timing.time_eager_cuda(launch, 1, device, None)
     assert free.stop == "precise" and free.power_limited is None

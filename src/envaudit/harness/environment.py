@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.metadata
+import os
 import platform
 import sys
 from pathlib import Path
@@ -22,14 +23,37 @@ from envaudit.harness import HARNESS_VERSION
 from envaudit.schema.harness import harness_hash
 
 
+SitePaths = tuple[tuple[str, int], ...]
+_scanned: tuple[SitePaths, dict[str, str]] | None = None
+
+
+def _site_paths() -> SitePaths:
+    """Every folder on sys.path with its modification time. Installing, removing or upgrading a
+    distribution adds, removes or renames its metadata folder in one of them, which changes it."""
+    state = []
+    for entry in sys.path:
+        try:
+            state.append((entry, os.stat(entry or ".").st_mtime_ns))
+        except OSError:
+            state.append((entry, -1))
+    return tuple(state)
+
+
 def distributions() -> dict[str, str]:
-    """name -> version of every installed distribution, sorted by name."""
-    found: dict[str, str] = {}
-    for dist in importlib.metadata.distributions():
-        name = dist.metadata["Name"]
-        if name:
-            found[name.lower()] = dist.version
-    return dict(sorted(found.items()))
+    """name -> version of every installed distribution, sorted by name. The scan is kept while
+    no folder on sys.path has changed: the fork server scans once before forking, and each
+    worker it forks checks the folders' times (cheap) instead of reading every metadata file
+    again (the record of a job on the H200 machine took 0.14-0.26 s)."""
+    global _scanned
+    paths = _site_paths()
+    if _scanned is None or _scanned[0] != paths:
+        found: dict[str, str] = {}
+        for dist in importlib.metadata.distributions():
+            name = dist.metadata["Name"]
+            if name:
+                found[name.lower()] = dist.version
+        _scanned = (paths, dict(sorted(found.items())))
+    return dict(_scanned[1])
 
 
 def fingerprint(dists: dict[str, str]) -> str:

@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from envaudit.harness import worker
+from envaudit.harness import environment, worker
 from envaudit.schema.progress import JOB_FILE, fork_exit_file
 
 PR_SET_PDEATHSIG = 1
@@ -263,6 +263,7 @@ def main(socket_path: Path) -> int:
     if torch.cuda.is_initialized():
         print("CUDA was initialised by the imports: forked workers could not use it", flush=True)
         return 1
+    environment.distributions()  # scanned once here, checked (not rescanned) by each worker
     threading.Thread(target=_reap_forever, args=(socket_path,), daemon=True).start()
     threading.Thread(target=_exit_at_end_of_input, daemon=True).start()
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

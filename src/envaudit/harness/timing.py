@@ -10,12 +10,13 @@ The per-call estimate is taken from the warm-up's second half.
 Stopping rule: iterations run in batches; the first covers MIN_MEASURE_MS of measured time (at
 least MIN_ITERS iterations), each later one doubles the count, and measuring stops as soon as
 the 95% confidence interval of the median (distribution-free, from order statistics) is within
-PRECISION of the median on either side while the SM clock has held within CLOCK_HOLD_TOLERANCE
-and NVML has reported no power or thermal limit, or when TARGET_MEASURE_MS of measured time (the
-`budget_ms` argument) or MAX_ITERS iterations are reached. A steady kernel
-is done in tens of milliseconds; a noisy one, or one whose clock swings at the power limit, gets
-the whole budget. The record says why measuring stopped, how tight the median was and the range
-of the clock.
+PRECISION of the median on either side, or when TARGET_MEASURE_MS of measured time (the
+`budget_ms` argument) or MAX_ITERS iterations are reached. While the SM clock moves by more than
+CLOCK_HOLD_TOLERANCE, or NVML reports a power or thermal limit, a tight median is not enough:
+measuring goes on until WANDER_MIN_MEASURE_MS of measured time as well. A steady kernel is done
+in tens of milliseconds; a power-limited one in about WANDER_MIN_MEASURE_MS; a noisy one gets the
+whole budget. The record says why measuring stopped, how tight the median was and the range of
+the clock.
 Before every timed iteration the L2 cache is flushed by writing a buffer of twice its size, and
 the launch reads the next of several rotating input copies, so no iteration finds its operands
 in cache. The flush also gives the host time to queue the launch before the start event fires,
@@ -53,6 +54,12 @@ MAX_ITERS = 1000
 MIN_MEASURE_MS = 10.0
 TARGET_MEASURE_MS = 300.0
 PRECISION = 0.005
+# At the power limit the SM clock wanders over hundreds of milliseconds (a BF16 GEMM on the
+# H200: 1455-1560 MHz, every read limited). Medians of consecutive 20-40 ms windows of its calls
+# spread by 1.07-1.08, those of 80 ms windows by 1.035, and longer windows gain next to nothing
+# (300 ms: 1.031, 600 ms: 1.030; benchmarks/clock_window.py, docs/benchmarks.md): what is left
+# moves over seconds, and no measurement of one kernel can wait that long.
+WANDER_MIN_MEASURE_MS = 80.0
 CPU_TARGET_MEASURE_MS = 200.0
 CPU_MIN_ITERS = 3
 CPU_MAX_ITERS = 50
@@ -60,12 +67,13 @@ L2_FLUSH_MIN_BYTES = 64 << 20
 MAX_GRAPHS = 4
 # Each replay pays a fixed cost (graph launch; the first kernel after the flush writes back
 # dirty L2 lines) that the calls in the graph share. On the H200 the ~5 us copy kernel read
-# 1.116x its CUPTI time at 20 calls per graph, 1.087x at 64, 1.079x at 128
-# (benchmarks/graph_calls_scan.py, docs/benchmarks.md): ~1 ms of calls, up to 128, puts small
-# kernels within 10% of their kernel time; what remains is the node-to-node gap that a
-# replayed decode step pays too.
-GRAPH_CALLS_TARGET_US = 1000.0
-MAX_GRAPH_CALLS = 128
+# 1.116x its CUPTI time at 20 calls per graph, 1.087x at 64, 1.079x at 128, 1.073x at 256
+# (benchmarks/graph_calls_scan.py, docs/benchmarks.md): a replay costs about one call of its
+# own, and what remains is the node-to-node gap (~0.37 us) that a replayed decode step pays
+# too. The count comes from the eager estimate, which launch latency inflates for small
+# kernels (~9 us for that copy), so ~2 ms of estimated calls gives it ~220 of them.
+GRAPH_CALLS_TARGET_US = 2000.0
+MAX_GRAPH_CALLS = 256
 
 Launch = Callable[[int], Any]
 """Runs one call on rotating input copy number i."""
@@ -247,10 +255,12 @@ def _measure(
     scale: int = 1,
     clock: SmClock | None = None,
     budget_ms: float = TARGET_MEASURE_MS,
+    wander_ms: float = WANDER_MIN_MEASURE_MS,
 ) -> Measured:
-    """Batches until the median is PRECISION-tight or the budget is spent (module docstring);
-    (per-call samples, why it stopped, the median's relative half-width, the SM clock read
-    around every batch). `scale` is the number of calls one step makes (graph replays)."""
+    """Batches until the median is PRECISION-tight, and at least `wander_ms` measured if the
+    clock moved or was limited, or until the budget is spent (module docstring); (per-call
+    samples, why it stopped, the median's relative half-width, the SM clock read around every
+    batch). `scale` is the number of calls one step makes (graph replays)."""
     samples: list[float] = []
     limited_before = clock.limited_reads if clock is not None else 0
     readings = _read(clock, [])
@@ -261,16 +271,51 @@ def _measure(
         readings = _read(clock, readings)
         width = median_halfwidth(samples)
         limited = clock is not None and clock.limited_reads > limited_before
-        if width <= PRECISION and _clock_held(readings) and not limited:
-            return Measured(samples, "precise", width, readings, limited)
-        spent = sum(samples) * scale
-        if spent >= budget_ms:
-            return Measured(samples, "time_budget", width, readings, limited)
-        if len(samples) >= MAX_ITERS:
-            return Measured(samples, "iteration_cap", width, readings, limited)
-        left = budget_ms - spent
-        per_step = spent / len(samples)
-        batch = max(1, min(len(samples), MAX_ITERS - len(samples), int(left / per_step) + 1))
+        progress = Progress(
+            len(samples), sum(samples) * scale, width, limited or not _clock_held(readings)
+        )
+        stop = stop_reason(progress, budget_ms, wander_ms)
+        if stop is not None:
+            return Measured(samples, stop, width, readings, limited)
+        batch = next_batch(progress, budget_ms, wander_ms)
+
+
+class Progress(NamedTuple):
+    """Where a measurement stands after a batch."""
+
+    steps: int
+    spent_ms: float
+    """Measured time so far."""
+    width: float
+    """The median's relative half-width."""
+    wandering: bool
+    """The SM clock moved beyond CLOCK_HOLD_TOLERANCE, or NVML reported a limit."""
+
+
+def stop_reason(
+    p: Progress, budget_ms: float = TARGET_MEASURE_MS, wander_ms: float = WANDER_MIN_MEASURE_MS
+) -> str | None:
+    """Why measuring stops now (module docstring), or None to go on."""
+    if p.width <= PRECISION and (not p.wandering or p.spent_ms >= wander_ms):
+        return "precise"
+    if p.spent_ms >= budget_ms:
+        return "time_budget"
+    if p.steps >= MAX_ITERS:
+        return "iteration_cap"
+    return None
+
+
+def next_batch(
+    p: Progress, budget_ms: float = TARGET_MEASURE_MS, wander_ms: float = WANDER_MIN_MEASURE_MS
+) -> int:
+    """Steps in the next batch: as many as measured so far (doubling), no more than the budget
+    and MAX_ITERS leave, and while the clock wanders no more than it takes to pass `wander_ms`,
+    so a tight median is checked again just after the window closes."""
+    left = budget_ms - p.spent_ms
+    if p.wandering and p.spent_ms < wander_ms:
+        left = min(left, wander_ms - p.spent_ms)
+    per_step = max(p.spent_ms / p.steps, 1e-6)
+    return max(1, min(p.steps, MAX_ITERS - p.steps, int(left / per_step) + 1))
 
 
 def _read(clock: SmClock | None, readings: list[int]) -> list[int]:
@@ -282,8 +327,9 @@ def _clock_held(readings: list[int]) -> bool:
     """The SM clock stayed within CLOCK_HOLD_TOLERANCE over the whole measurement (or cannot be
     read). A power-limited kernel's clock swings by 10% and more over hundreds of milliseconds
     (1470-1770 MHz for a BF16 GEMM on the H200), and can hold within 1% for the few tens of
-    milliseconds a short measurement lasts while being 15% off the next one's: so a measurement
-    during which NVML reports a power or thermal limit never stops early either (_measure)."""
+    milliseconds a short measurement lasts while being several percent off the next one's: so
+    a measurement during which NVML reports a power or thermal limit counts as wandering too,
+    and lasts at least WANDER_MIN_MEASURE_MS (_measure)."""
     return not readings or max(readings) <= min(readings) * (1 + CLOCK_HOLD_TOLERANCE)
 
 
@@ -313,13 +359,14 @@ def time_eager_cuda(
     device: torch.device,
     clock: SmClock | None = None,
     budget_ms: float = TARGET_MEASURE_MS,
+    wander_ms: float = WANDER_MIN_MEASURE_MS,
 ) -> TimingStats:
     flush = flush_buffer(device)
     started = time.perf_counter()
     warm = _cuda_warmup(launch, copies, clock)
     warmup_wall = _ms_since(started)
     started = time.perf_counter()
-    measured = _measure(launch, copies, flush, warm.estimate_ms, 1, clock, budget_ms)
+    measured = _measure(launch, copies, flush, warm.estimate_ms, 1, clock, budget_ms, wander_ms)
     stats = summarize(measured.samples, "cuda_events", warm.iterations, copies, flush.numel())
     return _finish(stats, warm, warmup_wall, _ms_since(started), measured)
 
@@ -331,9 +378,12 @@ def time_graph_cuda(
     clock: SmClock | None = None,
     estimate_ms: float | None = None,
     budget_ms: float = TARGET_MEASURE_MS,
+    wander_ms: float = WANDER_MIN_MEASURE_MS,
 ) -> TimingStats:
     """Capture graphs of back-to-back calls and time their replays (see module docstring).
-    `estimate_ms` (the eager median, when known) sizes the graph without a warm-up of its own."""
+    `estimate_ms` (the eager median, when known) sizes the graph without a warm-up of its own.
+    `budget_ms` and `wander_ms` are the stopping rule's TARGET_MEASURE_MS and
+    WANDER_MIN_MEASURE_MS (benchmarks compare other values side by side)."""
     started = time.perf_counter()
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
@@ -364,7 +414,9 @@ def time_graph_cuda(
     warm = _cuda_warmup(replay, len(graphs), clock)
     warmup_wall = _ms_since(started)
     started = time.perf_counter()
-    measured = _measure(replay, len(graphs), flush, warm.estimate_ms, calls, clock, budget_ms)
+    measured = _measure(
+        replay, len(graphs), flush, warm.estimate_ms, calls, clock, budget_ms, wander_ms
+    )
     stats = summarize(measured.samples, "cuda_graph", warm.iterations, copies, flush.numel(), calls)
     return _finish(stats, warm, warmup_wall, _ms_since(started), measured)
 

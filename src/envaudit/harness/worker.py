@@ -71,6 +71,7 @@ def main(job_dir: Path) -> int:
         torch.cuda.set_device(device)
         torch.cuda.init()
     cuda_init = time.perf_counter() - began
+    clock = SmClock(device)  # NVML stays open: the record's and every later reading's init is free
     env, dists = environment_record(device)
     startup = {
         "worker_imports": IMPORTS_S,
@@ -129,7 +130,7 @@ def main(job_dir: Path) -> int:
             job.get("strict_diagnostic", False),
             job.get("scale_probe", False),
         ),
-        clock=SmClock(device),
+        clock=clock,
     )
     progress.send("ready")
     for workload in workloads:
