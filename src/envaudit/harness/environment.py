@@ -22,7 +22,6 @@ import torch
 from envaudit.harness import HARNESS_VERSION
 from envaudit.schema.harness import harness_hash
 
-
 SitePaths = tuple[tuple[str, int], ...]
 _scanned: tuple[SitePaths, dict[str, str]] | None = None
 
