@@ -45,9 +45,10 @@ def main() -> int:
     args = parser.parse_args()
     runs: list[dict[str, float]] = []
     for _ in range(args.repeats):
-        done = subprocess.run(
-            [sys.executable, "-c", PROBE], capture_output=True, text=True, check=True
-        )
+        done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True)
+        if done.returncode != 0:
+            print(done.stdout, done.stderr, sep="\n", file=sys.stderr)
+            return 1
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     record: dict[str, Any] = {
         "runs": runs,
