@@ -22,7 +22,7 @@ t = time.perf_counter
 parts = {}
 s = t(); import torch; parts["import_torch"] = t() - s
 s = t(); from envaudit.harness import worker, environment; parts["import_harness"] = t() - s
-device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
 s = t()
 if device.type == "cuda":
     torch.cuda.set_device(device); torch.cuda.init()

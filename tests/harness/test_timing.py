@@ -71,6 +71,29 @@ def test_a_steady_kernel_stops_early_with_a_tight_median() -> None:
     assert graph.median_ms == pytest.approx(stats.median_ms, rel=0.05)
 
 
+def test_graphs_hold_the_target_time_of_calls_within_bounds() -> None:
+    target_ms = timing.GRAPH_CALLS_TARGET_US / 1e3
+    assert timing.graph_calls(target_ms / 100) == 100
+    assert timing.graph_calls(target_ms * 3) == 1
+    assert timing.graph_calls(1e-5) == timing.MAX_GRAPH_CALLS
+    assert timing.graph_calls(0.0) == timing.MAX_GRAPH_CALLS
+
+
+@pytest.mark.gpu
+@gpu
+def test_a_launch_bound_estimate_does_not_leave_the_graph_short() -> None:
+    """A ~5 us copy whose eager estimate carried launch latency (14 us) still gets the graph
+    its replays ask for (it would hold 142 calls by the estimate)."""
+    device = torch.device("cuda")
+    srcs = [torch.randn(2 << 20, device=device) for _ in range(8)]
+    dsts = [torch.empty_like(s) for s in srcs]
+    stats = timing.time_graph_cuda(
+        lambda i: torch.mul(srcs[i], 1.0, out=dsts[i]), 8, device, None, estimate_ms=0.014
+    )
+    assert timing.graph_calls(0.014) < stats.calls_per_sample == timing.MAX_GRAPH_CALLS
+    assert stats.median_ms < 0.0075
+
+
 @pytest.mark.gpu
 @gpu
 def test_a_noisy_kernel_spends_the_budget() -> None:
