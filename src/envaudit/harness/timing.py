@@ -444,8 +444,12 @@ def time_graph_cuda(
     if wanted >= GRAPH_RESIZE_FACTOR * calls:
         graphs.clear()  # the old graphs' memory goes back before the new ones are captured
         graphs.extend(_capture(launch, copies, wanted, device))
+        for i in range(len(graphs)):  # a graph's first replay uploads it
+            replay(i)
+        torch.cuda.synchronize(device)
+        # the clock has settled on the same calls: the estimate scales with the graph
+        warm.estimate_ms *= wanted / calls
         calls = wanted
-        warm = _cuda_warmup(replay, len(graphs), clock)
     flush = flush_buffer(device)
     warmup_wall = _ms_since(started)
     started = time.perf_counter()
