@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -89,6 +90,22 @@ def test_counter_hash_is_splitmix64_with_wrapping_int64() -> None:
     assert [b & ((1 << 64) - 1) for b in bits] == [_splitmix64(seed, start + i) for i in range(300)]
 
 
+def test_the_normal_draw_is_box_muller_of_the_two_halves_step_for_step() -> None:
+    """The in-place steps of the draw give the bits of the formula written out plainly (draw
+    revision 3: the reference cache and committed lines depend on them)."""
+    from envaudit.harness.inputs import counter_hash, random_tensor
+
+    n = (1 << 19) + 37  # two CPU chunks and a bit
+    bits = counter_hash(29, 0, n, "cpu")
+    words = bits.view(torch.int32).view(-1, 2)
+    u1 = (words[:, 1].to(torch.float64) + (2.0**31 + 1.0)) * 2.0**-32
+    u2 = (words[:, 0].to(torch.float64) + 2.0**31) * 2.0**-32
+    plain = torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(2.0 * math.pi * u2)
+    expected = (plain * 2.0 + 0.5).to(torch.float32)
+    drawn = random_tensor((n,), torch.float32, {"dist": "normal", "mean": 0.5, "std": 2.0}, 29)
+    assert torch.equal(drawn.view(torch.int32), expected.view(torch.int32))
+
+
 def test_a_large_draw_does_not_depend_on_its_chunking(monkeypatch: pytest.MonkeyPatch) -> None:
     """Element i is a function of the seed and i alone: drawn in one chunk or in many, the
     values are the same bits, and the distribution is the one asked for."""
@@ -97,7 +114,7 @@ def test_a_large_draw_does_not_depend_on_its_chunking(monkeypatch: pytest.Monkey
     n = 1 << 20
     init = {"dist": "normal", "mean": 0.5, "std": 2.0}
     whole = random_tensor((n,), torch.bfloat16, init, 11)
-    monkeypatch.setattr(module, "DRAW_CHUNK", 1000)  # chunks not aligned to anything
+    monkeypatch.setattr(module, "CPU_DRAW_CHUNK", 1000)  # chunks not aligned to anything
     pieces = random_tensor((n,), torch.bfloat16, init, 11)
     assert torch.equal(whole.view(torch.int16), pieces.view(torch.int16))
     assert abs(float(whole.float().mean()) - 0.5) < 0.01
