@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from envaudit.harness.forkserver import wants_preload
+from envaudit.harness.forkserver import PRELOAD_MODE_ENV, wants_preload
 from envaudit.schema.progress import JOB_FILE, fork_exit_file
 from tests.conftest import REPO, write_toy_root
 from tests.harness.test_faults import write_solution
@@ -68,8 +68,10 @@ def audit_two_solutions(
     return done, lines
 
 
-def assert_every_solution_passed(tmp_path: Path, sources: dict[str, tuple[str, bool]]) -> None:
-    done, lines = audit_two_solutions(tmp_path, sources)
+def assert_every_solution_passed(
+    tmp_path: Path, sources: dict[str, tuple[str, bool]], env: dict[str, str] | None = None
+) -> None:
+    done, lines = audit_two_solutions(tmp_path, sources, env)
     by_solution = {line["solution"]: (line["status"], line.get("message")) for line in lines}
     assert {k: v[0] for k, v in by_solution.items()} == dict.fromkeys(sources, "PASSED"), (
         by_solution,
@@ -146,7 +148,7 @@ def test_workers_after_the_preload_are_forked_with_dynamo_imported(tmp_path: Pat
     for it (no torch._dynamo there), and a job that arrives once it is ready is forked by it,
     with torch._dynamo imported, as FlexAttention and torch.compile need. The first solution
     holds its job until the preloaded server is ready, so the order is certain."""
-    assert_every_solution_passed(tmp_path, PRELOAD_SOLUTIONS)
+    assert_every_solution_passed(tmp_path, PRELOAD_SOLUTIONS, {PRELOAD_MODE_ENV: "beside"})
 
 
 def test_a_preload_that_crashes_leaves_the_first_server_serving(tmp_path: Path) -> None:
@@ -160,6 +162,7 @@ def test_a_preload_that_crashes_leaves_the_first_server_serving(tmp_path: Path) 
     process = subprocess.Popen(
         [sys.executable, "-c", start, str(socket_path)],
         cwd=REPO,
+        env={**os.environ, PRELOAD_MODE_ENV: "beside"},
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -202,11 +205,47 @@ WAITING_SOLUTIONS = {
 }
 
 
-def test_a_job_that_wants_the_preload_waits_for_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["beside", "on-demand"])
+def test_a_job_that_wants_the_preload_waits_for_it(tmp_path: Path, mode: str) -> None:
     """The second job arrives right after a quick first one, while the preloaded server is still
-    importing torch._dynamo (seconds on this machine): its source mentions torch.compile, so it
-    is handed to that server and forked once the preload is done."""
-    assert_every_solution_passed(tmp_path, WAITING_SOLUTIONS)
+    importing torch._dynamo (seconds on this machine), or, on demand, before it has started:
+    its source mentions torch.compile, so it is handed to that server and forked once the
+    preload is done."""
+    assert_every_solution_passed(tmp_path, WAITING_SOLUTIONS, {PRELOAD_MODE_ENV: mode})
+
+
+ALONE_SOLUTIONS = {
+    "a_alone": (
+        """
+        import os
+        import time
+        from pathlib import Path
+        def run(x, lengths, scale):
+            time.sleep(1.0)  # the preloaded server, beside jobs, is forked right after this one
+            server, me = os.getppid(), os.getpid()
+            for status in Path("/proc").glob("[0-9]*/status"):
+                try:
+                    fields = dict(
+                        line.split(":\t", 1) for line in status.read_text().splitlines()
+                    )
+                except (OSError, ValueError):
+                    continue
+                if int(fields.get("PPid", "0")) == server and int(fields["Pid"]) != me:
+                    raise RuntimeError("the server forked something beside this job")
+            return scaled(x, lengths, scale)
+        """,
+        False,
+    ),
+    "b_compiles": WAITING_SOLUTIONS["b_compiles"],
+}
+
+
+def test_on_demand_nothing_is_preloaded_beside_a_job_that_does_not_want_it(
+    tmp_path: Path,
+) -> None:
+    """ENVAUDIT_PRELOAD=on-demand (the default below PRELOAD_BESIDE_MIN_CPUS): the first job has
+    the machine to itself; the preload starts when the job that wants it arrives."""
+    assert_every_solution_passed(tmp_path, ALONE_SOLUTIONS, {PRELOAD_MODE_ENV: "on-demand"})
 
 
 @pytest.mark.parametrize(
