@@ -1,14 +1,12 @@
 #!/usr/bin/env bash
-# Issue 16's timing measurements alone, in one device call (throughput.sh without the audit
-# profile): the fidelity table with the peers, a worker's start part by part, and with TESTS=1
-# the GPU tests of timing, faults, the input draw, the environment scan and the fork server.
-# Carry scratch/gpu-wheels.   scripts/gpu/fidelity.sh OUT NAME
+# Issue 16's timing measurements, in one device call: the fidelity table with the peers, a
+# worker's start part by part, and with TESTS=1 the GPU tests of timing, faults, the input draw,
+# the environment scan and the fork server. Carry scratch/gpu-wheels.
+#   scripts/gpu/fidelity.sh OUT NAME   -> OUT/NAME-{gpu.txt,fidelity.*,worker-start.*,tests.txt}
 set -u
 out=$1 name=$2
-scratch=${SCRATCH:-/root/ea}
-mkdir -p "$out" "$scratch"
-python3 -m pip install --quiet --no-deps --no-index --target "$scratch/pylib" scratch/gpu-wheels/*.whl
-export PYTHONPATH=$PWD/src:$scratch/pylib PYTHONUNBUFFERED=1 ENVAUDIT_CACHE=$scratch/cache
+mkdir -p "$out"
+source "$(dirname "$0")/harness-env.sh"
 nvidia-smi --query-gpu=uuid,clocks.sm,temperature.gpu,power.draw --format=csv >"$out/$name-gpu.txt"
 python3 benchmarks/timing_fidelity.py --peers --json "$out/$name-fidelity.json" \
   >"$out/$name-fidelity.txt" 2>&1
