@@ -6,8 +6,8 @@ time, and for each W the spread (max/min) of the windows' medians is what five m
 W ms each could disagree by. Since a max/min grows with the number of windows it is taken over,
 each length also gets the coefficient of variation of its medians and the spread of EVEN_WINDOWS
 windows spaced evenly over the run. The harness's rule (harness/timing.py) makes a measurement
-during which NVML reports a power limit last WANDER_MIN_MEASURE_MS at least; this says what a
-longer one would buy.
+during which NVML reports a power limit last WANDER_MIN_MEASURE_MS (the whole budget); this says
+what a shorter one would give up.
 
     python benchmarks/clock_window.py [--json OUT.json]
 """
@@ -71,11 +71,10 @@ def window_spreads(times: list[float]) -> dict[str, dict[str, float]]:
     return out
 
 
-def spread_of_even(medians: list[float], count: int = 0) -> float:
-    """max/min over `count` (EVEN_WINDOWS) windows spaced evenly across the run: the same number
-    of windows for every length, so the spreads compare (a max/min over more windows is larger
-    for the same scatter: 283 windows of 20 ms against 9 of 600 ms)."""
-    count = count or EVEN_WINDOWS
+def spread_of_even(medians: list[float], count: int = EVEN_WINDOWS) -> float:
+    """max/min over `count` windows spaced evenly across the run: the same number of windows
+    for every length, so the spreads compare (a max/min over more windows is larger for the
+    same scatter: 283 windows of 20 ms against 9 of 600 ms)."""
     if len(medians) < count:
         return max(medians) / min(medians)
     picked = [medians[round(j * (len(medians) - 1) / (count - 1))] for j in range(count)]

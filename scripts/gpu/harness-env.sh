@@ -4,6 +4,6 @@
 scratch=${SCRATCH:-/root/ea}
 mkdir -p "$scratch"
 python3 -m pip install --quiet --no-deps --no-index --target "$scratch/pylib" scratch/gpu-wheels/*.whl \
-  2>/dev/null
+  2>>"$scratch/pip.txt"
 export PYTHONPATH=$PWD/src:$scratch/pylib PYTHONUNBUFFERED=1 ENVAUDIT_CACHE=$scratch/cache
 uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1)

@@ -95,7 +95,7 @@ def test_the_normal_draw_is_box_muller_of_the_two_halves_step_for_step() -> None
     revision 3: the reference cache and committed lines depend on them)."""
     from envaudit.harness.inputs import counter_hash, random_tensor
 
-    n = (1 << 19) + 37  # two CPU chunks and a bit
+    n = (1 << 19) + 37  # a length that is a multiple of nothing the draw uses
     bits = counter_hash(29, 0, n, "cpu")
     words = bits.view(torch.int32).view(-1, 2)
     u1 = (words[:, 1].to(torch.float64) + (2.0**31 + 1.0)) * 2.0**-32

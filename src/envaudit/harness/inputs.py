@@ -143,9 +143,11 @@ def _as_int64(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def _shift_right(bits: torch.Tensor, k: int) -> torch.Tensor:
-    """Logical right shift of int64 bit patterns (torch's `>>` on int64 keeps the sign)."""
-    return (bits >> k) & ((1 << (64 - k)) - 1)
+def _shift_right(bits: torch.Tensor, k: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Logical right shift of int64 bit patterns (torch's `>>` on int64 keeps the sign), into
+    `out` when given."""
+    shifted = torch.bitwise_right_shift(bits, k, out=out) if out is not None else bits >> k
+    return shifted.bitwise_and_((1 << (64 - k)) - 1)
 
 
 def counter_hash(seed: int, start: int, n: int, device: str | torch.device) -> torch.Tensor:
@@ -155,8 +157,7 @@ def counter_hash(seed: int, start: int, n: int, device: str | torch.device) -> t
     bits.mul_(_as_int64(_GOLDEN)).add_(_as_int64(seed))
     shifted = torch.empty_like(bits)  # one temporary, reused: fresh ones cost page faults
     for shift, multiplier in ((30, _MIX[0]), (27, _MIX[1]), (31, None)):
-        torch.bitwise_right_shift(bits, shift, out=shifted)
-        bits.bitwise_xor_(shifted.bitwise_and_((1 << (64 - shift)) - 1))  # logical shift
+        bits.bitwise_xor_(_shift_right(bits, shift, shifted))
         if multiplier is not None:
             bits.mul_(_as_int64(multiplier))
     return bits
