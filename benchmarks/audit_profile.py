@@ -7,7 +7,11 @@ timings carry the wall time of their warm-up and of their measured iterations; t
 runs the audit and adds those up, so the profile is of the real command, not of a copy of it.
 
     python benchmarks/audit_profile.py [--gpu GPU-<uuid>] --out DIR [--solution S ...]
-        [--runtime host] [--json OUT.json]
+        [--runtime host] [--json OUT.json] [--linger SECONDS]
+
+With --linger, two more cached runs with ENVAUDIT_SERVER_IDLE_S set: the first leaves its
+fork server lingering, the second (`rejoined`) joins it, as a re-audit in an edit-audit loop
+would.
 
 Phases, per run: worker start, split into the process (interpreter or container start), the
 harness's imports (torch first), the CUDA context and the environment record; solution load;
@@ -34,6 +38,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from envaudit.runtime.launchers import SERVER_IDLE_ENV
 from envaudit.runtime.timeline import TIMELINE_ENV
 from envaudit.schema.results import read_lines
 
@@ -76,16 +81,19 @@ OUTSIDE = (
 )
 
 
-def run_audit(args: argparse.Namespace, out: Path, timeline: Path) -> tuple[float, float]:
-    """Run the audit command once, its supervisor marking its timeline (runtime/timeline.py);
-    (the wall time at its start, its wall seconds)."""
+def run_audit(
+    args: argparse.Namespace, out: Path, timeline: Path, linger_s: float = 0.0
+) -> tuple[float, float]:
+    """Run the audit command once, its supervisor marking its timeline (runtime/timeline.py),
+    its fork server lingering linger_s after it; (the wall time at its start, its wall
+    seconds)."""
     command = [sys.executable, "-m", "envaudit", "audit", "--suite", args.suite, "--out", str(out)]
     command += ["--runtime", args.runtime, "--timeout", "600"]
     command += ["--gpu", args.gpu] if args.gpu else ["--device", "cpu"]
     for solution in args.solution or DEFAULT_SOLUTIONS:
         command += ["--solution", solution]
     timeline.unlink(missing_ok=True)
-    environ = {**os.environ, TIMELINE_ENV: str(timeline)}
+    environ = {**os.environ, TIMELINE_ENV: str(timeline), SERVER_IDLE_ENV: str(linger_s)}
     launched = time.time()
     started = time.perf_counter()
     done = subprocess.run(command, check=False, env=environ)
@@ -198,9 +206,9 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
     if out.exists():
         shutil.rmtree(out)
     runs: dict[str, Any] = {}
-    for name in ("cold", "cached"):
+    for name, linger_s in run_plan(args.linger):
         timeline = out.parent / f"{out.name}.timeline.{name}.jsonl"
-        launched, wall = run_audit(args, out, timeline)
+        launched, wall = run_audit(args, out, timeline, linger_s)
         kept = out / f"results.{name}.jsonl"
         os.replace(out / "results.jsonl", kept)
         lines = [line for _, line in read_lines(kept) if line is not None]
@@ -221,25 +229,37 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
             "wall_over_measure": wall / measure if measure else None,
             "later_lines": later_lines(lines),
         }
+    runs.pop("starts-server", None)
     return {"solutions": list(args.solution or DEFAULT_SOLUTIONS), "suite": args.suite, **runs}
 
 
+def run_plan(linger_s: float) -> list[tuple[str, float]]:
+    """The runs, each with its server's idle time: cold and cached with the audit's own fork
+    server; with linger_s, a cached run that leaves its server lingering (not reported) and one
+    more that joins it (`rejoined`: a re-audit without the server's imports and preload)."""
+    plan = [("cold", 0.0), ("cached", 0.0)]
+    if linger_s > 0:
+        plan += [("starts-server", linger_s), ("rejoined", linger_s)]
+    return plan
+
+
 def print_profile(record: Mapping[str, Any]) -> None:
-    cold, cached = record["cold"], record["cached"]
-    print(f"{'phase':18} {'cold s':>9} {'share':>6} {'cached s':>9} {'share':>6}")
-    for name in ORDER:
-        a, b = cold["phases_s"].get(name, 0.0), cached["phases_s"].get(name, 0.0)
-        if a or b:
-            print(
-                f"{name:18} {a:9.2f} {a / cold['wall_s']:6.1%} {b:9.2f} {b / cached['wall_s']:6.1%}"
+    names = [name for name in ("cold", "cached", "rejoined") if name in record]
+    runs = [record[name] for name in names]
+    print(f"{'phase':18}" + "".join(f" {name + ' s':>11} {'share':>6}" for name in names))
+    for phase in ORDER:
+        values = [run["phases_s"].get(phase, 0.0) for run in runs]
+        if any(values):
+            cells = "".join(
+                f" {v:11.2f} {v / run['wall_s']:6.1%}" for v, run in zip(values, runs, strict=True)
             )
-        if name == "outside_workers":
+            print(f"{phase:18}{cells}")
+        if phase == "outside_workers":
             for part in OUTSIDE:
-                a, b = cold["outside_s"].get(part, 0.0), cached["outside_s"].get(part, 0.0)
-                print(f"  {part:16} {a:9.2f} {'':6} {b:9.2f}")
-    print(f"{'total (command)':18} {cold['wall_s']:9.2f} {'':6} {cached['wall_s']:9.2f}")
-    for name in ("cold", "cached"):
-        run = record[name]
+                cells = "".join(f" {run['outside_s'].get(part, 0.0):11.2f} {'':6}" for run in runs)
+                print(f"  {part:16}{cells}")
+    print(f"{'total (command)':18}" + "".join(f" {run['wall_s']:11.2f} {'':6}" for run in runs))
+    for name, run in zip(names, runs, strict=True):
         print(
             f"{name}: {run['lines']} lines {run['statuses']}, {run['reference_cached']} references"
             f" from the cache; wall / timing phases {run['wall_over_timing']:.2f},"
@@ -260,6 +280,12 @@ def main() -> int:
     parser.add_argument("--runtime", default="host")
     parser.add_argument("--suite", default="dev")
     parser.add_argument("--json", help="also write the profile here")
+    parser.add_argument(
+        "--linger",
+        type=float,
+        default=0.0,
+        help="seconds: also a cached re-audit that joins a lingering fork server",
+    )
     args = parser.parse_args()
     record = profile(args)
     print_profile(record)

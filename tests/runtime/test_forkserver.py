@@ -64,7 +64,8 @@ def audit_two_solutions(
     argv += ["--suite", "all", "--timeout", "60"]
     env = {**os.environ, **(env or {})}
     done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    lines = [json.loads(raw) for raw in (out / "results.jsonl").read_text().splitlines()]
+    report = out / "results.jsonl"
+    lines = [json.loads(raw) for raw in report.read_text().splitlines()] if report.is_file() else []
     return done, lines
 
 
@@ -177,10 +178,10 @@ def test_a_preload_that_crashes_leaves_the_first_server_serving(tmp_path: Path) 
                 conn.connect(str(socket_path))
                 conn.sendall((json.dumps(request) + "\n").encode())
                 reply = json.loads(conn.makefile("rb").readline())
-            exit_file = fork_exit_file(socket_path, reply["pid"])
-            deadline = time.monotonic() + 60
-            while not exit_file.exists() and time.monotonic() < deadline:
-                time.sleep(0.05)
+                exit_file = fork_exit_file(socket_path, reply["pid"])
+                deadline = time.monotonic() + 60
+                while not exit_file.exists() and time.monotonic() < deadline:
+                    time.sleep(0.05)  # the connection stays open: closing it kills the worker
             assert exit_file.read_text() == "1", log.read_text()  # the job folder is missing
             time.sleep(0.5 if n == 0 else 0)  # time for the preloaded server to die
         assert not (socket_path.parent / "preloaded").exists()
@@ -212,6 +213,38 @@ def test_a_job_that_wants_the_preload_waits_for_it(tmp_path: Path, mode: str) ->
     its source mentions torch.compile, so it is handed to that server and forked once the
     preload is done."""
     assert_every_solution_passed(tmp_path, WAITING_SOLUTIONS, {PRELOAD_MODE_ENV: mode})
+
+
+INDUCTOR_SOLUTIONS = {
+    "a_quick": WAITING_SOLUTIONS["a_quick"],
+    "b_inductor": (
+        """
+        import os
+        import sys
+        PRELOADED = "torch._inductor.compile_fx" in sys.modules  # before this file imports it
+        from torch._inductor.codecache import FxGraphCache
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+        def run(x, lengths, scale):  # mentions torch.compile: forked by the preloaded server
+            if not PRELOADED:
+                raise RuntimeError("Inductor's compiler was not preloaded")
+            mine = os.environ["TORCHINDUCTOR_CACHE_DIR"]
+            if "/jit/" not in mine or cache_dir() != mine:
+                raise RuntimeError(f"Inductor caches in {cache_dir()}, the job's folder is {mine}")
+            if not FxGraphCache._get_tmp_dir().startswith(mine):
+                raise RuntimeError(f"FX graphs would go to {FxGraphCache._get_tmp_dir()}")
+            return scaled(x, lengths, scale)
+        """,
+        False,
+    ),
+}
+
+
+def test_a_preloaded_inductor_caches_in_the_jobs_own_folder(tmp_path: Path) -> None:
+    """Inductor's compiler, imported by the preloaded server before any job, reads its cache
+    folder from the environment when it compiles: a worker forked with it sends what it
+    compiles to its own job's JIT folder (TORCHINDUCTOR_CACHE_DIR, set per job)."""
+    env = {PRELOAD_MODE_ENV: "on-demand", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "server")}
+    assert_every_solution_passed(tmp_path, INDUCTOR_SOLUTIONS, env)
 
 
 ALONE_SOLUTIONS = {

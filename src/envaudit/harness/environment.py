@@ -26,7 +26,7 @@ SitePaths = tuple[tuple[str, int], ...]
 _scanned: tuple[SitePaths, dict[str, str]] | None = None
 
 
-def _site_paths() -> SitePaths:
+def site_paths() -> SitePaths:
     """Every folder on sys.path with its modification time. Installing, removing or upgrading a
     distribution adds, removes or renames its metadata folder in one of them, which changes it."""
     state = []
@@ -44,7 +44,7 @@ def distributions() -> dict[str, str]:
     worker it forks checks the folders' times (cheap) instead of reading every metadata file
     again (the record of a job on the H200 machine took 0.14-0.26 s)."""
     global _scanned
-    paths = _site_paths()
+    paths = site_paths()
     if _scanned is None or _scanned[0] != paths:
         found: dict[str, str] = {}
         for dist in importlib.metadata.distributions():

@@ -14,8 +14,17 @@ reaches whatever it starts), sends its output to `log`, replaces its environment
 (only variables read after import differ between jobs: the GPU's visibility, JIT cache
 folders), dies with the server (parent-death signal) and runs the worker. A thread of the
 server waits for its children and writes each exit status to `exit-<pid>` beside the socket
-(negative: the signal that killed it, as `subprocess` reports it). The server exits when its
-standard input reaches end of file, that is when the supervisor that started it is gone.
+(negative: the signal that killed it, as `subprocess` reports it). The child also keeps the
+job's connection, which its supervisor holds open until the job ends: when the supervisor is
+gone, however it ended, the child reads end of file and kills its session.
+
+The server exits when its standard input reaches end of file, that is when the supervisor that
+started it is gone; or, started with `--idle-s N` (a lingering server, shared by the audits that
+follow one another with the same interpreter and environment), once no worker of it has run
+for N seconds, or at the first job after a folder on sys.path changed (a distribution was
+installed, removed or upgraded: the imports it holds may be out of date; it replies `stale`).
+Either way it first removes its socket, so that no new job reaches it, and never exits while a
+worker it forked is running (they die with it).
 """
 
 from __future__ import annotations
@@ -45,18 +54,22 @@ REAP_IDLE_S = 0.01
 
 PRELOAD: tuple[tuple[str, str | None], ...] = (
     ("torch._dynamo", None),
+    ("torch._inductor.compile_fx", None),
+    ("torch.nn.attention.flex_attention", None),
     ("triton.runtime.cache", "triton_key"),
     ("triton.compiler.compiler", "triton_key"),
 )
-"""(module, function to call once) imported by a second server forked from this one after its
-first job (Preloaded), which serves every job from then on. torch.compile and FlexAttention
-import torch._dynamo on first use, which took most of a FlexAttention solution's 4.7 s load on
-the H200 machine. Triton's first launch in a process hashes Triton's own files (`triton_key`,
-memoised per process; 0.6 s on the H200 machine), which a forked child inherits; recent Triton
-(3.6 there) keeps it in triton.runtime.cache, older Triton in triton.compiler.compiler, so both
-are tried. A job that arrives before the preload is done is forked without them. Like torch,
-they are imported before any solution, never by one solution for another; what cannot be
-imported is left to the worker."""
+"""(module, function to call once) imported by a second server forked from this one after its first
+job (Preloaded), which serves every job from then on. torch.compile and FlexAttention import
+torch._dynamo on first use, which took most of a FlexAttention solution's 4.7 s load on the H200
+machine, and Inductor's compiler on the first compiled call (3.8 s on this project's CPU
+machine; no thread, no CUDA; its cache folders are read from the environment when used, so each
+worker's own JIT folders hold what it compiles: tests/runtime/test_forkserver.py). Triton's
+first launch in a process hashes Triton's own files (`triton_key`, memoised per process; 0.6 s
+on the H200 machine), which a forked child inherits; recent Triton (3.6 there) keeps it in
+triton.runtime.cache, older Triton in triton.compiler.compiler, so both are tried. A job that
+arrives before the preload is done is forked without them. Like torch, they are imported before
+any solution, never by one solution for another; what cannot be imported is left to the worker."""
 
 
 def _status(raw: int) -> int:
@@ -90,13 +103,25 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def _child(request: dict[str, Any], inherited: list[socket.socket]) -> None:
+def _die_with_client(conn: socket.socket) -> None:
+    """Kill this session when the job's connection reaches end of file: its supervisor closed
+    it or is gone. A worker of a lingering server outlives its supervisor otherwise (the
+    parent-death signal ties it to the server)."""
+    with contextlib.suppress(OSError):
+        while conn.recv(256):
+            pass
+    os.killpg(os.getpid(), signal.SIGKILL)
+
+
+def _child(request: dict[str, Any], conn: socket.socket, inherited: list[socket.socket]) -> None:
     """In the forked child: become the worker of this job; never returns."""
     try:
         for sock in inherited:
             sock.close()
         os.setsid()
         _die_with_parent()
+        threading.Thread(target=_die_with_client, args=(conn,), daemon=True).start()
+        os.chdir(request.get("cwd") or "/")
         log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(log, 1)
         os.dup2(log, 2)
@@ -131,7 +156,7 @@ def _serve_one(conn: socket.socket, line: bytes, inherited: list[socket.socket])
             conn.sendall((json.dumps({"error": str(exc)}) + "\n").encode())
             return
         if pid == 0:
-            _child(request, [conn, *inherited])
+            _child(request, conn, inherited)
         conn.sendall((json.dumps({"pid": pid}) + "\n").encode())
 
 
@@ -277,22 +302,87 @@ def _exit_at_end_of_input() -> None:
     os._exit(0)
 
 
-def main(socket_path: Path) -> int:
+def _parent_of(pid: str) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def has_workers(servers: set[int]) -> bool:
+    """Whether a process forked by one of `servers` (this one, its preloaded server) other than
+    the servers themselves is alive: a worker, or a zombie not yet reaped."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) not in servers and _parent_of(entry) in servers:
+            return True
+    return False
+
+
+IDLE_CHECK_S = 1.0
+
+
+class Lifetime:
+    """When a lingering server (`--idle-s`) should stop taking jobs: idle_s after the last
+    moment a worker of it was seen running, or when sys.path's folders changed."""
+
+    def __init__(self, idle_s: float) -> None:
+        self.idle_s = idle_s
+        self.paths = environment.site_paths()
+        self.last_busy = time.monotonic()
+
+    def idle(self, servers: set[int]) -> bool:
+        if has_workers(servers):
+            self.last_busy = time.monotonic()
+            return False
+        return time.monotonic() - self.last_busy >= self.idle_s
+
+    def stale(self) -> bool:
+        return environment.site_paths() != self.paths
+
+
+def _retire(server: socket.socket, socket_path: Path, servers: set[int]) -> None:
+    """Take no more jobs (the socket goes first, so a supervisor starts a new server), wait for
+    the running workers, exit; never returns."""
+    with contextlib.suppress(OSError):
+        socket_path.unlink()
+    server.close()
+    while has_workers(servers):
+        time.sleep(IDLE_CHECK_S / 10)
+    os._exit(0)
+
+
+def main(socket_path: Path, idle_s: float = 0.0) -> int:
     if torch.cuda.is_initialized():
         print("CUDA was initialised by the imports: forked workers could not use it", flush=True)
         return 1
     environment.distributions()  # scanned once here, checked (not rescanned) by each worker
     threading.Thread(target=_reap_forever, args=(socket_path,), daemon=True).start()
-    threading.Thread(target=_exit_at_end_of_input, daemon=True).start()
+    lifetime = Lifetime(idle_s) if idle_s > 0 else None
+    if lifetime is None:
+        threading.Thread(target=_exit_at_end_of_input, daemon=True).start()
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(str(socket_path))
     server.listen(16)
+    if lifetime is not None:
+        server.settimeout(IDLE_CHECK_S)
     print("ready", flush=True)
     beside = preload_beside_jobs()
     preloaded: Preloaded | None = None
     while True:
-        conn, _ = server.accept()
+        servers = {os.getpid()} | ({preloaded.pid} if preloaded is not None else set())
+        try:
+            conn, _ = server.accept()
+        except TimeoutError:
+            if lifetime is not None and lifetime.idle(servers):
+                _retire(server, socket_path, servers)
+            continue
         line = _read_request(conn)
+        if lifetime is not None and lifetime.stale():
+            with conn:
+                with contextlib.suppress(OSError):
+                    socket_path.unlink()
+                conn.sendall(b'{"error": "stale: a folder on sys.path changed"}\n')
+            _retire(server, socket_path, servers)
         if preloaded is None and not beside and wants_preload(line):
             preloaded = Preloaded(server, socket_path)
         if preloaded is not None and preloaded.take(conn, line):
@@ -302,5 +392,13 @@ def main(socket_path: Path) -> int:
             preloaded = Preloaded(server, socket_path)
 
 
+def _arguments(argv: list[str]) -> tuple[Path, float]:
+    """[--idle-s SECONDS] SOCKET (the socket last: tests find it there)."""
+    idle_s = 0.0
+    if len(argv) == 3 and argv[0] == "--idle-s":
+        idle_s = float(argv[1])
+    return Path(argv[-1]), idle_s
+
+
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1])))
+    sys.exit(main(*_arguments(sys.argv[1:])))

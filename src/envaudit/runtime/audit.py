@@ -30,6 +30,7 @@ from envaudit.runtime.jobs import (
     find_solution,
     select_workloads,
 )
+from envaudit.runtime.launchers import server_idle_s
 from envaudit.runtime.registry import RunOptions, get_runtime, run_job
 from envaudit.runtime.slurm import (
     SlurmSettings,
@@ -119,6 +120,7 @@ def check_audit(plan: AuditPlan) -> None:
     check_report(plan.out / "results.jsonl", "--out")
     check_output(plan.out / REFERENCE_CACHE, "--out", folder=True)
     check_cache()
+    server_idle_s()  # ENVAUDIT_SERVER_IDLE_S is a number of seconds
     try:
         ts = load_traceset(plan.data_root)
     except DatasetRootError as exc:

@@ -10,11 +10,14 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import fcntl
+import hashlib
 import json
 import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import tempfile
 import threading
@@ -23,6 +26,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
+from envaudit.errors import EnvauditError
+from envaudit.runtime.timeline import TIMELINE_ENV
+from envaudit.schema.harness import harness_hash
 from envaudit.schema.progress import fork_exit_file
 
 PR_SET_PDEATHSIG = 1
@@ -115,10 +121,13 @@ def _running(pid: int) -> bool:
 
 class ForkedHandle:
     """A worker forked by a fork server: not our child, so its status comes from the file the
-    server writes when it reaps it."""
+    server writes when it reaps it. `conn` is the job's connection to the server, which the
+    worker holds too: it stays open until `finish`, and closing it (or this process ending)
+    makes the worker kill its session."""
 
-    def __init__(self, pid: int, server: ForkServer) -> None:
+    def __init__(self, pid: int, conn: socket.socket, server: ForkServer) -> None:
         self.pid = pid
+        self.conn = conn
         self.server = server
         self.exit_path = fork_exit_file(server.socket, pid)
 
@@ -140,38 +149,131 @@ class ForkedHandle:
 
     def finish(self, log: Path) -> None:
         """The output went to the log as it was written; forget the status file."""
+        self.conn.close()
         with contextlib.suppress(OSError):
             self.exit_path.unlink()
         self.server.release()
 
 
-class ForkServer:
-    """One running `envaudit.harness.forkserver` for an interpreter and a base environment. It
-    reads its standard input until end of file: when this process ends, however it ends, the
-    pipe closes and the server exits, and its children with it (parent-death signal)."""
+SERVER_IDLE_ENV = "ENVAUDIT_SERVER_IDLE_S"
+"""Seconds a fork server lingers after its last worker has ended, for the next audit run with
+the same interpreter, environment and working folder (a re-audit skips torch's import and the
+preload: docs/harness.md). 0, the default: the server ends with the audit that started it."""
 
-    def __init__(self, python: str, env: Mapping[str, str]) -> None:
+
+def server_idle_s() -> float:
+    raw = os.environ.get(SERVER_IDLE_ENV, "0").strip() or "0"
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise EnvauditError(f"{SERVER_IDLE_ENV}={raw!r}: not a number of seconds (0 or more)")
+    return value
+
+
+VOLATILE_ENV = frozenset({"_", "OLDPWD", "PWD", "SHLVL", "COLUMNS", "LINES", TIMELINE_ENV})
+"""Variables that change between two commands, left out of a lingering server's key: those a
+shell keeps, and the supervisor's own timeline. No import reads them, and each worker gets its
+job's own environment whole anyway."""
+
+
+MAX_SOCKET_PATH_BYTES = 107
+"""A Unix socket's path, without its final NUL (Linux's sockaddr_un)."""
+SERVER_KEY_CHARS = 16
+SERVER_NAME_BYTES = 1 + SERVER_KEY_CHARS + len("/socket")
+
+
+def server_home() -> Path | None:
+    """The private folder of this user's lingering servers (under XDG_RUNTIME_DIR, else the
+    temporary folder), or None when it is not this user's alone (another user could then
+    reach the sockets) or too deep for a socket's path: every server is then its audit's."""
+    base = Path(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir())
+    home = base / f"envaudit-servers-{os.getuid()}"
+    if len(os.fsencode(home)) + SERVER_NAME_BYTES > MAX_SOCKET_PATH_BYTES:
+        return None
+    try:
+        home.mkdir(mode=0o700, exist_ok=True)
+        info = home.lstat()
+    except OSError:
+        return None
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        return None
+    return home
+
+
+def server_key(python: str, env: Mapping[str, str]) -> str:
+    """What a lingering server is shared by: the interpreter, the environment it imports
+    under, the working folder (first on the worker's sys.path) and the harness's files."""
+    kept = sorted((k, v) for k, v in env.items() if k not in VOLATILE_ENV)
+    text = json.dumps([python, kept, os.getcwd(), harness_hash()])
+    return hashlib.sha256(text.encode()).hexdigest()[:SERVER_KEY_CHARS]
+
+
+class ForkServer:
+    """One running `envaudit.harness.forkserver` for an interpreter and a base environment.
+
+    By default it is this audit's own: it reads its standard input until end of file, so when
+    this process ends, however it ends, the pipe closes and the server exits, and its children
+    with it (parent-death signal). With idle_s > 0 it lingers in server_home() after the audit
+    for idle_s seconds, and the next audit with the same server_key joins it; starting one is
+    serialised by a file lock, so that two audits starting together share one."""
+
+    def __init__(self, python: str, env: Mapping[str, str], idle_s: float = 0.0) -> None:
         self.running = 0
         """Workers forked and not yet finished: a server with none may be closed."""
-        self.folder = Path(tempfile.mkdtemp(prefix="envaudit-fork-"))
+        self.process: subprocess.Popen[bytes] | None = None
+        self.pid = 0
+        home = server_home() if idle_s > 0 else None
+        self.lingers = home is not None
+        if home is None:
+            self.folder = Path(tempfile.mkdtemp(prefix="envaudit-fork-"))
+        else:
+            self.folder = home / server_key(python, env)
+            self.folder.mkdir(mode=0o700, exist_ok=True)
         self.socket = self.folder / "socket"
         self.log = self.folder / "server.log"
+        if not self.lingers:
+            self._start(python, env, [])
+            return
+        with (self.folder / "start.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self.pid = self._running_server()
+            if not self.pid:
+                with contextlib.suppress(FileNotFoundError):
+                    self.socket.unlink()
+                self._start(python, env, ["--idle-s", repr(idle_s)])
+                (self.folder / "pid").write_text(str(self.pid))
+
+    def _running_server(self) -> int:
+        """The pid of the lingering server that listens here, or 0."""
+        try:
+            pid = int((self.folder / "pid").read_text())
+        except (OSError, ValueError):
+            return 0
+        return pid if self.socket.exists() and _running(pid) else 0
+
+    def _start(self, python: str, env: Mapping[str, str], options: list[str]) -> None:
         with self.log.open("wb") as log:
             self.process = subprocess.Popen(
-                [python, "-m", "envaudit.harness.forkserver", str(self.socket)],
-                stdin=subprocess.PIPE,
+                [python, "-m", "envaudit.harness.forkserver", *options, str(self.socket)],
+                stdin=subprocess.DEVNULL if self.lingers else subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,
                 env=dict(env),
                 start_new_session=True,
             )
+        self.pid = self.process.pid
         ready = self._ready()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
         if not ready:
-            self.close()
+            self._kill()
             raise OSError(f"the fork server did not start: {self.log.read_text()[-2000:]}")
 
     def _ready(self) -> bool:
         """Whether the server said `ready` (its imports done) within SERVER_READY_S."""
+        assert self.process is not None
         stdout = self.process.stdout
         if stdout is None:
             return False
@@ -187,25 +289,42 @@ class ForkServer:
         return found.is_set()
 
     def alive(self) -> bool:
-        return self.process.poll() is None
+        if self.process is not None:
+            return self.process.poll() is None
+        return _running(self.pid)
 
-    def fork(self, job_dir: Path, log: Path, env: Mapping[str, str]) -> int:
-        request = {"job_dir": str(job_dir), "log": str(log), "env": dict(env)}
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+    def fork(self, job_dir: Path, log: Path, env: Mapping[str, str]) -> tuple[int, socket.socket]:
+        """Have the server fork the job's worker: its pid, and the connection it holds."""
+        request = {"job_dir": str(job_dir), "log": str(log), "env": dict(env), "cwd": os.getcwd()}
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
             conn.settimeout(60)
             conn.connect(str(self.socket))
             conn.sendall((json.dumps(request) + "\n").encode())
             with conn.makefile("rb") as stream:
                 reply = json.loads(stream.readline() or b"{}")
+        except BaseException:
+            conn.close()
+            raise
         if "pid" not in reply:
+            conn.close()
             raise OSError(f"the fork server refused the job: {reply.get('error', 'no reply')}")
-        return int(reply["pid"])
+        return int(reply["pid"]), conn
 
     def release(self) -> None:
         with _SERVERS_LOCK:
             self.running = max(0, self.running - 1)
 
     def close(self) -> None:
+        """End the audit's own server; leave a lingering one to its idle time."""
+        if self.lingers:
+            return
+        self._kill()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _kill(self) -> None:
+        if self.process is None:
+            return
         with contextlib.suppress(OSError):
             if self.process.stdin is not None:
                 self.process.stdin.close()
@@ -215,7 +334,6 @@ class ForkServer:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
-        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 _SERVERS: dict[tuple[str, tuple[tuple[str, str], ...]], ForkServer] = {}
@@ -226,11 +344,11 @@ MAX_IDLE_SERVERS = 2
 """Servers kept with no worker running (each holds torch's imports, a few hundred MB)."""
 
 
-def fork_server(python: str, env: Mapping[str, str]) -> ForkServer:
-    """The running server for this interpreter and environment, started on first use (and
-    again if it died), with one worker reserved on it. Idle servers beyond MAX_IDLE_SERVERS are
-    closed, oldest first; a server with a worker running is never closed (its workers would die
-    with it)."""
+def fork_server(python: str, env: Mapping[str, str], idle_s: float = 0.0) -> ForkServer:
+    """The running server for this interpreter and environment, started (or joined, when it
+    lingers) on first use and again if it died, with one worker reserved on it. Idle servers
+    beyond MAX_IDLE_SERVERS are closed, oldest first; a server with a worker running is never
+    closed (its workers would die with it)."""
     key = (python, tuple(sorted(env.items())))
     with _SERVERS_LOCK:
         server = _SERVERS.pop(key, None)
@@ -241,10 +359,22 @@ def fork_server(python: str, env: Mapping[str, str]) -> ForkServer:
         for old in idle[: max(0, len(idle) - MAX_IDLE_SERVERS + 1)]:
             _SERVERS.pop(old).close()
         if server is None:
-            server = ForkServer(python, env)
+            server = ForkServer(python, env, idle_s)
         _SERVERS[key] = server  # most recently used last
         server.running += 1  # reserved for the caller's worker; `release` gives it back
         return server
+
+
+def forget_fork_server(server: ForkServer) -> None:
+    """Drop `server` from the running ones (it refused a job or went away): the next job
+    starts or joins another."""
+    with _SERVERS_LOCK:
+        for key, known in list(_SERVERS.items()):
+            if known is server:
+                del _SERVERS[key]
+        server.running = max(0, server.running - 1)
+    if not server.lingers:
+        server.close()
 
 
 @atexit.register
@@ -267,6 +397,7 @@ class ForkServerLauncher:
         self.python = python
         self.env = {k: v for k, v in env.items() if k not in late}
         self.late = dict(late)
+        self.idle_s = server_idle_s()
 
     def seen_as(self, path: Path) -> str:
         return str(path)
@@ -282,9 +413,19 @@ class ForkServerLauncher:
         return ProcessLauncher(self.python, full).start(job_dir, log)
 
     def _forked(self, job_dir: Path, log: Path, env: Mapping[str, str]) -> WorkerHandle:
-        server = fork_server(self.python, self.env)
-        try:
-            return ForkedHandle(server.fork(job_dir, log, env), server)
-        except BaseException:
-            server.release()
-            raise
+        """Forked by the running server; when a lingering one has just gone (idle, or stale and
+        retiring), by a new one."""
+        for attempt in (1, 2):
+            server = fork_server(self.python, self.env, self.idle_s)
+            try:
+                pid, conn = server.fork(job_dir, log, env)
+            except (OSError, ValueError):
+                forget_fork_server(server)
+                if attempt == 2 or not server.lingers:
+                    raise
+                continue
+            except BaseException:
+                server.release()
+                raise
+            return ForkedHandle(pid, conn, server)
+        raise AssertionError("unreachable")
