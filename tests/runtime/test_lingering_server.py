@@ -114,7 +114,8 @@ def test_a_changed_sys_path_folder_retires_the_server(tmp_path: Path, lingering:
     new one, and the old one ends."""
     extra = tmp_path / "site"
     extra.mkdir()
-    env = {**lingering, "PYTHONPATH": str(extra)}
+    paths = [str(extra), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**lingering, "PYTHONPATH": os.pathsep.join(paths)}
     done, _ = audit_two_solutions(tmp_path / "first", {"a_notes": NOTES_PARENT}, env)
     assert done.returncode == 0, done.stdout + done.stderr
     (first,) = parents(tmp_path / "marks")
