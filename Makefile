@@ -26,7 +26,7 @@ FLASHINFER_BENCH := flashinfer-bench==0.1.2 docstring-parser==0.18.0
 $(VENV_STAMP): pyproject.toml Makefile
 	@command -v uv >/dev/null 2>&1 || python3 -m pip install --quiet uv
 	uv venv --quiet --allow-existing --python python3 .venv
-	uv pip install --quiet --python $(PY) -e '.[dev]'
+	uv pip install --quiet --compile-bytecode --python $(PY) -e '.[dev]'
 	uv pip install --quiet --python $(PY) --no-deps $(FLASHINFER_BENCH)
 	@touch $@
 

