@@ -262,14 +262,18 @@ def print_profile(record: Mapping[str, Any]) -> None:
     for name, run in zip(names, runs, strict=True):
         print(
             f"{name}: {run['lines']} lines {run['statuses']}, {run['reference_cached']} references"
-            f" from the cache; wall / timing phases {run['wall_over_timing']:.2f},"
-            f" wall / measured iterations {run['wall_over_measure']:.2f}"
+            f" from the cache; wall / timing phases {_ratio(run['wall_over_timing'])},"
+            f" wall / measured iterations {_ratio(run['wall_over_measure'])}"
         )
         later = run["later_lines"]
         print(
             f"  {later['lines']} lines after their job's first: {later['wall_s']:.2f} s,"
             f" timing phases {later['timing_s']:.2f} s, ratio {later['wall_over_timing']:.2f}"
         )
+
+
+def _ratio(value: float | None) -> str:
+    return "n/a (nothing timed)" if value is None else f"{value:.2f}"
 
 
 def main() -> int:

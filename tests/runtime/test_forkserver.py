@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from envaudit.harness.forkserver import PRELOAD_MODE_ENV, wants_preload
 from envaudit.schema.progress import JOB_FILE, fork_exit_file
@@ -152,13 +153,27 @@ def test_workers_after_the_preload_are_forked_with_dynamo_imported(tmp_path: Pat
     assert_every_solution_passed(tmp_path, PRELOAD_SOLUTIONS, {PRELOAD_MODE_ENV: "beside"})
 
 
-def test_a_preload_that_crashes_leaves_the_first_server_serving(tmp_path: Path) -> None:
-    """If the preloaded server dies while importing (here: PRELOAD aborts it), the first server,
-    which never imported PRELOAD, goes on forking every job itself."""
+GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA build and GPU")
+
+
+@pytest.mark.parametrize(
+    "preload",
+    [
+        pytest.param(("os", "abort"), id="crashes"),
+        pytest.param(("torch.cuda", "is_available"), id="poisons-forks", marks=GPU),
+    ],
+)
+def test_a_preload_that_fails_leaves_the_first_server_serving(
+    tmp_path: Path, preload: tuple[str, str]
+) -> None:
+    """If the preloaded server dies while importing (PRELOAD aborts it), or its preload asked
+    CUDA's runtime something (torch.cuda.is_available() counts the devices), after which torch
+    refuses CUDA in every forked child, the first server, which never imported PRELOAD, goes on
+    forking every job itself."""
     socket_path = tmp_path / "socket"
     start = (
         "import sys; from pathlib import Path; import envaudit.harness.forkserver as server;"
-        " server.PRELOAD = (('os', 'abort'),); sys.exit(server.main(Path(sys.argv[1])))"
+        f" server.PRELOAD = ({preload!r},); sys.exit(server.main(Path(sys.argv[1])))"
     )
     process = subprocess.Popen(
         [sys.executable, "-c", start, str(socket_path)],
@@ -213,38 +228,6 @@ def test_a_job_that_wants_the_preload_waits_for_it(tmp_path: Path, mode: str) ->
     its source mentions torch.compile, so it is handed to that server and forked once the
     preload is done."""
     assert_every_solution_passed(tmp_path, WAITING_SOLUTIONS, {PRELOAD_MODE_ENV: mode})
-
-
-INDUCTOR_SOLUTIONS = {
-    "a_quick": WAITING_SOLUTIONS["a_quick"],
-    "b_inductor": (
-        """
-        import os
-        import sys
-        PRELOADED = "torch._inductor.compile_fx" in sys.modules  # before this file imports it
-        from torch._inductor.codecache import FxGraphCache
-        from torch._inductor.runtime.cache_dir_utils import cache_dir
-        def run(x, lengths, scale):  # mentions torch.compile: forked by the preloaded server
-            if not PRELOADED:
-                raise RuntimeError("Inductor's compiler was not preloaded")
-            mine = os.environ["TORCHINDUCTOR_CACHE_DIR"]
-            if "/jit/" not in mine or cache_dir() != mine:
-                raise RuntimeError(f"Inductor caches in {cache_dir()}, the job's folder is {mine}")
-            if not FxGraphCache._get_tmp_dir().startswith(mine):
-                raise RuntimeError(f"FX graphs would go to {FxGraphCache._get_tmp_dir()}")
-            return scaled(x, lengths, scale)
-        """,
-        False,
-    ),
-}
-
-
-def test_a_preloaded_inductor_caches_in_the_jobs_own_folder(tmp_path: Path) -> None:
-    """Inductor's compiler, imported by the preloaded server before any job, reads its cache
-    folder from the environment when it compiles: a worker forked with it sends what it
-    compiles to its own job's JIT folder (TORCHINDUCTOR_CACHE_DIR, set per job)."""
-    env = {PRELOAD_MODE_ENV: "on-demand", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "server")}
-    assert_every_solution_passed(tmp_path, INDUCTOR_SOLUTIONS, env)
 
 
 ALONE_SOLUTIONS = {

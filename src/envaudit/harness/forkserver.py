@@ -54,17 +54,15 @@ REAP_IDLE_S = 0.01
 
 PRELOAD: tuple[tuple[str, str | None], ...] = (
     ("torch._dynamo", None),
-    ("torch._inductor.compile_fx", None),
-    ("torch.nn.attention.flex_attention", None),
     ("triton.runtime.cache", "triton_key"),
     ("triton.compiler.compiler", "triton_key"),
 )
 """(module, function to call once) imported by a second server forked from this one after its first
 job (Preloaded), which serves every job from then on. torch.compile and FlexAttention import
 torch._dynamo on first use, which took most of a FlexAttention solution's 4.7 s load on the H200
-machine, and Inductor's compiler on the first compiled call (3.8 s on this project's CPU
-machine; no thread, no CUDA; its cache folders are read from the environment when used, so each
-worker's own JIT folders hold what it compiles: tests/runtime/test_forkserver.py). Triton's
+machine. (Inductor's compiler, 3.8 s more on this project's CPU machine, is not preloaded: on the
+H200 machine, once it was imported, torch refused CUDA in every forked child; see
+_forks_poisoned.) Triton's
 first launch in a process hashes Triton's own files (`triton_key`, memoised per process; 0.6 s
 on the H200 machine), which a forked child inherits; recent Triton (3.6 there) keeps it in
 triton.runtime.cache, older Triton in triton.compiler.compiler, so both are tried. A job that
@@ -198,7 +196,24 @@ def _preload() -> str | None:
         return "preloading initialised CUDA"
     if threading.active_count() != threads:
         return "preloading started a thread"
+    if _forks_poisoned():
+        return "preloading touched CUDA: a forked child could not use it"
     return None
+
+
+def _forks_poisoned() -> bool:
+    """Whether torch would refuse CUDA in a child forked now. Asking CUDA's runtime anything (a
+    device count: torch.cuda.is_available() does, without an NVML-based check) marks every
+    later fork as bad, though no context exists and torch.cuda.is_initialized() stays False;
+    a probe child says. CPU builds of torch have no such mark."""
+    probe = getattr(torch._C, "_cuda_isInBadFork", None)
+    if probe is None:
+        return False
+    pid = os.fork()
+    if pid == 0:
+        os._exit(1 if probe() else 0)
+    _, raw = os.waitpid(pid, 0)
+    return _status(raw) != 0
 
 
 class Preloaded:
