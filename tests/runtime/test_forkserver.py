@@ -23,6 +23,8 @@ from envaudit.schema.progress import JOB_FILE, fork_exit_file
 from tests.conftest import REPO, write_toy_root
 from tests.harness.test_faults import write_solution
 
+GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA build and GPU")
+
 SOLUTIONS = {
     "a_marks": (
         """
@@ -51,16 +53,19 @@ SOLUTIONS = {
 
 
 def audit_two_solutions(
-    tmp_path: Path, sources: dict[str, tuple[str, bool]], env: dict[str, str] | None = None
+    tmp_path: Path,
+    sources: dict[str, tuple[str, bool]],
+    env: dict[str, str] | None = None,
+    device: tuple[str, ...] = ("--device", "cpu"),
 ) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
-    """Write `sources` as solutions of the toy definition, audit all of them on the CPU (host
-    runtime) and return the finished command and its result lines."""
+    """Write `sources` as solutions of the toy definition, audit all of them on `device` (by
+    default the CPU; host runtime) and return the finished command and its result lines."""
     root = write_toy_root(tmp_path / "data")
     solutions = tmp_path / "solutions"
     for name in sources:
         write_solution(solutions, name, sources)
     out = tmp_path / "audit"
-    argv = [sys.executable, "-m", "envaudit", "audit", "--device", "cpu", "--runtime", "host"]
+    argv = [sys.executable, "-m", "envaudit", "audit", *device, "--runtime", "host"]
     argv += ["--data-root", str(root), "--solutions-root", str(solutions), "--out", str(out)]
     argv += ["--suite", "all", "--timeout", "60"]
     env = {**os.environ, **(env or {})}
@@ -71,9 +76,12 @@ def audit_two_solutions(
 
 
 def assert_every_solution_passed(
-    tmp_path: Path, sources: dict[str, tuple[str, bool]], env: dict[str, str] | None = None
+    tmp_path: Path,
+    sources: dict[str, tuple[str, bool]],
+    env: dict[str, str] | None = None,
+    device: tuple[str, ...] = ("--device", "cpu"),
 ) -> None:
-    done, lines = audit_two_solutions(tmp_path, sources, env)
+    done, lines = audit_two_solutions(tmp_path, sources, env, device)
     by_solution = {line["solution"]: (line["status"], line.get("message")) for line in lines}
     assert {k: v[0] for k, v in by_solution.items()} == dict.fromkeys(sources, "PASSED"), (
         by_solution,
@@ -153,23 +161,19 @@ def test_workers_after_the_preload_are_forked_with_dynamo_imported(tmp_path: Pat
     assert_every_solution_passed(tmp_path, PRELOAD_SOLUTIONS, {PRELOAD_MODE_ENV: "beside"})
 
 
-GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA build and GPU")
-
-
 @pytest.mark.parametrize(
     "preload",
     [
         pytest.param(("os", "abort"), id="crashes"),
-        pytest.param(("torch.cuda", "is_available"), id="poisons-forks", marks=GPU),
+        pytest.param(("torch._C", "_cuda_getDeviceCount"), id="poisons-forks", marks=GPU),
     ],
 )
 def test_a_preload_that_fails_leaves_the_first_server_serving(
     tmp_path: Path, preload: tuple[str, str]
 ) -> None:
     """If the preloaded server dies while importing (PRELOAD aborts it), or its preload asked
-    CUDA's runtime something (torch.cuda.is_available() counts the devices), after which torch
-    refuses CUDA in every forked child, the first server, which never imported PRELOAD, goes on
-    forking every job itself."""
+    CUDA's runtime something (a device count), after which torch refuses CUDA in every forked
+    child, the first server, which never imported PRELOAD, goes on forking every job itself."""
     socket_path = tmp_path / "socket"
     start = (
         "import sys; from pathlib import Path; import envaudit.harness.forkserver as server;"
@@ -228,6 +232,55 @@ def test_a_job_that_wants_the_preload_waits_for_it(tmp_path: Path, mode: str) ->
     its source mentions torch.compile, so it is handed to that server and forked once the
     preload is done."""
     assert_every_solution_passed(tmp_path, WAITING_SOLUTIONS, {PRELOAD_MODE_ENV: mode})
+
+
+INDUCTOR_SOLUTIONS = {
+    "a_quick": WAITING_SOLUTIONS["a_quick"],
+    "b_inductor": (
+        """
+        import os
+        import sys
+        PRELOADED = "torch._inductor.compile_fx" in sys.modules  # before this file imports it
+        import torch._inductor.config as config
+        from torch._inductor.codecache import FxGraphCache
+        from torch._inductor.runtime import benchmarking
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+        def run(x, lengths, scale):  # mentions torch.compile: forked by the preloaded server
+            if not PRELOADED:
+                raise RuntimeError("Inductor's compiler was not preloaded")
+            mine = os.environ["TORCHINDUCTOR_CACHE_DIR"]
+            if "/jit/" not in mine or cache_dir() != mine:
+                raise RuntimeError(f"Inductor caches in {cache_dir()}, the job's folder is {mine}")
+            if not FxGraphCache._get_tmp_dir().startswith(mine):
+                raise RuntimeError(f"FX graphs would go to {FxGraphCache._get_tmp_dir()}")
+            seen = getattr(benchmarking, "use_experimental_benchmarker", None)
+            fresh = config.use_experimental_benchmarker and torch.cuda.is_available()
+            if seen is not None and seen != fresh:  # set from is_available() at import
+                raise RuntimeError(f"Inductor's import saw CUDA as {seen}, this worker: {fresh}")
+            if x.is_cuda:
+                torch.ones(1, device=x.device).add_(1).item()  # CUDA works after the preload
+            return scaled(x, lengths, scale)
+        """,
+        False,
+    ),
+}
+
+
+def gpu_device() -> tuple[str, ...]:
+    raw = str(torch.cuda.get_device_properties(0).uuid)
+    return ("--gpu", raw if raw.startswith("GPU-") else f"GPU-{raw}")
+
+
+@pytest.mark.parametrize("on", ["cpu", pytest.param("gpu", marks=GPU)])
+def test_a_preloaded_inductor_is_what_a_fresh_worker_imports(tmp_path: Path, on: str) -> None:
+    """Inductor's compiler, imported by the preloaded server before any job: a worker forked
+    with it sends what it compiles to its own job's JIT folder (TORCHINDUCTOR_CACHE_DIR, set per
+    job), can use CUDA on a GPU, and has the constant Inductor sets from
+    torch.cuda.is_available() as the worker itself would compute it (a CPU job's GPUs are
+    hidden from its server too)."""
+    env = {PRELOAD_MODE_ENV: "on-demand", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "server")}
+    device = gpu_device() if on == "gpu" else ("--device", "cpu")
+    assert_every_solution_passed(tmp_path, INDUCTOR_SOLUTIONS, env, device)
 
 
 ALONE_SOLUTIONS = {

@@ -54,15 +54,19 @@ REAP_IDLE_S = 0.01
 
 PRELOAD: tuple[tuple[str, str | None], ...] = (
     ("torch._dynamo", None),
+    ("torch._inductor.compile_fx", None),
+    ("torch.nn.attention.flex_attention", None),
     ("triton.runtime.cache", "triton_key"),
     ("triton.compiler.compiler", "triton_key"),
 )
 """(module, function to call once) imported by a second server forked from this one after its first
 job (Preloaded), which serves every job from then on. torch.compile and FlexAttention import
 torch._dynamo on first use, which took most of a FlexAttention solution's 4.7 s load on the H200
-machine. (Inductor's compiler, 3.8 s more on this project's CPU machine, is not preloaded: on the
-H200 machine, once it was imported, torch refused CUDA in every forked child; see
-_forks_poisoned.) Triton's
+machine, and Inductor's compiler on the first compiled call (4.8 s on the H200 machine, 3.8 s
+on this project's CPU machine; no thread; its cache folders are read from the environment when
+it compiles, so each worker's own JIT folders hold what it compiles: tested). Inductor sets a
+module constant from torch.cuda.is_available() as it is imported, so the preload runs with
+NVML_CHECK (see _preload). Triton's
 first launch in a process hashes Triton's own files (`triton_key`, memoised per process; 0.6 s
 on the H200 machine), which a forked child inherits; recent Triton (3.6 there) keeps it in
 triton.runtime.cache, older Triton in triton.compiler.compiler, so both are tried. A job that
@@ -183,15 +187,32 @@ def wants_preload(line: bytes) -> bool:
     return False
 
 
+NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
+
+
 def _preload() -> str | None:
     """Import PRELOAD; why this process must not fork workers if that changed what a fork would
-    copy (CUDA, a thread), else None. A module that fails to import is left to the worker."""
+    copy (CUDA, a thread), else None. A module that fails to import is left to the worker.
+
+    The imports run with NVML_CHECK=1: torch.cuda.is_available() then counts devices through
+    NVML instead of CUDA's runtime, which would leave every later fork unable to use CUDA
+    (_forks_poisoned; on the H200 machine Inductor's import asks, benchmarks/preload_probe.py).
+    The answer is the one a worker of this server gets: a CPU job's server starts with CUDA
+    hidden as its workers do (runtime/launchers.py), a GPU job's with the GPUs visible."""
     threads = threading.active_count()
-    for name, call in PRELOAD:
-        with contextlib.suppress(Exception):
-            module = importlib.import_module(name)
-            if call is not None:
-                getattr(module, call)()
+    before = os.environ.get(NVML_CHECK)
+    os.environ[NVML_CHECK] = "1"
+    try:
+        for name, call in PRELOAD:
+            with contextlib.suppress(Exception):
+                module = importlib.import_module(name)
+                if call is not None:
+                    getattr(module, call)()
+    finally:
+        if before is None:
+            del os.environ[NVML_CHECK]
+        else:
+            os.environ[NVML_CHECK] = before
     if torch.cuda.is_initialized():
         return "preloading initialised CUDA"
     if threading.active_count() != threads:

@@ -385,17 +385,25 @@ def close_fork_servers() -> None:
         _SERVERS.clear()
 
 
+VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
+
+
 class ForkServerLauncher:
     """A worker forked from a fork server of this interpreter (envaudit.harness.forkserver):
     the harness's imports, torch's among them, are paid once per interpreter and environment
     rather than once per job. `env` is what the server starts with; `late` holds the variables
     that differ between jobs and are read only after the imports (the GPU's visibility, JIT
-    cache folders), set in each forked worker. Falls back to a fresh interpreter when the
-    server cannot start or fork, or when ENVAUDIT_FORKSERVER=0."""
+    cache folders), set in each forked worker. A CPU job's hidden GPUs (CUDA_VISIBLE_DEVICES
+    empty) stay in the server's environment: its preload's imports then see no GPU, as the
+    worker does (forkserver._preload), and CPU and GPU jobs get servers of their own. Falls
+    back to a fresh interpreter when the server cannot start or fork, or when
+    ENVAUDIT_FORKSERVER=0."""
 
     def __init__(self, python: str, env: Mapping[str, str], late: Mapping[str, str]) -> None:
         self.python = python
         self.env = {k: v for k, v in env.items() if k not in late}
+        if late.get(VISIBLE_DEVICES) == "":
+            self.env[VISIBLE_DEVICES] = ""
         self.late = dict(late)
         self.idle_s = server_idle_s()
 
