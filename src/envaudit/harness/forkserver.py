@@ -62,16 +62,16 @@ PRELOAD: tuple[tuple[str, str | None], ...] = (
 """(module, function to call once) imported by a second server forked from this one after its first
 job (Preloaded), which serves every job from then on. torch.compile and FlexAttention import
 torch._dynamo on first use, which took most of a FlexAttention solution's 4.7 s load on the H200
-machine, and Inductor's compiler on the first compiled call (4.8 s on the H200 machine, 3.8 s
-on this project's CPU machine; no thread; its cache folders are read from the environment when
-it compiles, so each worker's own JIT folders hold what it compiles: tested). Inductor sets a
+machine, and Inductor's compiler on the first compiled call (3.4 s on the H200 machine, 3.8 s on
+this project's CPU machine; no thread; its cache folders are read from the environment when it
+compiles, so each worker's own JIT folders hold what it compiles: tested). Inductor sets a
 module constant from torch.cuda.is_available() as it is imported, so the preload runs with
-NVML_CHECK (see _preload). Triton's
-first launch in a process hashes Triton's own files (`triton_key`, memoised per process; 0.6 s
-on the H200 machine), which a forked child inherits; recent Triton (3.6 there) keeps it in
-triton.runtime.cache, older Triton in triton.compiler.compiler, so both are tried. A job that
-arrives before the preload is done is forked without them. Like torch, they are imported before
-any solution, never by one solution for another; what cannot be imported is left to the worker."""
+NVML_CHECK (see _preload). Triton's first launch in a process hashes Triton's own files
+(`triton_key`, memoised per process; 0.6 s on the H200 machine), which a forked child inherits;
+recent Triton (3.6 there) keeps it in triton.runtime.cache, older Triton in
+triton.compiler.compiler, so both are tried. A job that arrives before the preload is done is
+forked without them. Like torch, they are imported before any solution, never by one solution
+for another; what cannot be imported is left to the worker."""
 
 
 def _status(raw: int) -> int:
@@ -355,22 +355,37 @@ def has_workers(servers: set[int]) -> bool:
 
 
 IDLE_CHECK_S = 1.0
+BUSY_RESCAN_S = 5.0
 
 
 class Lifetime:
-    """When a lingering server (`--idle-s`) should stop taking jobs: idle_s after the last
-    moment a worker of it was seen running, or when sys.path's folders changed."""
+    """When a lingering server (`--idle-s`) should stop taking jobs: idle_s after the later of
+    its last job's arrival and the last moment a worker of it was seen running, or when
+    sys.path's folders changed. Workers are looked for (a scan of /proc) only once idle_s has
+    passed since then, and every BUSY_RESCAN_S while they run on: not every second beside a
+    job's timing."""
 
     def __init__(self, idle_s: float) -> None:
         self.idle_s = idle_s
         self.paths = environment.site_paths()
-        self.last_busy = time.monotonic()
+        self.busy(time.monotonic())
+
+    def busy(self, now: float) -> None:
+        self.last_busy = now
+        self.next_check = now + self.idle_s
 
     def idle(self, servers: set[int]) -> bool:
-        if has_workers(servers):
-            self.last_busy = time.monotonic()
+        now = time.monotonic()
+        if now < self.next_check:
             return False
-        return time.monotonic() - self.last_busy >= self.idle_s
+        if has_workers(servers):
+            self.last_busy = now
+            self.next_check = now + min(BUSY_RESCAN_S, self.idle_s)
+            return False
+        if now - self.last_busy >= self.idle_s:
+            return True
+        self.next_check = self.last_busy + self.idle_s
+        return False
 
     def stale(self) -> bool:
         return environment.site_paths() != self.paths
@@ -383,7 +398,7 @@ def _retire(server: socket.socket, socket_path: Path, servers: set[int]) -> None
         socket_path.unlink()
     server.close()
     while has_workers(servers):
-        time.sleep(IDLE_CHECK_S / 10)
+        time.sleep(IDLE_CHECK_S)
     os._exit(0)
 
 
@@ -413,6 +428,8 @@ def main(socket_path: Path, idle_s: float = 0.0) -> int:
                 _retire(server, socket_path, servers)
             continue
         line = _read_request(conn)
+        if lifetime is not None:
+            lifetime.busy(time.monotonic())
         if lifetime is not None and lifetime.stale():
             with conn:
                 with contextlib.suppress(OSError):
