@@ -7,6 +7,7 @@ XDG_RUNTIME_DIR of each test, and whatever is left of them is killed at the end.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -88,8 +89,9 @@ def lingering(tmp_path: Path) -> Iterator[dict[str, str]]:
     yield env
     for pid_file in run.glob("*/*/pid"):
         pid = int(pid_file.read_text())
-        if alive(pid):
-            os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            if b"envaudit.harness.forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.killpg(pid, signal.SIGKILL)
     shutil.rmtree(run, ignore_errors=True)
 
 
@@ -209,3 +211,22 @@ def test_an_idle_time_that_is_not_a_number_is_a_usage_error(tmp_path: Path) -> N
     )
     assert done.returncode == 2, done.stdout + done.stderr
     assert f"{SERVER_IDLE_ENV}='soon'" in done.stdout + done.stderr
+
+
+def test_a_dead_server_whose_pid_was_reused_is_replaced(tmp_path: Path, lingering: dict) -> None:
+    """A server killed outright leaves its socket file, and its recorded pid may come to name
+    another process (here this test's): the next audit must not take that process for the
+    server (its connection would be refused, twice, and every worker start from scratch)."""
+    done, _ = audit_two_solutions(tmp_path / "first", {"a_notes": NOTES_PARENT}, lingering)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (first,) = parents(tmp_path / "marks")
+    os.killpg(first, signal.SIGKILL)
+    assert wait_gone(first, 15)
+    folder = next(Path(lingering["XDG_RUNTIME_DIR"]).glob("*/*/pid")).parent
+    assert (folder / "socket").exists()  # left behind
+    (folder / "pid").write_text(str(os.getpid()))
+    done, lines = audit_two_solutions(tmp_path / "second", {"a_notes": NOTES_PARENT}, lingering)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [line["status"] for line in lines] == ["PASSED"] * len(lines), lines
+    assert {line["phases_s"].get("worker_imports") for line in lines} <= {0.0, None}
+    assert len(parents(tmp_path / "marks") - {first, os.getpid()}) == 1  # a new server

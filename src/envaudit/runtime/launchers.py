@@ -246,12 +246,16 @@ class ForkServer:
                 (self.folder / "pid").write_text(str(self.pid))
 
     def _running_server(self) -> int:
-        """The pid of the lingering server that listens here, or 0."""
+        """The pid of the lingering server that listens here, or 0 (also when the recorded pid
+        now belongs to another process: a server that died without removing its socket)."""
         try:
             pid = int((self.folder / "pid").read_text())
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except (OSError, ValueError):
             return 0
-        return pid if self.socket.exists() and _running(pid) else 0
+        if os.fsencode(self.socket) not in command or not _running(pid):
+            return 0
+        return pid if self.socket.exists() else 0
 
     def _start(self, python: str, env: Mapping[str, str], options: list[str]) -> None:
         with self.log.open("wb") as log:
