@@ -41,6 +41,15 @@ ScaleProbeOption = Annotated[
         " record how the error grows (the formal status does not change).",
     ),
 ]
+MeasureOption = Annotated[
+    float | None,
+    typer.Option(
+        "--measure-ms",
+        help="Measured time each timing may spend (default: the harness's 300 ms on a GPU, 200"
+        " on the CPU); shorter is cheaper and scatters more on a power-limited GPU. Recorded"
+        " in each line (timing.*.budget_ms).",
+    ),
+]
 DataRoot = Annotated[
     Path, typer.Option("--data-root", help="TraceSet root (definitions/, workloads/, blob/).")
 ]
@@ -496,6 +505,7 @@ def run(
     graph_timing: Annotated[bool, typer.Option("--graph-timing")] = False,
     strict_diagnostic: StrictOption = False,
     scale_probe: ScaleProbeOption = False,
+    measure_ms: MeasureOption = None,
     reference_cache: Annotated[Path | None, typer.Option("--reference-cache")] = None,
     report: Annotated[Path | None, typer.Option("--report", help="Result lines file.")] = None,
     resume: Annotated[
@@ -543,6 +553,7 @@ def run(
         scale_probe=scale_probe,
         reference_cache=reference_cache,
         report=report,
+        measure_ms=measure_ms,
     )
     options = RunOptions(
         env=env, over=over, workload_timeout_s=_finite(timeout, "--timeout"), resume=resume
@@ -678,6 +689,7 @@ def audit(
     resume: Annotated[bool, typer.Option("--resume")] = False,
     strict_diagnostic: StrictOption = False,
     scale_probe: ScaleProbeOption = False,
+    measure_ms: MeasureOption = None,
     each_gpu: Annotated[
         bool,
         typer.Option(
@@ -741,6 +753,7 @@ def audit(
         suite=suite,
         strict_diagnostic=strict_diagnostic,
         scale_probe=scale_probe,
+        measure_ms=measure_ms,
         each_gpu=each_gpu,
         cpu_jobs=cpu_jobs,
     )

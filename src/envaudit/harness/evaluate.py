@@ -48,6 +48,7 @@ from envaudit.harness.inputs import (
 from envaudit.harness.reference import ReferenceCache
 from envaudit.harness.solution import LoadedSolution
 from envaudit.harness.timing import (
+    CPU_TARGET_MEASURE_MS,
     GraphCaptureError,
     time_eager_cuda,
     time_graph_cuda,
@@ -70,6 +71,16 @@ class EvalOptions:
     """Also compare with the definition's diagnostic_tolerance (recorded, never a status)."""
     scale_probe: bool = False
     """Also validate on inputs scaled by SCALE_FACTORS (recorded, never a status)."""
+    measure_ms: float | None = None
+    """The measured time each timing may spend, in place of the harness's (TARGET_MEASURE_MS
+    on a GPU, also when the clock wanders; CPU_TARGET_MEASURE_MS on the CPU): shorter is
+    cheaper and, on a power-limited GPU, scatters more (docs/harness.md)."""
+
+    def budgets(self) -> dict[str, float]:
+        """The keyword arguments that carry measure_ms to a CUDA timer."""
+        if self.measure_ms is None:
+            return {}
+        return {"budget_ms": self.measure_ms, "wander_ms": self.measure_ms}
 
 
 @dataclass
@@ -495,10 +506,13 @@ def _time(
     try:
         with clock.phase("eager"):
             if ctx.device.type == "cuda":
-                eager = time_eager_cuda(launch, len(copies), ctx.device, ctx.clock)
+                eager = time_eager_cuda(
+                    launch, len(copies), ctx.device, ctx.clock, **ctx.options.budgets()
+                )
                 timing["eager"] = eager.as_dict()
             else:
-                timing["eager"] = time_wall_clock(launch, len(copies)).as_dict()
+                cpu = ctx.options.budgets().get("budget_ms", CPU_TARGET_MEASURE_MS)
+                timing["eager"] = time_wall_clock(launch, len(copies), cpu).as_dict()
     except Exception as exc:
         msg = f"during timing: {type(exc).__name__}: {exc}\n{traceback.format_exc()[-2000:]}"
         raise SolutionFailure("RUNTIME_ERROR", msg) from exc
@@ -508,7 +522,12 @@ def _time(
         try:
             with clock.phase("graph"):
                 graph = time_graph_cuda(
-                    launch, len(copies), ctx.device, ctx.clock, timing["eager"]["median_ms"]
+                    launch,
+                    len(copies),
+                    ctx.device,
+                    ctx.clock,
+                    timing["eager"]["median_ms"],
+                    **ctx.options.budgets(),
                 )
                 timing["graph"] = graph.as_dict()
         except GraphCaptureError as exc:

@@ -118,6 +118,9 @@ class TimingStats:
     power_limited: bool | None = None
     """Whether NVML found the clock held down by a power or thermal limit at some read around
     the measured batches (None: no NVML); such a measurement never stops early."""
+    budget_ms: float | None = None
+    """The measured time this measurement could spend (TARGET_MEASURE_MS, CPU_TARGET_MEASURE_MS,
+    or what the audit asked for: --measure-ms)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -370,6 +373,7 @@ def time_eager_cuda(
     started = time.perf_counter()
     measured = _measure(launch, copies, flush, warm.estimate_ms, 1, clock, budget_ms, wander_ms)
     stats = summarize(measured.samples, "cuda_events", warm.iterations, copies, flush.numel())
+    stats.budget_ms = budget_ms
     return _finish(stats, warm, warmup_wall, _ms_since(started), measured)
 
 
@@ -457,17 +461,20 @@ def time_graph_cuda(
         replay, len(graphs), flush, warm.estimate_ms, calls, clock, budget_ms, wander_ms
     )
     stats = summarize(measured.samples, "cuda_graph", warm.iterations, copies, flush.numel(), calls)
+    stats.budget_ms = budget_ms
     return _finish(stats, warm, warmup_wall, _ms_since(started), measured)
 
 
-def time_wall_clock(launch: Launch, copies: int) -> TimingStats:
+def time_wall_clock(
+    launch: Launch, copies: int, budget_ms: float = CPU_TARGET_MEASURE_MS
+) -> TimingStats:
     warmup = 0
     t0 = time.perf_counter()
     while warmup < 1 or (warmup < WARMUP_MIN_ITERS and time.perf_counter() - t0 < 0.05):
         launch(warmup % copies)
         warmup += 1
     estimate = (time.perf_counter() - t0) * 1e3 / warmup
-    n = _iterations(estimate, CPU_TARGET_MEASURE_MS, CPU_MIN_ITERS, CPU_MAX_ITERS)
+    n = _iterations(estimate, budget_ms, CPU_MIN_ITERS, CPU_MAX_ITERS)
     warmup_wall = _ms_since(t0)
     samples = []
     started = time.perf_counter()
@@ -477,4 +484,5 @@ def time_wall_clock(launch: Launch, copies: int) -> TimingStats:
         samples.append((time.perf_counter() - start) * 1e3)
     stats = summarize(samples, "wall_clock", warmup, copies, 0)
     stats.warmup_wall_ms, stats.measure_wall_ms = warmup_wall, _ms_since(started)
+    stats.budget_ms = budget_ms
     return stats

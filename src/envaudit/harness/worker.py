@@ -129,6 +129,7 @@ def main(job_dir: Path) -> int:
             job.get("graph_timing", False),
             job.get("strict_diagnostic", False),
             job.get("scale_probe", False),
+            job.get("measure_ms"),
         ),
         clock=clock,
     )

@@ -24,6 +24,7 @@ from envaudit.runtime.devices import gpus, require_gpu
 from envaudit.runtime.jobs import (
     RunRequest,
     check_cache,
+    check_measure_ms,
     check_output,
     check_report,
     device_of,
@@ -67,6 +68,7 @@ class AuditPlan:
     graph_timing: bool = True
     strict_diagnostic: bool = False
     scale_probe: bool = False
+    measure_ms: float | None = None
     each_gpu: bool = False
     """Run every solution on every GPU named (to compare cards), not once per GPU model."""
     cpu_jobs: int = 1
@@ -121,6 +123,7 @@ def check_audit(plan: AuditPlan) -> None:
     check_output(plan.out / REFERENCE_CACHE, "--out", folder=True)
     check_cache()
     server_idle_s()  # ENVAUDIT_SERVER_IDLE_S is a number of seconds
+    check_measure_ms(plan.measure_ms)
     try:
         ts = load_traceset(plan.data_root)
     except DatasetRootError as exc:
@@ -150,6 +153,7 @@ def _request(
         scale_probe=plan.scale_probe,
         reference_cache=plan.out / REFERENCE_CACHE,
         report=report,
+        measure_ms=plan.measure_ms,
     )
 
 
@@ -339,4 +343,6 @@ def _task_args(
         args.append("--strict-diagnostic")
     if plan.scale_probe:
         args.append("--scale-probe")
+    if plan.measure_ms is not None:
+        args += ["--measure-ms", repr(plan.measure_ms)]
     return tuple(args)

@@ -50,6 +50,7 @@ class RunRequest:
     scale_probe: bool = False
     reference_cache: Path | None = None
     report: Path | None = None
+    measure_ms: float | None = None
 
 
 def find_solution(name: str, solutions_root: Path) -> tuple[Path, Solution]:
@@ -224,6 +225,8 @@ class Job:
     strict_diagnostic: bool = False
     scale_probe: bool = False
     reference_cache: Path | None = None
+    measure_ms: float | None = None
+    """The measured time each timing may spend (--measure-ms), None: the harness's own."""
     device_env: Mapping[str, str] = field(default_factory=dict)
     """Variables that select the device for the worker (CUDA_VISIBLE_DEVICES)."""
 
@@ -258,9 +261,23 @@ class Job:
             "graph_timing": self.graph_timing,
             "strict_diagnostic": self.strict_diagnostic,
             "scale_probe": self.scale_probe,
+            "measure_ms": self.measure_ms,
             "reference_cache": seen_as(cache) if cache is not None else None,
             "context": self.context.record(),
         }
+
+
+MEASURE_MS_RANGE = (10.0, 60_000.0)
+"""--measure-ms bounds: below 10 ms the harness's first batch alone would exceed the budget."""
+
+
+def check_measure_ms(value: float | None) -> None:
+    low, high = MEASURE_MS_RANGE
+    if value is not None and not low <= value <= high:
+        raise RunRequestError(
+            f"--measure-ms {value:g}: outside {low:g}-{high:g} ms",
+            hint="the measured time each timing may spend; leave it out for the harness's own",
+        )
 
 
 def plan_job(req: RunRequest, runtime: str) -> Job:
@@ -292,6 +309,7 @@ def plan_job(req: RunRequest, runtime: str) -> Job:
     check_cache()
     if req.reference_cache is not None:
         check_output(req.reference_cache, "--reference-cache", folder=True)
+    check_measure_ms(req.measure_ms)
     return Job(
         definition=solution.definition,
         solution=solution.name,
@@ -307,6 +325,7 @@ def plan_job(req: RunRequest, runtime: str) -> Job:
         strict_diagnostic=req.strict_diagnostic,
         scale_probe=req.scale_probe,
         reference_cache=req.reference_cache.resolve() if req.reference_cache else None,
+        measure_ms=req.measure_ms,
         device_env=device_env,
         context=RunContext(
             runtime=runtime, env=solution.env, declared_env=solution.env, device_id=device_id

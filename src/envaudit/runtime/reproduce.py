@@ -53,7 +53,16 @@ class Reproduction:
     gpu: str | None
     device: str | None
     graph_timing: bool
+    measure_ms: float | None = None
+    """The budget the line was measured under (recorded_budget)."""
     notes: list[str] = field(default_factory=list)
+
+
+def recorded_budget(timing: Mapping[str, Any]) -> float | None:
+    """The measured-time budget a line's eager timing ran under, to run it again under the same
+    (None for a line from before budgets were recorded: the harness's own, then)."""
+    budget = (timing.get("eager") or {}).get("budget_ms")
+    return float(budget) if isinstance(budget, int | float) else None
 
 
 def plan_reproduction(
@@ -85,6 +94,7 @@ def plan_reproduction(
         gpu=chosen_gpu,
         device=device,
         graph_timing=bool(timing.get("graph")),
+        measure_ms=recorded_budget(timing),
         notes=notes,
     )
 
@@ -102,6 +112,7 @@ def run_reproduction(
         device=plan.device,
         graph_timing=plan.graph_timing,
         report=report,
+        measure_ms=plan.measure_ms,
     )
     run_job(request, runtime, replace(options, env=plan.env, locks_dir=plan.locks_dir))
     lines = [json.loads(raw) for raw in report.read_text().splitlines() if raw.strip()]
