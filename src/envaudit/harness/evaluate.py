@@ -511,8 +511,8 @@ def _time(
                 )
                 timing["eager"] = eager.as_dict()
             else:
-                cpu = ctx.options.budgets().get("budget_ms", CPU_TARGET_MEASURE_MS)
-                timing["eager"] = time_wall_clock(launch, len(copies), cpu).as_dict()
+                budget = ctx.options.measure_ms or CPU_TARGET_MEASURE_MS
+                timing["eager"] = time_wall_clock(launch, len(copies), budget).as_dict()
     except Exception as exc:
         msg = f"during timing: {type(exc).__name__}: {exc}\n{traceback.format_exc()[-2000:]}"
         raise SolutionFailure("RUNTIME_ERROR", msg) from exc
