@@ -24,6 +24,7 @@ import pytest
 
 from envaudit.harness.forkserver import PRELOAD_MODE_ENV
 from envaudit.runtime.launchers import SERVER_IDLE_ENV, server_home
+from envaudit.runtime.launchers import process_running as alive
 from envaudit.schema.progress import fork_exit_file
 from tests.conftest import REPO
 from tests.runtime.test_forkserver import audit_two_solutions
@@ -54,14 +55,6 @@ HANGS = (
     """,
     False,
 )
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def wait_gone(pid: int, seconds: float) -> bool:

@@ -348,8 +348,10 @@ def _finish(
     warmup_wall: float,
     measured: float,
     outcome: Measured,
+    budget_ms: float,
 ) -> TimingStats:
     clocks = outcome.clocks
+    stats.budget_ms = budget_ms
     stats.warmup_wall_ms, stats.measure_wall_ms = warmup_wall, measured
     stats.stop, stats.median_halfwidth = outcome.stop, outcome.width
     stats.sm_clock_mhz, stats.clock_steady = warm.sm_clock_mhz, warm.clock_steady
@@ -373,8 +375,7 @@ def time_eager_cuda(
     started = time.perf_counter()
     measured = _measure(launch, copies, flush, warm.estimate_ms, 1, clock, budget_ms, wander_ms)
     stats = summarize(measured.samples, "cuda_events", warm.iterations, copies, flush.numel())
-    stats.budget_ms = budget_ms
-    return _finish(stats, warm, warmup_wall, _ms_since(started), measured)
+    return _finish(stats, warm, warmup_wall, _ms_since(started), measured, budget_ms)
 
 
 def graph_calls(per_call_ms: float) -> int:
@@ -461,8 +462,7 @@ def time_graph_cuda(
         replay, len(graphs), flush, warm.estimate_ms, calls, clock, budget_ms, wander_ms
     )
     stats = summarize(measured.samples, "cuda_graph", warm.iterations, copies, flush.numel(), calls)
-    stats.budget_ms = budget_ms
-    return _finish(stats, warm, warmup_wall, _ms_since(started), measured)
+    return _finish(stats, warm, warmup_wall, _ms_since(started), measured, budget_ms)
 
 
 def time_wall_clock(

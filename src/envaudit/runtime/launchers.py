@@ -110,7 +110,7 @@ SERVER_READY_S = 300.0
 KILL_WAIT_S = 10.0
 
 
-def _running(pid: int) -> bool:
+def process_running(pid: int) -> bool:
     """Whether `pid` is a live process (not gone, not a zombie)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -136,7 +136,7 @@ class ForkedHandle:
             return int(self.exit_path.read_text())
         except (OSError, ValueError):
             pass
-        if not self.server.alive() and not _running(self.pid):
+        if not self.server.alive() and not process_running(self.pid):
             return -signal.SIGKILL  # died with its server (parent-death signal), unreaped
         return None
 
@@ -253,7 +253,7 @@ class ForkServer:
             command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except (OSError, ValueError):
             return 0
-        if os.fsencode(self.socket) not in command or not _running(pid):
+        if os.fsencode(self.socket) not in command or not process_running(pid):
             return 0
         return pid if self.socket.exists() else 0
 
@@ -295,7 +295,7 @@ class ForkServer:
     def alive(self) -> bool:
         if self.process is not None:
             return self.process.poll() is None
-        return _running(self.pid)
+        return process_running(self.pid)
 
     def fork(self, job_dir: Path, log: Path, env: Mapping[str, str]) -> tuple[int, socket.socket]:
         """Have the server fork the job's worker: its pid, and the connection it holds."""
