@@ -14,7 +14,8 @@ fork server lingering, the second (`rejoined`) joins it, as a re-audit in an edi
 would.
 
 Phases, per run: worker start, split into the process (interpreter or container start), the
-harness's imports (torch first), the CUDA context and the environment record; solution load;
+harness's imports (torch first), the CUDA context and the environment record; the wait at its
+gate for the GPU's previous worker to go (runtime/supervisor.py, Handoff); solution load;
 input generation; reference (computed on the cold run, read from the cache on the second);
 validation (prepare, the unjudged warm-up call, the judged call(s), comparison); timing set-up
 (input copies); eager and graph timing, each split into warm-up (graph: capture and warm-up)
@@ -55,6 +56,7 @@ ORDER = (
     "worker_imports",
     "worker_cuda_init",
     "worker_env_record",
+    "worker_gate_wait",
     "solution_load",
     "inputs",
     "reference",
@@ -107,7 +109,8 @@ def outside_split(timeline: Path, launched: float, wall: float) -> dict[str, flo
     """The supervisor's side, from its marks: the command's start (interpreter, imports) up to
     the audit, the audit's set-up (plans, environments), each job's set-up before its worker
     starts, each worker's exit after its last line, the supervisor's clean-up after it, and the
-    command's end after the last job."""
+    command's end after the last job. A worker left in its GPU's handoff exits while the next
+    job starts: its exit counts only up to the handoff."""
     marks = [json.loads(text) for text in timeline.read_text().splitlines() if text.strip()]
     first = {m["event"]: m["t"] for m in reversed(marks) if not m["job"]}
     split: dict[str, float] = defaultdict(float)
@@ -119,14 +122,15 @@ def outside_split(timeline: Path, launched: float, wall: float) -> dict[str, flo
         job, event, t = m["job"], m["event"], m["t"]
         if event == "worker_launch" and (job, "worker_finished") not in last:
             split["job_setup"] += t - last[(job, "job_begin")]
-        elif (
-            event == "worker_exited" and last.get((job, "result"), 0) > last[(job, "worker_launch")]
-        ):
+        elif event in ("worker_exited", "worker_handed_off") and last.get(
+            (job, "result"), 0
+        ) > last.get((job, "worker_launch"), 0):
             split["worker_exit"] += t - last[(job, "result")]
         elif event == "worker_finished":
             split["worker_cleanup"] += t - last[(job, "worker_exited")]
-        elif event == "job_end" and (job, "worker_finished") in last:
-            split["job_cleanup"] += t - last[(job, "worker_finished")]
+        elif event == "job_end":
+            ended = max(last.get((job, e), 0.0) for e in ("worker_finished", "worker_handed_off"))
+            split["job_cleanup"] += t - ended if ended else 0.0
         last[(job, event)] = t
     return dict(split)
 
@@ -158,7 +162,8 @@ def phase_totals(lines: Iterable[Mapping[str, Any]], total_s: float) -> dict[str
     for line in lines:
         phases = dict(line.get("phases_s") or {})
         inside += float(line.get("wall_s") or 0.0)
-        inside += phases.get("worker_start", 0.0) + phases.get("solution_load", 0.0)
+        for name in ("worker_start", "worker_gate_wait", "solution_load"):
+            inside += phases.get(name, 0.0)
         timing = line.get("timing") or {}
         for mode in ("eager", "graph"):
             spent = phases.pop(mode, 0.0)

@@ -38,15 +38,15 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from envaudit.harness.environment import SmClock
+from envaudit.harness.evaluate import EvalOptions
 from envaudit.harness.timing import clock_settled, time_eager_cuda, time_graph_cuda
 
 REPEATS = 5
-SHORT_WINDOW_MS = 80.0
-SHORT_RULE = f"{SHORT_WINDOW_MS:.0f} ms when limited"
-"""The harness's timers again with a shorter `wander_ms`: a measurement whose clock moved or was
-power-limited stops once its median is tight and SHORT_WINDOW_MS are measured, instead of
-spending the whole budget. What that would save in wall time and cost in spread and accuracy on
-a power-limited kernel, side by side with the rule the harness keeps."""
+MEASURE_MS = 100.0
+"""The harness's timers again as `--measure-ms MEASURE_MS` runs them (budget and the wandering
+clock's minimum both MEASURE_MS, envaudit.harness.evaluate.EvalOptions.budgets): what a
+shorter budget saves in wall time and costs in spread and accuracy on a power-limited kernel,
+side by side with the harness's own 300 ms."""
 SMALL_COPIES = 8
 HEAT_MIN_S = 2.0
 HEAT_MAX_S = 30.0
@@ -141,10 +141,12 @@ def cupti_kernel_us(run: Callable[[], float], names: set[str]) -> tuple[float, f
 
 
 def peer_timers(
-    launch: Callable[[int], Any], copies: int, device: torch.device
+    launch: Callable[[int], Any], copies: int, device: torch.device, measure_ms: float
 ) -> dict[str, Callable[[], float]]:
-    """Each method's figure (us) for one launch of the kernel: the harness's two modes and the
-    peers' timers, each with its own defaults (the way their users call them)."""
+    """Each method's figure (us) for one launch of the kernel: the harness's two modes (with
+    its own budget and with `--measure-ms measure_ms`) and the peers' timers, each with its own
+    defaults (the way their users call them)."""
+    budgets = EvalOptions(measure_ms=measure_ms).budgets()
     import triton.testing  # type: ignore[import-not-found,import-untyped,unused-ignore]
     from torch.utils import benchmark
 
@@ -155,13 +157,11 @@ def peer_timers(
     return {
         "harness graph": lambda: time_graph_cuda(launch, copies, device, clock()).median_ms * 1e3,
         "harness eager": lambda: time_eager_cuda(launch, copies, device, clock()).median_ms * 1e3,
-        f"harness graph, {SHORT_RULE}": lambda: (
-            time_graph_cuda(launch, copies, device, clock(), wander_ms=SHORT_WINDOW_MS).median_ms
-            * 1e3
+        f"harness graph, --measure-ms {measure_ms:g}": lambda: (
+            time_graph_cuda(launch, copies, device, clock(), **budgets).median_ms * 1e3
         ),
-        f"harness eager, {SHORT_RULE}": lambda: (
-            time_eager_cuda(launch, copies, device, clock(), wander_ms=SHORT_WINDOW_MS).median_ms
-            * 1e3
+        f"harness eager, --measure-ms {measure_ms:g}": lambda: (
+            time_eager_cuda(launch, copies, device, clock(), **budgets).median_ms * 1e3
         ),
         "triton do_bench": lambda: float(triton.testing.do_bench(lambda: launch(0))) * 1e3,
         "triton do_bench_cudagraph": lambda: (
@@ -174,6 +174,7 @@ def peer_timers(
 def peer_rows(
     kernels: dict[str, tuple[Callable[[int], Any], int]],
     device: torch.device,
+    measure_ms: float = MEASURE_MS,
 ) -> list[dict[str, Any]]:
     """Per kernel and method, over REPEATS: the median figure; its ratio to the CUPTI kernel
     time, each figure paired with a CUPTI measurement of the same method taken right after it
@@ -187,7 +188,7 @@ def peer_rows(
     for name, (launch, copies) in kernels.items():
         heat_up(launch, copies)
         names = kernel_names(launch)
-        for method, measure in peer_timers(launch, copies, device).items():
+        for method, measure in peer_timers(launch, copies, device, measure_ms).items():
             figures, walls, ratios, same = [], [], [], []
             for _ in range(REPEATS):
                 start = time.perf_counter()
@@ -253,6 +254,12 @@ def main() -> int:
         action="store_true",
         help="also time the kernels with triton's do_bench and do_bench_cudagraph and"
         " torch.utils.benchmark: accuracy (ratio to CUPTI) and cost (wall per measurement)",
+    )
+    parser.add_argument(
+        "--measure-ms",
+        type=float,
+        default=MEASURE_MS,
+        help="with --peers: the budget of the harness rows timed as `--measure-ms` times them",
     )
     args = parser.parse_args()
     device = torch.device("cuda")
@@ -323,7 +330,7 @@ def main() -> int:
         "rows": rows,
     }
     if args.peers:
-        record["peers"] = peer_rows(calibration_kernels(device), device)
+        record["peers"] = peer_rows(calibration_kernels(device), device, args.measure_ms)
         record["wall_over_do_bench"] = wall_ratios(record["peers"])
         print_peers(record["peers"])
     if args.json:

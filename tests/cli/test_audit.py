@@ -138,3 +138,36 @@ def test_the_longest_jobs_go_first(tmp_path: Path) -> None:
         line["wall_s"] = spent[line["solution"]]
     report.write_text("".join(json.dumps(x) + "\n" for x in lines))
     assert longest_first(plan, names, report) == ["correct_dps", "returns_nan", "correct"]
+
+
+def test_jobs_that_need_the_compiler_go_after_the_others(tmp_path: Path) -> None:
+    """On the forked runtimes a solution naming torch.compile waits for the fork server's
+    preload, so it runs after the others; a container runtime keeps the order it was given."""
+    from envaudit.runtime.audit import AuditPlan, compilers_last
+
+    solutions = tmp_path / "solutions"
+    sources = {
+        "a_compiles": (
+            "fast = torch.compile(scaled)\ndef run(x, lengths, scale):\n"
+            "    return fast(x, lengths, scale)",
+            False,
+        ),
+        "b_plain": ("def run(x, lengths, scale):\n    return scaled(x, lengths, scale)", False),
+        "c_plain": ("def run(x, lengths, scale):\n    return scaled(x, lengths, scale)", False),
+    }
+    for name in sources:
+        write_solution(solutions, name, sources)
+    names = ["a_compiles", "b_plain", "c_plain"]
+    for runtime, expected in (
+        ("host", ["b_plain", "c_plain", "a_compiles"]),
+        ("local", ["b_plain", "c_plain", "a_compiles"]),
+        ("docker", names),
+    ):
+        plan = AuditPlan(
+            solutions=names,
+            devices=[(None, "cpu")],
+            out=tmp_path / "a",
+            runtime=runtime,
+            solutions_root=solutions,
+        )
+        assert compilers_last(plan, names) == expected, runtime

@@ -47,6 +47,7 @@ import torch
 
 from envaudit.harness import environment, worker
 from envaudit.schema.progress import JOB_FILE, fork_exit_file
+from envaudit.schema.sources import names_compiler
 
 PR_SET_PDEATHSIG = 1
 REAP_IDLE_S = 0.01
@@ -162,29 +163,16 @@ def _serve_one(conn: socket.socket, line: bytes, inherited: list[socket.socket])
         conn.sendall((json.dumps({"pid": pid}) + "\n").encode())
 
 
-PRELOAD_MARKERS = ("torch.compile", "flex_attention", "torch._dynamo", "torch._inductor")
-MARKER_SCAN_FILES = 200
-MARKER_SCAN_BYTES = 1 << 20
-
-
 def wants_preload(line: bytes) -> bool:
-    """Whether the job's solution names what PRELOAD's torch._dynamo serves (its Python sources
-    mention torch.compile, FlexAttention, dynamo or inductor). Such a job waits for the
-    preloaded server rather than import torch._dynamo itself: 4.3 s in a fresh process on the
-    H200 machine, and 8.1 s for a FlexAttention solution whose worker did so while the preload
-    ran beside it. A guess for scheduling only: a solution that reaches torch.compile through a
-    library is forked without waiting and imports it itself."""
+    """Whether the job's solution names what PRELOAD's torch._dynamo serves
+    (envaudit.schema.sources). Such a job waits for the preloaded server rather than import
+    torch._dynamo itself: 4.3 s in a fresh process on the H200 machine, and 8.1 s for a
+    FlexAttention solution whose worker did so while the preload ran beside it."""
     try:
         job = json.loads((Path(json.loads(line)["job_dir"]) / JOB_FILE).read_text())
-        folder = Path(job["solution_file"]).parent
-        for path in sorted(folder.rglob("*.py"))[:MARKER_SCAN_FILES]:
-            with path.open(errors="replace") as source:
-                text = source.read(MARKER_SCAN_BYTES)
-            if any(marker in text for marker in PRELOAD_MARKERS):
-                return True
+        return names_compiler(Path(job["solution_file"]).parent)
     except (OSError, ValueError, KeyError, TypeError):
-        pass
-    return False
+        return False
 
 
 NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"

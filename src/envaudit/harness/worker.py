@@ -6,7 +6,9 @@ workload, so the supervisor knows which workload was in flight if this process d
 and each finished result line, which the supervisor appends to the report. After an error that
 poisons the CUDA context (an illegal address, a device-side assert), it exits with CONTEXT_LOST
 so the supervisor continues in a fresh process. It exits (ORPHANED) as soon as the supervisor's
-heartbeat goes stale.
+heartbeat goes stale. A `gated` job was started while the previous worker on its GPU was still
+exiting: it makes its CUDA context and records the environment, then waits for the gate before
+loading the solution or touching its GPU further.
 """
 
 # ruff: noqa: E402 - the clock below times the imports after it
@@ -79,6 +81,7 @@ def main(job_dir: Path) -> int:
         "worker_env_record": time.perf_counter() - began - cuda_init,
     }
     progress.send("env", environment=env, distributions=dists, startup=startup)
+    gate_wait = progress.wait_for_gate() if job.get("gated") else 0.0
     definition = json.loads(Path(job["definition_file"]).read_text())
     by_uuid = workloads_by_uuid(Path(job["workload_file"]))
     workloads = [by_uuid[u] for u in job["workloads"]]
@@ -133,7 +136,7 @@ def main(job_dir: Path) -> int:
         ),
         clock=clock,
     )
-    progress.send("ready")
+    progress.send("ready", gate_wait_s=gate_wait)
     for workload in workloads:
         progress.send("begin", uuid=workload["uuid"])
         start = time.perf_counter()

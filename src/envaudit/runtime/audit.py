@@ -41,9 +41,11 @@ from envaudit.runtime.slurm import (
     merge_task_reports,
     run_tasks,
 )
+from envaudit.runtime.supervisor import Handoff
 from envaudit.runtime.timeline import mark
 from envaudit.schema.names import shown
 from envaudit.schema.results import kept_lines, read_lines
+from envaudit.schema.sources import names_compiler
 
 REFERENCE_CACHE = "reference-cache"
 
@@ -190,38 +192,62 @@ def longest_first(plan: AuditPlan, names: list[str], report: Path) -> list[str]:
     return sorted(names, key=lambda name: (-expected(name), name))
 
 
+FORKED_RUNTIMES = ("host", "local")
+"""Runtimes whose workers are forked from a fork server with a preload (docs/harness.md)."""
+
+
+def compilers_last(plan: AuditPlan, names: list[str]) -> list[str]:
+    """The jobs whose solutions name the compiler (envaudit.schema.sources) after the others,
+    each group in its own order. On the forked runtimes such a job waits for the fork server's
+    preload of the compiler, which is made beside the first jobs; run first, it waits for all
+    of it while the other jobs could have run."""
+    if plan.runtime not in FORKED_RUNTIMES:
+        return names
+    compilers = {
+        n for n in names if names_compiler(find_solution(n, plan.solutions_root)[0].parent)
+    }
+    return [n for n in names if n not in compilers] + [n for n in names if n in compilers]
+
+
 def run_audit(
     plan: AuditPlan,
     on_job: Callable[[str, str], None] | None = None,
     prepare_env: BuildHook | None = None,
 ) -> AuditResult:
     """Every solution once per pool of devices (GPUs of one model; each GPU its own pool with
-    `each_gpu`), the longest jobs first, one job at a time per device and all devices at once.
+    `each_gpu`), the longest jobs first (those that need the compiler last on the forked
+    runtimes), one job at a time per device and all devices at once.
     Environments are made first, one after the other, so no two jobs build one image."""
     mark("audit_start")
     check_audit(plan)
     report = plan.out / "results.jsonl"
     result = AuditResult(report)
-    ordered = longest_first(plan, _ready(plan, prepare_env, result), report)
+    ordered = compilers_last(plan, longest_first(plan, _ready(plan, prepare_env, result), report))
     mark("jobs_ready")
     guard = threading.Lock()
 
     def work(pool: queue.SimpleQueue[str], gpu: str | None, device: str | None) -> None:
-        while True:
-            try:
-                name = pool.get_nowait()
-            except queue.Empty:
-                return
-            if on_job:
-                on_job(name, gpu or device or "")
-            mark("job_begin", name)
-            try:
-                run_job(_request(plan, name, gpu, device, report), plan.runtime, plan.options)
-            except EnvauditError as exc:
-                hint = f" (hint: {exc.hint})" if exc.hint else ""
-                with guard:
-                    result.errors.append(f"{name}: {exc}{hint}")
-            mark("job_end", name)
+        handoff = Handoff() if gpu is not None else None
+        try:
+            while True:
+                try:
+                    name = pool.get_nowait()
+                except queue.Empty:
+                    return
+                if on_job:
+                    on_job(name, gpu or device or "")
+                mark("job_begin", name)
+                request = _request(plan, name, gpu, device, report)
+                try:
+                    run_job(request, plan.runtime, plan.options, handoff)
+                except EnvauditError as exc:
+                    hint = f" (hint: {exc.hint})" if exc.hint else ""
+                    with guard:
+                        result.errors.append(f"{name}: {exc}{hint}")
+                mark("job_end", name)
+        finally:
+            if handoff is not None:
+                handoff.wait()  # the GPU's last worker has gone before the audit ends
 
     threads = []
     for slots in device_pools(plan):

@@ -17,7 +17,12 @@ from envaudit.lock.config import FetchConfig
 from envaudit.runtime.gpu_lock import holding_gpu
 from envaudit.runtime.jobs import Job, RunRequest, RunRequestError, plan_job
 from envaudit.runtime.launchers import Launcher
-from envaudit.runtime.supervisor import DEFAULT_WORKLOAD_TIMEOUT_S, BatchResult, run_batch
+from envaudit.runtime.supervisor import (
+    DEFAULT_WORKLOAD_TIMEOUT_S,
+    BatchResult,
+    Handoff,
+    run_batch,
+)
 from envaudit.schema.names import name_problem, shown
 
 
@@ -146,8 +151,11 @@ def ensure_env(runtime_name: str, env: str, options: RunOptions, progress: Progr
         raise EnvauditError(str(exc), EXIT_USAGE, exc.hint) from exc
 
 
-def run_planned(job: Job, options: RunOptions) -> tuple[Job, BatchResult]:
-    """Prepare the planned job in its runtime and supervise it."""
+def run_planned(
+    job: Job, options: RunOptions, handoff: Handoff | None = None
+) -> tuple[Job, BatchResult]:
+    """Prepare the planned job in its runtime and supervise it (with the handoff of its GPU in
+    an audit: runtime/supervisor.py)."""
     job, launcher = get_runtime(job.context.runtime, options.env).prepare(job, options)
     gpu = job.context.device_id
     held: AbstractContextManager[None] = (
@@ -155,14 +163,20 @@ def run_planned(job: Job, options: RunOptions) -> tuple[Job, BatchResult]:
     )
     with held:
         result = run_batch(
-            job, launcher, workload_timeout_s=options.workload_timeout_s, resume=options.resume
+            job,
+            launcher,
+            workload_timeout_s=options.workload_timeout_s,
+            resume=options.resume,
+            handoff=handoff,
         )
     return job, result
 
 
-def run_job(request: RunRequest, runtime_name: str, options: RunOptions) -> tuple[Job, BatchResult]:
+def run_job(
+    request: RunRequest, runtime_name: str, options: RunOptions, handoff: Handoff | None = None
+) -> tuple[Job, BatchResult]:
     """Plan, prepare in the runtime, supervise: one solution on its workloads."""
-    return run_planned(plan_run(request, runtime_name, options), options)
+    return run_planned(plan_run(request, runtime_name, options), options, handoff)
 
 
 def fetch_env(env: str, options: RunOptions, progress: Progress) -> None:

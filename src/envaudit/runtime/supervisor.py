@@ -9,6 +9,13 @@ supervisor appends the lines to the report, so only it ever writes there. When t
 that workload's line itself (RUNTIME_ERROR or TIMEOUT, with the log tail) and starts a new
 worker for the workloads left. The supervisor never imports torch, the harness or the solution.
 
+In an audit, one Handoff per GPU lets the next job's worker start while the last one exits:
+a worker that has sent its last line is left to end on its own (an H200's CUDA context takes
+0.1-0.2 s to tear down, a container longer to stop and be removed), while the next job is
+planned and its worker starts, imports and makes its CUDA context. That worker waits at its
+gate (envaudit.schema.progress) until the one before it has gone, so no two jobs' GPU work
+overlaps; one that does not go within the workload timeout is killed.
+
 Job folders live under one root; each is held by an exclusive file lock for the supervisor's
 lifetime, so the folders a killed supervisor left behind are recognised (their lock is free) and
 removed by the next run.
@@ -38,6 +45,7 @@ from envaudit.schema.progress import (
     CONTEXT_LOST,
     JOB_FILE,
     ProgressReader,
+    open_gate,
     touch_heartbeat,
 )
 from envaudit.schema.results import (
@@ -79,6 +87,47 @@ class _Watch:
     startup: dict[str, float] = field(default_factory=dict)
     """Seconds from the launch to the worker's environment record (process and container
     start, imports) and from there to its solution loaded; added to the worker's first line."""
+
+
+@dataclass
+class _Leaving:
+    handle: WorkerHandle
+    log: Path
+    job: str
+    deadline: float
+
+
+@dataclass
+class Handoff:
+    """The workers of one GPU in an audit, one after the other: the last one left to exit while
+    the next starts (module docstring)."""
+
+    leaving: _Leaving | None = None
+
+    def leave(self, handle: WorkerHandle, log: Path, job: str, overdue_s: float) -> None:
+        self.wait()
+        self.leaving = _Leaving(handle, log, job, time.monotonic() + overdue_s)
+        mark("worker_handed_off", job)
+
+    def gone(self) -> bool:
+        """Whether no worker is still leaving: the one left is reaped once it has exited, and
+        killed once overdue."""
+        left = self.leaving
+        if left is None:
+            return True
+        if left.handle.poll() is None:
+            if time.monotonic() < left.deadline:
+                return False
+            with contextlib.suppress(Exception):
+                left.handle.kill()
+        mark("worker_reaped", left.job)
+        left.handle.finish(left.log)
+        self.leaving = None
+        return True
+
+    def wait(self) -> None:
+        while not self.gone():
+            time.sleep(POLL_S / 5)
 
 
 def default_jobs_root() -> Path:
@@ -169,8 +218,11 @@ def run_batch(
     load_timeout_s: float = DEFAULT_LOAD_TIMEOUT_S,
     resume: bool = False,
     jobs_root: Path | None = None,
+    handoff: Handoff | None = None,
 ) -> BatchResult:
-    """Evaluate job.workloads; every workload ends with exactly one line in job.report."""
+    """Evaluate job.workloads; every workload ends with exactly one line in job.report. With a
+    handoff, the first worker waits for the GPU's previous one to go, and the last is left in
+    the handoff to exit while the next job starts."""
     result = BatchResult()
     remaining = list(job.workloads)
     if resume:
@@ -192,6 +244,7 @@ def run_batch(
                 unique_log(logs, result.workers),
                 (workload_timeout_s, load_timeout_s),
                 workloads,
+                handoff,
             )
         result.written |= finished
         remaining = [u for u in remaining if u not in finished]
@@ -206,23 +259,37 @@ def _run_worker(
     log: Path,
     timeouts: tuple[float, float],
     workloads: Mapping[str, dict[str, Any]],
+    handoff: Handoff | None = None,
 ) -> set[str]:
-    """Run one worker until it exits or is killed; return the UUIDs that have a line now."""
+    """Run one worker until it exits or is killed, or, with a handoff, until it has sent a line
+    for every workload (it is then left in the handoff to exit); return the UUIDs that have a
+    line now."""
     workload_timeout_s, load_timeout_s = timeouts
     view = job.worker_view(launcher.seen_as, uuids)
+    gated = handoff is not None and not handoff.gone()
+    view["gated"] = gated
     (folder / JOB_FILE).write_text(json.dumps(view))
     touch_heartbeat(folder)
     watch = _Watch()
     mark("worker_launch", job.solution)
     handle = launcher.start(folder, log)
+    left = False
     try:
-        outcome, returncode = _follow(job, handle, folder, watch, timeouts)
-        mark("worker_exited", job.solution)
+        outcome, returncode = _follow(
+            job, handle, folder, watch, timeouts, (handoff, gated, set(uuids))
+        )
+        if outcome == "done" and handoff is not None:
+            handoff.leave(handle, log, job.solution, workload_timeout_s)
+            left = True
+        else:
+            mark("worker_exited", job.solution)
     finally:
-        with contextlib.suppress(Exception):
-            handle.kill()
-        handle.finish(log)
-    mark("worker_finished", job.solution)
+        if not left:
+            with contextlib.suppress(Exception):
+                handle.kill()
+            handle.finish(log)
+    if not left:
+        mark("worker_finished", job.solution)
 
     def fail(failed: list[str], status: str, message: str) -> None:
         for uuid in failed:
@@ -256,19 +323,29 @@ def _follow(
     folder: Path,
     watch: _Watch,
     timeouts: tuple[float, float],
+    succession: tuple[Handoff | None, bool, set[str]] = (None, False, set()),
 ) -> tuple[str, int | None]:
-    """Relay the worker's events until it ends; ('exited' | 'timeout' | 'load-timeout', status)."""
+    """Relay the worker's events until it ends; ('exited' | 'timeout' | 'load-timeout', status).
+    With a handoff (succession: the handoff, whether this worker is gated, its workloads) the
+    gate opens once the previous worker is gone, and ('done', None) comes as soon as every
+    workload has a line, the worker still running."""
     workload_timeout_s, load_timeout_s = timeouts
+    handoff, gated, uuids = succession
     reader = ProgressReader(folder)
     deadline = time.monotonic() + load_timeout_s
     while True:
         touch_heartbeat(folder)
+        if gated and handoff is not None and handoff.gone():
+            open_gate(folder)
+            gated = False
         returncode = handle.poll()
         for event in reader.events():  # after poll: an ended worker's last events are read
             if _apply(job, event, watch):
                 deadline = time.monotonic() + workload_timeout_s
         if returncode is not None:
             return "exited", returncode
+        if handoff is not None and uuids <= watch.finished:
+            return "done", None
         if time.monotonic() >= deadline:
             handle.kill()
             loading = watch.loading and watch.current is None
@@ -289,8 +366,12 @@ def _apply(job: Job, event: Mapping[str, Any], watch: _Watch) -> bool:
         record_distributions(job.report, str(watch.env.get("distributions_fingerprint")), dists)
         return False
     if kind == "ready":
+        waited = event.get("gate_wait_s")
+        waited = float(waited) if isinstance(waited, int | float) else 0.0
+        if waited:
+            watch.startup["worker_gate_wait"] = waited
         watch.startup["solution_load"] = (
-            time.monotonic() - watch.started - watch.startup.get("worker_start", 0.0)
+            time.monotonic() - watch.started - watch.startup.get("worker_start", 0.0) - waited
         )
         watch.loading = False
         return False

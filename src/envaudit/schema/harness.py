@@ -31,6 +31,7 @@ HARNESS_FILES = (
     "envaudit/schema/paths.py",
     "envaudit/schema/progress.py",
     "envaudit/schema/results.py",
+    "envaudit/schema/sources.py",
 )
 
 SOURCE_ROOT = Path(__file__).resolve().parents[2]

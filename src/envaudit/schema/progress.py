@@ -10,7 +10,10 @@ mounted into the container can, so every runtime uses the same folder:
   `result` (its finished result line). Only the supervisor writes the report, so a worker that
   outlives its supervisor cannot add a line to it;
 - `heartbeat`: touched by the supervisor while it watches. A worker whose heartbeat goes stale
-  exits at once (`ORPHANED`) and sends nothing more.
+  exits at once (`ORPHANED`) and sends nothing more;
+- `gate`: made by the supervisor when the job says `gated`: the worker was started while the
+  previous worker on its GPU was still exiting (runtime/supervisor.py, Handoff), and does no
+  GPU work of its job (loading the solution included) until the file exists.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from typing import Any
 JOB_FILE = "job.json"
 PROGRESS_FILE = "progress.jsonl"
 HEARTBEAT_FILE = "heartbeat"
+GATE_FILE = "gate"
+GATE_POLL_S = 0.002
 HEARTBEAT_INTERVAL_S = 0.5
 HEARTBEAT_STALE_S = 15.0
 
@@ -47,6 +52,10 @@ def touch_heartbeat(job_dir: Path) -> None:
         os.utime(path)
     except FileNotFoundError:
         path.touch()
+
+
+def open_gate(job_dir: Path) -> None:
+    (job_dir / GATE_FILE).touch()
 
 
 def supervisor_alive(job_dir: Path) -> bool:
@@ -72,6 +81,14 @@ class ProgressWriter:
         with self._lock:
             self._handle.write(text)
             self._handle.flush()
+
+    def wait_for_gate(self) -> float:
+        """Wait until the supervisor opens the gate; the seconds waited. The heartbeat watch
+        still runs: a supervisor that dies meanwhile ends this process."""
+        began = time.perf_counter()
+        while not (self.job_dir / GATE_FILE).exists():
+            time.sleep(GATE_POLL_S)
+        return time.perf_counter() - began
 
     def watch_supervisor(self) -> None:
         """Exit the whole process as soon as the heartbeat goes stale (daemon thread)."""
