@@ -13,7 +13,9 @@ candidate (torch's bad-fork mark) is printed too: a candidate that breaks it is 
 
 Candidates: `server` (the preloaded server as it is), `driver` (also Triton's active driver
 and its `utils` module, `triton.runtime.driver.active.utils`), `cublas-lib` (also
-`ctypes.CDLL` of torch's cuBLAS and cuBLASLt, loading their code without CUDA). Needs a GPU.
+`ctypes.CDLL` of torch's cuBLAS and cuBLASLt, loading their code without CUDA), `gluon` (also
+`triton.experimental.gluon`, which a first launch imports), `compiler` (also what the fork
+server preloads for torch.compile: dynamo, Inductor's compiler, FlexAttention). Needs a GPU.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ def scale(x_ptr, n, factor, BLOCK: tl.constexpr):
     tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=mask) * factor, mask=mask)
 """
 
-CANDIDATES = ("server", "driver", "cublas-lib")
+CANDIDATES = ("server", "driver", "cublas-lib", "gluon", "compiler")
 N = 1 << 20
 
 
@@ -65,6 +67,12 @@ def prepare_parent(candidate: str) -> None:
     triton_key()
     if candidate == "driver":
         triton.runtime.driver.active.utils  # noqa: B018 - creating it is the point
+    elif candidate == "gluon":
+        import triton.experimental.gluon
+    elif candidate == "compiler":
+        import torch._dynamo
+        import torch._inductor.compile_fx
+        import torch.nn.attention.flex_attention
     elif candidate == "cublas-lib":
         import ctypes
         import glob

@@ -611,14 +611,14 @@ def reproduce(
         render_comparison,
         reproduced,
     )
-    from envaudit.runtime.registry import RunOptions, runtimes
+    from envaudit.runtime.registry import RUNTIME_NAMES, RunOptions
     from envaudit.runtime.reproduce import plan_reproduction, run_reproduction, scratch_folder
 
     with _reported():
         recorded, where = read_recorded(line, solution, workload)
         context = recorded.get("context") or {}
         ran_in = str(context.get("runtime") or "")  # a trace's is "flashinfer-bench"
-        chosen = _runtime_choice(runtime, ran_in if ran_in in runtimes() else "host")
+        chosen = _runtime_choice(runtime, ran_in if ran_in in RUNTIME_NAMES else "host")
         plan = plan_reproduction(
             recorded, data_root, solutions_root, locks_dir, scratch_folder(), gpu, other_driver
         )

@@ -59,6 +59,7 @@ PRELOAD: tuple[tuple[str, str | None], ...] = (
     ("torch.nn.attention.flex_attention", None),
     ("triton.runtime.cache", "triton_key"),
     ("triton.compiler.compiler", "triton_key"),
+    ("triton.experimental.gluon", None),
 )
 """(module, function to call once) imported by a second server forked from this one after its first
 job (Preloaded), which serves every job from then on. torch.compile and FlexAttention import
@@ -70,7 +71,10 @@ module constant from torch.cuda.is_available() as it is imported, so the preload
 NVML_CHECK (see _preload). Triton's first launch in a process hashes Triton's own files
 (`triton_key`, memoised per process; 0.6 s on the H200 machine), which a forked child inherits;
 recent Triton (3.6 there) keeps it in triton.runtime.cache, older Triton in
-triton.compiler.compiler, so both are tried. A job that arrives before the preload is done is
+triton.compiler.compiler, so both are tried. The same first launch imports Triton's Gluon
+language while specialising its arguments: 0.17-0.18 s of a forked child's first launch of a
+cached kernel (0.2 s) on the H200 machine, its sources compiled on the way
+(benchmarks/first_call_probe.py). A job that arrives before the preload is done is
 forked without them. Like torch, they are imported before any solution, never by one solution
 for another; what cannot be imported is left to the worker."""
 

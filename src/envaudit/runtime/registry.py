@@ -83,28 +83,38 @@ class Runtime(ABC):
         EnvauditError (exit 2) when the environment cannot be made here."""
 
 
+RUNTIME_NAMES = ("docker", "podman", "local", "host")
+"""Every runtime, in the order `audit` prefers them."""
+
+
+def make_runtime(name: str) -> Runtime:
+    """The runtime of this name (one of RUNTIME_NAMES), importing only its own module: the
+    container runtimes bring the Docker SDK and the image layer (0.1-0.3 s of every command's
+    start), which an audit on the host or local runtime never uses."""
+    if name in ("docker", "podman"):
+        from envaudit.runtime.docker import ContainerRuntime
+
+        return ContainerRuntime(name)
+    if name == "local":
+        from envaudit.runtime.local import LocalRuntime
+
+        return LocalRuntime()
+    from envaudit.runtime.host import HostRuntime
+
+    return HostRuntime()
+
+
 def runtimes() -> dict[str, Runtime]:
     """Every runtime, in the order `audit` prefers them."""
-    from envaudit.runtime.docker import ContainerRuntime
-    from envaudit.runtime.host import HostRuntime
-    from envaudit.runtime.local import LocalRuntime
-
-    found: list[Runtime] = [
-        ContainerRuntime("docker"),
-        ContainerRuntime("podman"),
-        LocalRuntime(),
-        HostRuntime(),
-    ]
-    return {r.name: r for r in found}
+    return {name: make_runtime(name) for name in RUNTIME_NAMES}
 
 
 def get_runtime(name: str, env: str | None = None) -> Runtime:
-    known = runtimes()
-    if name not in known:
+    if name not in RUNTIME_NAMES:
         raise RunRequestError(
-            f"no runtime {shown(name)}", hint=f"choose one of: {', '.join(known)}"
+            f"no runtime {shown(name)}", hint=f"choose one of: {', '.join(RUNTIME_NAMES)}"
         )
-    runtime = known[name]
+    runtime = make_runtime(name)
     if env is not None and name_problem(env) is not None:
         raise RunRequestError(
             f"--env {shown(env)} is not an environment name: {name_problem(env)}",
@@ -123,7 +133,7 @@ def pick_runtime() -> tuple[str, str]:
     else local environments when uv can make them, else this interpreter."""
     reasons: list[str] = []
     for name in ("docker", "local"):
-        why_not = runtimes()[name].unavailable()
+        why_not = make_runtime(name).unavailable()
         if why_not is None:
             chosen = "an engine answers" if name == "docker" else "uv is available"
             return name, "; ".join([*reasons, f"{name}: {chosen}"])
