@@ -192,16 +192,12 @@ def longest_first(plan: AuditPlan, names: list[str], report: Path) -> list[str]:
     return sorted(names, key=lambda name: (-expected(name), name))
 
 
-FORKED_RUNTIMES = ("host", "local")
-"""Runtimes whose workers are forked from a fork server with a preload (docs/harness.md)."""
-
-
 def compilers_last(plan: AuditPlan, names: list[str]) -> list[str]:
     """The jobs whose solutions name the compiler (envaudit.schema.sources) after the others,
     each group in its own order. On the forked runtimes such a job waits for the fork server's
     preload of the compiler, which is made beside the first jobs; run first, it waits for all
     of it while the other jobs could have run."""
-    if plan.runtime not in FORKED_RUNTIMES:
+    if not get_runtime(plan.runtime).forks_workers:
         return names
     compilers = {
         n for n in names if names_compiler(find_solution(n, plan.solutions_root)[0].parent)

@@ -37,6 +37,7 @@ class HostRuntime(Runtime):
     name = "host"
     summary = "this interpreter, checked against the declared lock"
     takes_env = False
+    forks_workers = True
     unavailable_hint = (
         "use --runtime local (an environment made from the solution's lock) or --runtime docker,"
         " or run envaudit from an interpreter that has them"

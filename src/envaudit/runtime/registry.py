@@ -56,6 +56,8 @@ class Runtime(ABC):
     name: str
     summary: str
     takes_env: bool = True
+    forks_workers: bool = False
+    """Whether its workers are forked from a fork server with a preload (docs/harness.md)."""
 
     unavailable_hint: str | None = None
     """What to do when `unavailable` gives a reason."""

@@ -276,7 +276,7 @@ def _run_worker(
     left = False
     try:
         outcome, returncode = _follow(
-            job, handle, folder, watch, timeouts, (handoff, gated, set(uuids))
+            job, handle, folder, watch, timeouts, handoff=handoff, gated=gated, uuids=set(uuids)
         )
         if outcome == "done" and handoff is not None:
             handoff.leave(handle, log, job.solution, workload_timeout_s)
@@ -323,14 +323,15 @@ def _follow(
     folder: Path,
     watch: _Watch,
     timeouts: tuple[float, float],
-    succession: tuple[Handoff | None, bool, set[str]] = (None, False, set()),
+    *,
+    handoff: Handoff | None = None,
+    gated: bool = False,
+    uuids: frozenset[str] | set[str] = frozenset(),
 ) -> tuple[str, int | None]:
     """Relay the worker's events until it ends; ('exited' | 'timeout' | 'load-timeout', status).
-    With a handoff (succession: the handoff, whether this worker is gated, its workloads) the
-    gate opens once the previous worker is gone, and ('done', None) comes as soon as every
-    workload has a line, the worker still running."""
+    With a handoff, a gated worker's gate opens once the previous worker is gone, and
+    ('done', None) comes as soon as every one of `uuids` has a line, the worker still running."""
     workload_timeout_s, load_timeout_s = timeouts
-    handoff, gated, uuids = succession
     reader = ProgressReader(folder)
     deadline = time.monotonic() + load_timeout_s
     while True:
