@@ -58,6 +58,7 @@ ORDER = (
     "worker_env_record",
     "worker_gate_wait",
     "solution_load",
+    "worker_staged",
     "inputs",
     "reference",
     "validation",
@@ -91,6 +92,7 @@ def run_audit(
     seconds)."""
     command = [sys.executable, "-m", "envaudit", "audit", "--suite", args.suite, "--out", str(out)]
     command += ["--runtime", args.runtime, "--timeout", "600"]
+    command += ["--over", args.over] if args.over else []
     command += ["--gpu", args.gpu] if args.gpu else ["--device", "cpu"]
     for solution in args.solution or DEFAULT_SOLUTIONS:
         command += ["--solution", solution]
@@ -110,7 +112,9 @@ def outside_split(timeline: Path, launched: float, wall: float) -> dict[str, flo
     the audit, the audit's set-up (plans, environments), each job's set-up before its worker
     starts, each worker's exit after its last line, the supervisor's clean-up after it, and the
     command's end after the last job. A worker left in its GPU's handoff exits while the next
-    job starts: its exit counts only up to the handoff."""
+    job starts: its exit counts only up to the handoff. A job staged beside the previous one
+    (its worker started early) counts its set-up from its turn (`job_begin`) to the moment its
+    supervisor follows the staged worker (`worker_adopted`)."""
     marks = [json.loads(text) for text in timeline.read_text().splitlines() if text.strip()]
     first = {m["event"]: m["t"] for m in reversed(marks) if not m["job"]}
     split: dict[str, float] = defaultdict(float)
@@ -120,7 +124,7 @@ def outside_split(timeline: Path, launched: float, wall: float) -> dict[str, flo
     last: dict[tuple[str, str], float] = {}
     for m in marks:
         job, event, t = m["job"], m["event"], m["t"]
-        if event == "worker_launch" and (job, "worker_finished") not in last:
+        if event in ("worker_launch", "worker_adopted") and (job, "worker_finished") not in last:
             split["job_setup"] += t - last[(job, "job_begin")]
         elif event in ("worker_exited", "worker_handed_off") and last.get(
             (job, "result"), 0
@@ -156,14 +160,21 @@ def annotate_timeline(timeline: Path, lines: Iterable[Mapping[str, Any]]) -> Non
 
 
 def phase_totals(lines: Iterable[Mapping[str, Any]], total_s: float) -> dict[str, float]:
-    """Seconds per phase over all lines; the timing phases split into warm-up and measurement."""
+    """Seconds per phase over all lines; the timing phases split into warm-up and measurement.
+    A worker staged beside the previous job (runtime/supervisor.py) spent `worker_staged` of
+    its start-up while that job ran: it counts as a negative phase, so the phases and the time
+    outside the workers still add up to the command's wall time."""
     totals: dict[str, float] = defaultdict(float)
     inside = 0.0
     for line in lines:
         phases = dict(line.get("phases_s") or {})
         inside += float(line.get("wall_s") or 0.0)
-        for name in ("worker_start", "worker_gate_wait", "solution_load"):
-            inside += phases.get(name, 0.0)
+        startup = sum(
+            phases.get(n, 0.0) for n in ("worker_start", "worker_gate_wait", "solution_load")
+        )
+        beside = min(phases.pop("worker_staged", 0.0), startup)
+        inside += startup - beside
+        totals["worker_staged"] -= beside
         timing = line.get("timing") or {}
         for mode in ("eager", "graph"):
             spent = phases.pop(mode, 0.0)
@@ -287,6 +298,7 @@ def main() -> int:
     parser.add_argument("--out", required=True, help="audit folder (emptied first)")
     parser.add_argument("--solution", action="append", help="default: six dev-suite solutions")
     parser.add_argument("--runtime", default="host")
+    parser.add_argument("--over", help="container runtimes: the image over this imported stack")
     parser.add_argument("--suite", default="dev")
     parser.add_argument("--json", help="also write the profile here")
     parser.add_argument(

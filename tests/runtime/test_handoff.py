@@ -1,4 +1,5 @@
-"""The handoff of a GPU from one job's worker to the next (runtime/supervisor.py, Handoff).
+"""The handoff of a GPU from one job's worker to the next (runtime/supervisor.py, Handoff), and
+the next job's worker started ahead, beside the previous job (StagedWorker).
 
 A worker left to exit is a real process here; the next job is a real CPU job of the toy
 definition, run through the supervisor with the host runtime. Its worker must reach its gate
@@ -10,15 +11,16 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
 from envaudit.runtime.jobs import RunRequest
-from envaudit.runtime.launchers import ProcessHandle
-from envaudit.runtime.registry import RunOptions, plan_run, run_planned
+from envaudit.runtime.launchers import ProcessHandle, process_running
+from envaudit.runtime.registry import RunOptions, plan_run, run_planned, run_prepared, stage_job
 from envaudit.runtime.supervisor import Handoff
-from envaudit.schema.progress import PROGRESS_FILE
+from envaudit.schema.progress import HEARTBEAT_FILE, PROGRESS_FILE
 from tests.conftest import REPO, write_toy_root
 from tests.harness.test_faults import write_solution
 from tests.runtime.test_forkserver import GPU, audit_two_solutions, gpu_device
@@ -53,10 +55,9 @@ def checks_the_mark(mark: Path) -> dict[str, tuple[str, bool]]:
     return {"after_handoff": (textwrap.dedent(body), False)}
 
 
-def run_after(tmp_path: Path, forever: bool, overdue_s: float) -> tuple[list[dict], Handoff, int]:
-    """One job run while a process is left in its handoff; (its lines, the handoff, the left
-    process's exit status)."""
-    cache = tmp_path / "cache"
+def after_handoff(tmp_path: Path) -> tuple[RunRequest, Path]:
+    """The job that checks, whenever its solution is called, that the previous worker has left
+    its mark; (the request, the mark)."""
     mark = tmp_path / "gone"
     root = write_toy_root(tmp_path / "data")
     solutions = tmp_path / "solutions"
@@ -65,14 +66,30 @@ def run_after(tmp_path: Path, forever: bool, overdue_s: float) -> tuple[list[dic
     request = RunRequest(
         "after_handoff", data_root=root, solutions_root=solutions, device="cpu", report=report
     )
-    argv = [sys.executable, "-c", LEAVING, str(cache / "jobs"), str(mark), "1" if forever else "0"]
-    leaving = subprocess.Popen(argv, start_new_session=True)
+    return request, mark
+
+
+def previous_worker(tmp_path: Path, mark: Path, forever: bool) -> subprocess.Popen[bytes]:
+    jobs = tmp_path / "cache" / "jobs"
+    argv = [sys.executable, "-c", LEAVING, str(jobs), str(mark), "1" if forever else "0"]
+    return subprocess.Popen(argv, start_new_session=True)
+
+
+def read_report(request: RunRequest) -> list[dict]:
+    assert request.report is not None
+    return [json.loads(raw) for raw in request.report.read_text().splitlines()]
+
+
+def run_after(tmp_path: Path, forever: bool, overdue_s: float) -> tuple[list[dict], Handoff, int]:
+    """One job run while a process is left in its handoff; (its lines, the handoff, the left
+    process's exit status)."""
+    request, mark = after_handoff(tmp_path)
+    leaving = previous_worker(tmp_path, mark, forever)
     handoff = Handoff()
     handoff.leave(ProcessHandle(leaving), tmp_path / "leaving.log", "before", overdue_s)
     run_planned(plan_run(request, "host", RunOptions()), RunOptions(), handoff)
-    lines = [json.loads(raw) for raw in report.read_text().splitlines()]
     status = leaving.wait(timeout=30)
-    return lines, handoff, status
+    return read_report(request), handoff, status
 
 
 @pytest.fixture(autouse=True)
@@ -101,6 +118,52 @@ def test_a_worker_that_does_not_go_is_killed_when_overdue(tmp_path: Path) -> Non
     handoff.wait()
 
 
+def test_a_staged_worker_starts_beside_the_previous_job_and_waits_for_it(tmp_path: Path) -> None:
+    request, mark = after_handoff(tmp_path)
+    # the previous job's worker is running (not yet handed off) when the next one is staged
+    running = previous_worker(tmp_path, mark, forever=False)
+    prepared = stage_job(request, "host", RunOptions())
+    staged = prepared.staged
+    assert staged is not None
+    heartbeat = staged.folder / HEARTBEAT_FILE
+    touched = heartbeat.stat().st_mtime
+    time.sleep(1.2)  # nobody follows the staged worker yet: its own thread keeps it alive
+    assert heartbeat.stat().st_mtime > touched
+    assert staged.handle.poll() is None
+    handoff = Handoff()
+    handoff.leave(ProcessHandle(running), tmp_path / "leaving.log", "before", 120)
+    run_prepared(prepared, RunOptions(), handoff)
+    lines = read_report(request)
+    assert [line["status"] for line in lines] == ["PASSED", "PASSED"], lines[0].get("message")
+    assert running.wait(timeout=30) == 0
+    phases = lines[0]["phases_s"]
+    # it ran from its launch until the previous worker had gone, gate wait included
+    assert phases["worker_staged"] >= 1.2
+    assert phases["worker_gate_wait"] > 0.2
+    assert phases["worker_staged"] >= phases["worker_start"] + phases["worker_gate_wait"] - 0.05
+    assert not staged.folder.exists()
+    handoff.wait()
+
+
+def test_a_staged_worker_that_will_not_run_is_killed_and_its_folder_removed(
+    tmp_path: Path,
+) -> None:
+    request, _ = after_handoff(tmp_path)
+    prepared = stage_job(request, "host", RunOptions())
+    staged = prepared.staged
+    assert staged is not None
+    deadline = time.monotonic() + 60
+    progress = staged.folder / PROGRESS_FILE
+    while not progress.is_file() or '"env"' not in progress.read_text(errors="replace"):
+        assert time.monotonic() < deadline and staged.handle.poll() is None
+        time.sleep(0.02)
+    pid = staged.handle.pid  # type: ignore[attr-defined]  # forked, or a child
+    prepared.discard()
+    assert not process_running(pid)
+    assert not staged.folder.exists()
+    assert request.report is not None and not request.report.exists()
+
+
 SIMPLE = {
     "first": ("def run(x, lengths, scale):\n    return scaled(x, lengths, scale)", False),
     "second": ("def run(x, lengths, scale):\n    return scaled(x, lengths, scale)", False),
@@ -121,3 +184,26 @@ def test_a_gpu_audit_hands_each_worker_over_to_the_next(tmp_path: Path) -> None:
     assert marks.index(next(m for m in marks if m["event"] == "audit_end")) > max(
         i for i, m in enumerate(marks) if m["event"] == "worker_reaped"
     )
+    # the second job's worker was started while the first ran, and followed once it had gone
+    order = [(m["event"], m["job"]) for m in marks]
+    first = lines[0]["solution"]
+    second = next(name for name in ("first", "second") if name != first)
+    assert order.index(("worker_staged", second)) < order.index(("worker_handed_off", first))
+    assert order.index(("worker_adopted", second)) > order.index(("worker_handed_off", first))
+    staged = next(line for line in lines if line["solution"] == second)["phases_s"]
+    assert staged["worker_staged"] > 0
+
+
+@GPU
+def test_staging_can_be_turned_off(tmp_path: Path) -> None:
+    timeline = tmp_path / "timeline.jsonl"
+    env = {
+        "ENVAUDIT_TIMELINE": str(timeline),
+        "ENVAUDIT_CACHE": str(tmp_path / "cache"),
+        "ENVAUDIT_STAGE_NEXT": "0",
+    }
+    done, lines = audit_two_solutions(tmp_path, SIMPLE, env, gpu_device())
+    assert done.returncode == 0, done.stdout + done.stderr
+    events = {json.loads(raw)["event"] for raw in timeline.read_text().splitlines()}
+    assert "worker_staged" not in events and "worker_handed_off" in events
+    assert not any("worker_staged" in line.get("phases_s", {}) for line in lines)

@@ -187,3 +187,25 @@ def test_a_killed_run_leaves_no_worker_no_line_and_resume_cleans_up(tmp_path: Pa
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
+
+
+def test_job_folders_made_at_once_are_never_taken_for_stale(tmp_path: Path) -> None:
+    """Threads (an audit's GPU slots and the jobs staged beside them) and processes make job
+    folders under one root, each clearing the stale ones first: a folder just made must never
+    look stale to another (it once could, between its making and its lock)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from envaudit.runtime.supervisor import job_folder
+
+    root = tmp_path / "jobs"
+
+    def make(_: int) -> bool:
+        with job_folder(root) as folder:
+            (folder / "job.json").write_text("{}")
+            time.sleep(0.001)
+            return (folder / "job.json").is_file()
+
+    with ThreadPoolExecutor(8) as pool:
+        kept = list(pool.map(make, range(800)))
+    assert all(kept)
+    assert list(root.iterdir()) == []

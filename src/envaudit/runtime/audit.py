@@ -5,6 +5,12 @@ Runtimes come from the registry (runtime/registry.py): with a container runtime 
 the environments needed are built first, when missing. Lines from every job go to one results
 file, so `--resume` continues an interrupted audit where it stopped; a solution whose
 environment cannot be made is reported with its hint, and the audit goes on.
+
+On a GPU, the next job is prepared and its first worker started (gated: it makes its CUDA
+context and records its environment, then waits) as soon as the current job's worker has
+started, so a job begins where the previous one ends (runtime/supervisor.py, StagedWorker).
+`ENVAUDIT_STAGE_NEXT=0` turns that off: each job then starts once the previous one has sent
+its last line, as `envaudit run` does.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +39,14 @@ from envaudit.runtime.jobs import (
     select_workloads,
 )
 from envaudit.runtime.launchers import server_idle_s
-from envaudit.runtime.registry import RunOptions, get_runtime, run_job
+from envaudit.runtime.registry import (
+    PreparedJob,
+    RunOptions,
+    get_runtime,
+    run_job,
+    run_prepared,
+    stage_job,
+)
 from envaudit.runtime.slurm import (
     SlurmSettings,
     Task,
@@ -51,6 +65,9 @@ REFERENCE_CACHE = "reference-cache"
 
 # Statuses that do not fail an audit: the solution was not meant for this device.
 NOT_FAILURES = {"PASSED", "UNSUPPORTED_DEVICE"}
+
+STAGE_SWITCH = "ENVAUDIT_STAGE_NEXT"
+"""Set to 0 to start each job's worker only after the previous job has sent its last line."""
 
 BuildHook = Callable[[str], str | None]
 """Called with an env name before its first job; returns why its image cannot be had, or None."""
@@ -222,26 +239,52 @@ def run_audit(
     mark("jobs_ready")
     guard = threading.Lock()
 
+    staging = os.environ.get(STAGE_SWITCH, "1") != "0"
+
     def work(pool: queue.SimpleQueue[str], gpu: str | None, device: str | None) -> None:
         handoff = Handoff() if gpu is not None else None
+        ahead = ThreadPoolExecutor(1, thread_name_prefix="envaudit-stage")
+        staged: Future[PreparedJob] | None = None
+
+        def stage(name: str) -> PreparedJob:
+            if handoff is not None:
+                handoff.launched.wait()  # the current job's worker has started
+            mark("job_staged", name)
+            return stage_job(_request(plan, name, gpu, device, report), plan.runtime, plan.options)
+
         try:
-            while True:
-                try:
-                    name = pool.get_nowait()
-                except queue.Empty:
-                    return
+            name = _take(pool)
+            while name is not None:
                 if on_job:
                     on_job(name, gpu or device or "")
                 mark("job_begin", name)
-                request = _request(plan, name, gpu, device, report)
+                current, staged = staged, None
+                following = _take(pool)
+                if handoff is not None:
+                    handoff.launched.clear()
+                    if staging and following is not None:
+                        staged = ahead.submit(stage, following)
                 try:
-                    run_job(request, plan.runtime, plan.options, handoff)
+                    if current is not None:
+                        run_prepared(current.result(), plan.options, handoff)
+                    else:
+                        request = _request(plan, name, gpu, device, report)
+                        run_job(request, plan.runtime, plan.options, handoff)
                 except EnvauditError as exc:
                     hint = f" (hint: {exc.hint})" if exc.hint else ""
                     with guard:
                         result.errors.append(f"{name}: {exc}{hint}")
+                finally:
+                    if handoff is not None:
+                        handoff.launched.set()  # a job that never started its worker
                 mark("job_end", name)
+                name = following
         finally:
+            if staged is not None and not staged.cancel():
+                staged.add_done_callback(_discard_staged)
+            if handoff is not None:
+                handoff.launched.set()
+            ahead.shutdown(wait=True)
             if handoff is not None:
                 handoff.wait()  # the GPU's last worker has gone before the audit ends
 
@@ -259,6 +302,19 @@ def run_audit(
     counted = _counted(result)
     mark("audit_end")
     return counted
+
+
+def _take(pool: queue.SimpleQueue[str]) -> str | None:
+    try:
+        return pool.get_nowait()
+    except queue.Empty:
+        return None
+
+
+def _discard_staged(staged: Future[PreparedJob]) -> None:
+    """A job prepared ahead that will not run (the audit was interrupted): its worker goes."""
+    if staged.exception() is None:
+        staged.result().discard()
 
 
 def _ready(plan: AuditPlan, prepare_env: BuildHook | None, result: AuditResult) -> list[str]:

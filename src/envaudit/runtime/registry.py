@@ -21,7 +21,9 @@ from envaudit.runtime.supervisor import (
     DEFAULT_WORKLOAD_TIMEOUT_S,
     BatchResult,
     Handoff,
+    StagedWorker,
     run_batch,
+    stage_batch,
 )
 from envaudit.schema.names import name_problem, shown
 
@@ -163,24 +165,63 @@ def ensure_env(runtime_name: str, env: str, options: RunOptions, progress: Progr
         raise EnvauditError(str(exc), EXIT_USAGE, exc.hint) from exc
 
 
+@dataclass
+class PreparedJob:
+    """A job its runtime has prepared (the launcher made), with its first worker when that was
+    started ahead (stage_job)."""
+
+    job: Job
+    launcher: Launcher
+    staged: StagedWorker | None = None
+
+    def discard(self) -> None:
+        if self.staged is not None:
+            self.staged.discard()
+
+
+def prepare_planned(job: Job, options: RunOptions) -> PreparedJob:
+    job, launcher = get_runtime(job.context.runtime, options.env).prepare(job, options)
+    return PreparedJob(job, launcher)
+
+
+def stage_job(request: RunRequest, runtime_name: str, options: RunOptions) -> PreparedJob:
+    """Plan and prepare the job and start its first worker gated (runtime/supervisor.py,
+    stage_batch), beside the job its GPU is running now; run_prepared follows it later."""
+    prepared = prepare_planned(plan_run(request, runtime_name, options), options)
+    prepared.staged = stage_batch(prepared.job, prepared.launcher, options.resume)
+    return prepared
+
+
 def run_planned(
     job: Job, options: RunOptions, handoff: Handoff | None = None
 ) -> tuple[Job, BatchResult]:
     """Prepare the planned job in its runtime and supervise it (with the handoff of its GPU in
     an audit: runtime/supervisor.py)."""
-    job, launcher = get_runtime(job.context.runtime, options.env).prepare(job, options)
+    return run_prepared(prepare_planned(job, options), options, handoff)
+
+
+def run_prepared(
+    prepared: PreparedJob, options: RunOptions, handoff: Handoff | None = None
+) -> tuple[Job, BatchResult]:
+    """Supervise a prepared job, holding its GPU (runtime/gpu_lock.py) while it runs."""
+    job = prepared.job
     gpu = job.context.device_id
     held: AbstractContextManager[None] = (
         holding_gpu(gpu, options.gpu_wait_s) if job.device != "cpu" and gpu else nullcontext()
     )
-    with held:
-        result = run_batch(
-            job,
-            launcher,
-            workload_timeout_s=options.workload_timeout_s,
-            resume=options.resume,
-            handoff=handoff,
-        )
+    try:
+        with held:
+            result = run_batch(
+                job,
+                prepared.launcher,
+                workload_timeout_s=options.workload_timeout_s,
+                resume=options.resume,
+                handoff=handoff,
+                staged=prepared.staged,
+            )
+    except BaseException:
+        prepared.discard()  # never followed: a GPU that stays held, an interrupt
+        raise
     return job, result
 
 

@@ -15,6 +15,12 @@ a worker that has sent its last line is left to end on its own (an H200's CUDA c
 planned and its worker starts, imports and makes its CUDA context. That worker waits at its
 gate (envaudit.schema.progress) until the one before it has gone, so no two jobs' GPU work
 overlaps; one that does not go within the workload timeout is killed.
+The next job's worker can also be started earlier, beside the previous job itself
+(`stage_batch`, a StagedWorker): it makes its context and records its environment while the
+previous job measures, waits at its gate, and is followed from where it stands once the
+previous worker has gone. A context made by another process does not move what the harness
+measures (benchmarks/context_overlap.py, docs/benchmarks.md); its solution is not even loaded
+before the gate opens.
 
 Job folders live under one root; each is held by an exclusive file lock for the supervisor's
 lifetime, so the folders a killed supervisor left behind are recognised (their lock is free) and
@@ -30,6 +36,7 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -43,6 +50,7 @@ from envaudit.runtime.launchers import Launcher, WorkerHandle
 from envaudit.runtime.timeline import mark
 from envaudit.schema.progress import (
     CONTEXT_LOST,
+    HEARTBEAT_INTERVAL_S,
     JOB_FILE,
     ProgressReader,
     open_gate,
@@ -62,6 +70,9 @@ DEFAULT_WORKLOAD_TIMEOUT_S = 300.0
 DEFAULT_LOAD_TIMEOUT_S = 900.0
 LOG_TAIL_CHARS = 3000
 OWNER_LOCK = "owner.lock"
+MAKING_PREFIX = "making-"
+MAKING_STALE_S = 3600.0
+"""A folder still under its making name this long after it was made lost its maker."""
 POLL_S = 0.05
 
 
@@ -83,7 +94,13 @@ class _Watch:
     current: str | None = None
     loading: bool = True
     finished: set[str] = field(default_factory=set)
-    started: float = field(default_factory=time.monotonic)
+    launched: float = field(default_factory=time.time)
+    """Wall-clock time of the launch; events carry the time they were sent (`t`)."""
+    env_at: float | None = None
+    gate_opened: float | None = None
+    staged: bool = False
+    """Started beside the previous job (StagedWorker): the seconds from its launch to its gate
+    opening ran beside that job, and its first line says so (`worker_staged`)."""
     startup: dict[str, float] = field(default_factory=dict)
     """Seconds from the launch to the worker's environment record (process and container
     start, imports) and from there to its solution loaded; added to the worker's first line."""
@@ -103,6 +120,8 @@ class Handoff:
     the next starts (module docstring)."""
 
     leaving: _Leaving | None = None
+    launched: threading.Event = field(default_factory=threading.Event)
+    """Set once the current job's worker has started: the next job's is started after it."""
 
     def leave(self, handle: WorkerHandle, log: Path, job: str, overdue_s: float) -> None:
         self.wait()
@@ -128,6 +147,46 @@ class Handoff:
     def wait(self) -> None:
         while not self.gone():
             time.sleep(POLL_S / 5)
+
+
+@dataclass
+class StagedWorker:
+    """A job's first worker, started gated beside the previous job on its GPU (module
+    docstring). Until a supervisor follows it, a thread of its own keeps its heartbeat fresh."""
+
+    uuids: list[str]
+    skipped: list[str]
+    folder: Path
+    log: Path
+    view: dict[str, Any]
+    handle: WorkerHandle
+    watch: _Watch
+    held: contextlib.ExitStack
+    """Holds the job folder (job_folder) until the worker is done with."""
+    _followed: threading.Event = field(default_factory=threading.Event)
+
+    def keep_alive(self) -> None:
+        def beat() -> None:
+            while not self._followed.wait(HEARTBEAT_INTERVAL_S):
+                touch_heartbeat(self.folder)
+
+        threading.Thread(target=beat, name="envaudit-staged-heartbeat", daemon=True).start()
+
+    def followed(self) -> None:
+        """A supervisor follows the worker now (and owns what becomes of it)."""
+        self._followed.set()
+
+    def discard(self) -> None:
+        """Kill the worker and give its folder back, unless a supervisor has followed it (a job
+        that will not run: the audit was interrupted, its GPU stayed held)."""
+        if self._followed.is_set():
+            return
+        self._followed.set()
+        with contextlib.suppress(Exception):
+            self.handle.kill()
+        with contextlib.suppress(Exception):
+            self.handle.finish(self.log)
+        self.held.close()
 
 
 def default_jobs_root() -> Path:
@@ -156,7 +215,8 @@ def _tail(path: Path) -> str:
 
 
 def remove_stale_job_folders(root: Path) -> int:
-    """Remove job folders whose supervisor is gone (their owner lock is free)."""
+    """Remove job folders whose supervisor is gone (their owner lock is free), and folders left
+    half made (job_folder) long ago."""
     removed = 0
     for folder in sorted(root.glob("job-*")) if root.is_dir() else []:
         try:
@@ -170,25 +230,36 @@ def remove_stale_job_folders(root: Path) -> int:
                 continue  # a live supervisor holds it
             shutil.rmtree(folder, ignore_errors=True)
             removed += 1
+    for folder in sorted(root.glob(MAKING_PREFIX + "*")) if root.is_dir() else []:
+        with contextlib.suppress(OSError):
+            if time.time() - folder.stat().st_mtime > MAKING_STALE_S:
+                shutil.rmtree(folder, ignore_errors=True)
+                removed += 1
     return removed
 
 
 @contextlib.contextmanager
 def job_folder(root: Path) -> Iterator[Path]:
-    """A fresh job folder, held for as long as the block runs and removed after it."""
+    """A fresh job folder, held for as long as the block runs and removed after it. It is made
+    and locked under a name that remove_stale_job_folders passes over, then renamed: under its
+    final name it is never seen without its owner's lock (another thread or process clearing
+    stale folders would take it for one)."""
     try:
         root.mkdir(parents=True, exist_ok=True)
         remove_stale_job_folders(root)
-        folder = Path(tempfile.mkdtemp(prefix="job-", dir=root))
+        making = Path(tempfile.mkdtemp(prefix=MAKING_PREFIX, dir=root))
     except OSError as exc:
         raise EnvauditError(
             f"cannot make a job folder under {root}: {exc.strerror or exc}",
             hint="set ENVAUDIT_CACHE to a folder you can write to",
         ) from None
-    folder.chmod(0o777)  # a container's non-root worker writes its progress here
-    handle = (folder / OWNER_LOCK).open("a")
+    making.chmod(0o777)  # a container's non-root worker writes its progress here
+    handle = (making / OWNER_LOCK).open("a")
+    folder = making
     try:
         fcntl.flock(handle, fcntl.LOCK_EX)
+        folder = root / ("job-" + making.name.removeprefix(MAKING_PREFIX))
+        making.rename(folder)
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -211,6 +282,44 @@ def unique_log(folder: Path, index: int) -> Path:
     raise EnvauditError(f"no free worker log name in {folder}")
 
 
+def _left_to_run(job: Job, resume: bool) -> tuple[list[str], list[str]]:
+    """(the job's workloads to run, those skipped because --resume finds their line)."""
+    remaining = list(job.workloads)
+    if not resume:
+        return remaining, []
+    done = done_keys(job.report)
+    context = job.context
+    key = (job.solution, context.closure_hash, context.device_id)
+    skipped = [u for u in remaining if (key[0], u, key[1], key[2]) in done]
+    return [u for u in remaining if u not in skipped], skipped
+
+
+def stage_batch(
+    job: Job, launcher: Launcher, resume: bool = False, jobs_root: Path | None = None
+) -> StagedWorker | None:
+    """Start the job's first worker, gated, to be followed by run_batch once the previous job
+    on its GPU has handed its worker off; None when --resume leaves nothing to run."""
+    remaining, skipped = _left_to_run(job, resume)
+    if not remaining:
+        return None
+    held = contextlib.ExitStack()
+    try:
+        folder = held.enter_context(job_folder(jobs_root or default_jobs_root()))
+        log = unique_log(logs_folder(job.report) / job.solution, 1)
+        view = {**job.worker_view(launcher.seen_as, remaining), "gated": True}
+        (folder / JOB_FILE).write_text(json.dumps(view))
+        touch_heartbeat(folder)
+        watch = _Watch(staged=True)
+        mark("worker_staged", job.solution)
+        handle = launcher.start(folder, log)
+    except BaseException:
+        held.close()
+        raise
+    staged = StagedWorker(remaining, skipped, folder, log, view, handle, watch, held)
+    staged.keep_alive()
+    return staged
+
+
 def run_batch(
     job: Job,
     launcher: Launcher,
@@ -219,35 +328,52 @@ def run_batch(
     resume: bool = False,
     jobs_root: Path | None = None,
     handoff: Handoff | None = None,
+    staged: StagedWorker | None = None,
 ) -> BatchResult:
     """Evaluate job.workloads; every workload ends with exactly one line in job.report. With a
     handoff, the first worker waits for the GPU's previous one to go, and the last is left in
-    the handoff to exit while the next job starts."""
+    the handoff to exit while the next job starts; a staged first worker (stage_batch) is
+    followed from where it stands."""
     result = BatchResult()
-    remaining = list(job.workloads)
-    if resume:
-        done = done_keys(job.report)
-        context = job.context
-        key = (job.solution, context.closure_hash, context.device_id)
-        result.skipped = [u for u in remaining if (key[0], u, key[1], key[2]) in done]
-        remaining = [u for u in remaining if u not in result.skipped]
+    if staged is not None:
+        remaining, result.skipped = list(staged.uuids), list(staged.skipped)
+    else:
+        remaining, result.skipped = _left_to_run(job, resume)
     workloads = workloads_by_uuid(job.workload_file)
     logs = logs_folder(job.report) / job.solution
+    timeouts = (workload_timeout_s, load_timeout_s)
     while remaining:
         result.workers += 1
-        with job_folder(jobs_root or default_jobs_root()) as folder:
-            finished = _run_worker(
-                job,
-                remaining,
-                launcher,
-                folder,
-                unique_log(logs, result.workers),
-                (workload_timeout_s, load_timeout_s),
-                workloads,
-                handoff,
-            )
+        if staged is not None:
+            with staged.held:
+                finished = _run_worker(
+                    job,
+                    remaining,
+                    launcher,
+                    staged.folder,
+                    staged.log,
+                    timeouts,
+                    workloads,
+                    handoff,
+                    staged,
+                )
+            staged = None
+        else:
+            with job_folder(jobs_root or default_jobs_root()) as folder:
+                finished = _run_worker(
+                    job,
+                    remaining,
+                    launcher,
+                    folder,
+                    unique_log(logs, result.workers),
+                    timeouts,
+                    workloads,
+                    handoff,
+                )
         result.written |= finished
         remaining = [u for u in remaining if u not in finished]
+    if staged is not None:
+        staged.discard()
     return result
 
 
@@ -260,19 +386,27 @@ def _run_worker(
     timeouts: tuple[float, float],
     workloads: Mapping[str, dict[str, Any]],
     handoff: Handoff | None = None,
+    staged: StagedWorker | None = None,
 ) -> set[str]:
-    """Run one worker until it exits or is killed, or, with a handoff, until it has sent a line
-    for every workload (it is then left in the handoff to exit); return the UUIDs that have a
-    line now."""
+    """Run one worker (or follow the staged one) until it exits or is killed, or, with a
+    handoff, until it has sent a line for every workload (it is then left in the handoff to
+    exit); return the UUIDs that have a line now."""
     workload_timeout_s, load_timeout_s = timeouts
-    view = job.worker_view(launcher.seen_as, uuids)
-    gated = handoff is not None and not handoff.gone()
-    view["gated"] = gated
-    (folder / JOB_FILE).write_text(json.dumps(view))
-    touch_heartbeat(folder)
-    watch = _Watch()
-    mark("worker_launch", job.solution)
-    handle = launcher.start(folder, log)
+    if staged is not None:
+        view, watch, handle, gated = staged.view, staged.watch, staged.handle, True
+        staged.followed()
+        mark("worker_adopted", job.solution)
+    else:
+        view = job.worker_view(launcher.seen_as, uuids)
+        gated = handoff is not None and not handoff.gone()
+        view["gated"] = gated
+        (folder / JOB_FILE).write_text(json.dumps(view))
+        touch_heartbeat(folder)
+        watch = _Watch()
+        mark("worker_launch", job.solution)
+        handle = launcher.start(folder, log)
+    if handoff is not None:
+        handoff.launched.set()
     left = False
     try:
         outcome, returncode = _follow(
@@ -336,8 +470,9 @@ def _follow(
     deadline = time.monotonic() + load_timeout_s
     while True:
         touch_heartbeat(folder)
-        if gated and handoff is not None and handoff.gone():
+        if gated and (handoff is None or handoff.gone()):
             open_gate(folder)
+            watch.gate_opened = time.time()
             gated = False
         returncode = handle.poll()
         for event in reader.events():  # after poll: an ended worker's last events are read
@@ -357,8 +492,11 @@ def _follow(
 def _apply(job: Job, event: Mapping[str, Any], watch: _Watch) -> bool:
     """Act on one event; True when it restarts the workload clock."""
     kind = event.get("event")
+    sent = event.get("t")
+    at = float(sent) if isinstance(sent, int | float) else time.time()
     if kind == "env":
-        watch.startup["worker_start"] = time.monotonic() - watch.started
+        watch.env_at = at
+        watch.startup["worker_start"] = at - watch.launched
         for name, spent in (event.get("startup") or {}).items():
             if isinstance(spent, int | float):
                 watch.startup[str(name)] = float(spent)
@@ -371,9 +509,9 @@ def _apply(job: Job, event: Mapping[str, Any], watch: _Watch) -> bool:
         waited = float(waited) if isinstance(waited, int | float) else 0.0
         if waited:
             watch.startup["worker_gate_wait"] = waited
-        watch.startup["solution_load"] = (
-            time.monotonic() - watch.started - watch.startup.get("worker_start", 0.0) - waited
-        )
+        watch.startup["solution_load"] = at - (watch.env_at or watch.launched) - waited
+        if watch.staged and watch.gate_opened:
+            watch.startup["worker_staged"] = watch.gate_opened - watch.launched
         watch.loading = False
         return False
     if kind == "begin":

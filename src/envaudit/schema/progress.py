@@ -7,13 +7,15 @@ mounted into the container can, so every runtime uses the same folder:
 - `job.json`: the job, written by the supervisor, with paths as the worker sees them;
 - `progress.jsonl`: events appended by the worker, one JSON object per line, flushed at once:
   `env` (environment record and distributions), `ready`, `begin` (a workload starts) and
-  `result` (its finished result line). Only the supervisor writes the report, so a worker that
-  outlives its supervisor cannot add a line to it;
+  `result` (its finished result line), each with the wall-clock time it was sent (`t`: a
+  supervisor may read a worker's events long after they were sent). Only the supervisor writes
+  the report, so a worker that outlives its supervisor cannot add a line to it;
 - `heartbeat`: touched by the supervisor while it watches. A worker whose heartbeat goes stale
   exits at once (`ORPHANED`) and sends nothing more;
 - `gate`: made by the supervisor when the job says `gated`: the worker was started while the
-  previous worker on its GPU was still exiting (runtime/supervisor.py, Handoff), and does no
-  GPU work of its job (loading the solution included) until the file exists.
+  previous job on its GPU was still running or its worker exiting (runtime/supervisor.py,
+  Handoff), and does no GPU work of its job (loading the solution included) until the file
+  exists.
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ class ProgressWriter:
     def send(self, event: str, **fields: Any) -> None:
         if not supervisor_alive(self.job_dir):
             os._exit(ORPHANED)
-        text = json.dumps({"event": event, **fields}, allow_nan=True) + "\n"
+        text = json.dumps({"event": event, **fields, "t": time.time()}, allow_nan=True) + "\n"
         with self._lock:
             self._handle.write(text)
             self._handle.flush()
