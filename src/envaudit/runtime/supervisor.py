@@ -112,6 +112,7 @@ class _Leaving:
     log: Path
     job: str
     deadline: float
+    exited: bool = False
 
 
 @dataclass
@@ -129,10 +130,11 @@ class Handoff:
         mark("worker_handed_off", job)
 
     def gone(self) -> bool:
-        """Whether no worker is still leaving: the one left is reaped once it has exited, and
-        killed once overdue."""
+        """Whether no worker is still leaving (the GPU is free): the one left has exited, or was
+        killed once overdue. What remains of it (a container's log and the container) is
+        collected by `reap`, after the next worker's gate has opened."""
         left = self.leaving
-        if left is None:
+        if left is None or left.exited:
             return True
         if left.handle.poll() is None:
             if time.monotonic() < left.deadline:
@@ -140,13 +142,19 @@ class Handoff:
             with contextlib.suppress(Exception):
                 left.handle.kill()
         mark("worker_reaped", left.job)
-        left.handle.finish(left.log)
-        self.leaving = None
+        left.exited = True
         return True
+
+    def reap(self) -> None:
+        left = self.leaving
+        if left is not None and left.exited:
+            left.handle.finish(left.log)
+            self.leaving = None
 
     def wait(self) -> None:
         while not self.gone():
             time.sleep(POLL_S / 5)
+        self.reap()
 
 
 @dataclass
@@ -474,6 +482,8 @@ def _follow(
             open_gate(folder)
             watch.gate_opened = time.time()
             gated = False
+            if handoff is not None:
+                handoff.reap()
         returncode = handle.poll()
         for event in reader.events():  # after poll: an ended worker's last events are read
             if _apply(job, event, watch):
