@@ -259,11 +259,11 @@ def run_audit(
                     on_job(name, gpu or device or "")
                 mark("job_begin", name)
                 current, staged = staged, None
-                following = _take(pool)
+                following = _take(pool) if staging and handoff is not None else None
                 if handoff is not None:
                     handoff.launched.clear()
-                    if staging and following is not None:
-                        staged = ahead.submit(stage, following)
+                if following is not None:
+                    staged = ahead.submit(stage, following)
                 try:
                     if current is not None:
                         run_prepared(current.result(), plan.options, handoff)
@@ -278,7 +278,7 @@ def run_audit(
                     if handoff is not None:
                         handoff.launched.set()  # a job that never started its worker
                 mark("job_end", name)
-                name = following
+                name = following if following is not None else _take(pool)
         finally:
             if staged is not None and not staged.cancel():
                 staged.add_done_callback(_discard_staged)

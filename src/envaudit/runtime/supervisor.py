@@ -314,12 +314,7 @@ def stage_batch(
     try:
         folder = held.enter_context(job_folder(jobs_root or default_jobs_root()))
         log = unique_log(logs_folder(job.report) / job.solution, 1)
-        view = {**job.worker_view(launcher.seen_as, remaining), "gated": True}
-        (folder / JOB_FILE).write_text(json.dumps(view))
-        touch_heartbeat(folder)
-        watch = _Watch(staged=True)
-        mark("worker_staged", job.solution)
-        handle = launcher.start(folder, log)
+        view, watch, handle = _start_worker(job, remaining, launcher, folder, log, staged=True)
     except BaseException:
         held.close()
         raise
@@ -352,37 +347,39 @@ def run_batch(
     timeouts = (workload_timeout_s, load_timeout_s)
     while remaining:
         result.workers += 1
-        if staged is not None:
-            with staged.held:
-                finished = _run_worker(
-                    job,
-                    remaining,
-                    launcher,
-                    staged.folder,
-                    staged.log,
-                    timeouts,
-                    workloads,
-                    handoff,
-                    staged,
-                )
-            staged = None
-        else:
-            with job_folder(jobs_root or default_jobs_root()) as folder:
-                finished = _run_worker(
-                    job,
-                    remaining,
-                    launcher,
-                    folder,
-                    unique_log(logs, result.workers),
-                    timeouts,
-                    workloads,
-                    handoff,
-                )
+        first, staged = staged, None
+        with contextlib.ExitStack() as held:
+            if first is not None:
+                held.enter_context(first.held)
+                folder, log = first.folder, first.log
+            else:
+                folder = held.enter_context(job_folder(jobs_root or default_jobs_root()))
+                log = unique_log(logs, result.workers)
+            finished = _run_worker(
+                job, remaining, launcher, folder, log, timeouts, workloads, handoff, first
+            )
         result.written |= finished
         remaining = [u for u in remaining if u not in finished]
-    if staged is not None:
-        staged.discard()
     return result
+
+
+def _start_worker(
+    job: Job,
+    uuids: list[str],
+    launcher: Launcher,
+    folder: Path,
+    log: Path,
+    gated: bool = False,
+    staged: bool = False,
+) -> tuple[dict[str, Any], _Watch, WorkerHandle]:
+    """Write the job for a worker on `uuids` into its folder and launch it; a staged one is
+    always gated. (The job as the worker sees it, the watch of its events, its handle.)"""
+    view = {**job.worker_view(launcher.seen_as, uuids), "gated": gated or staged}
+    (folder / JOB_FILE).write_text(json.dumps(view))
+    touch_heartbeat(folder)
+    watch = _Watch(staged=staged)
+    mark("worker_staged" if staged else "worker_launch", job.solution)
+    return view, watch, launcher.start(folder, log)
 
 
 def _run_worker(
@@ -405,14 +402,8 @@ def _run_worker(
         staged.followed()
         mark("worker_adopted", job.solution)
     else:
-        view = job.worker_view(launcher.seen_as, uuids)
         gated = handoff is not None and not handoff.gone()
-        view["gated"] = gated
-        (folder / JOB_FILE).write_text(json.dumps(view))
-        touch_heartbeat(folder)
-        watch = _Watch()
-        mark("worker_launch", job.solution)
-        handle = launcher.start(folder, log)
+        view, watch, handle = _start_worker(job, uuids, launcher, folder, log, gated=gated)
     if handoff is not None:
         handoff.launched.set()
     left = False
