@@ -56,6 +56,7 @@ ORDER = (
     "worker_imports",
     "worker_cuda_init",
     "worker_env_record",
+    "worker_preload",
     "worker_gate_wait",
     "solution_load",
     "worker_staged",
@@ -72,6 +73,10 @@ ORDER = (
     "scale_probe",
     "outside_workers",
 )
+
+STARTUP = ("worker_start", "worker_preload", "worker_gate_wait", "solution_load")
+"""The start-up phases of a worker's first line that follow one another (worker_start holds
+the imports, context and environment record)."""
 
 OUTSIDE = (
     "cli_start",
@@ -169,9 +174,7 @@ def phase_totals(lines: Iterable[Mapping[str, Any]], total_s: float) -> dict[str
     for line in lines:
         phases = dict(line.get("phases_s") or {})
         inside += float(line.get("wall_s") or 0.0)
-        startup = sum(
-            phases.get(n, 0.0) for n in ("worker_start", "worker_gate_wait", "solution_load")
-        )
+        startup = sum(phases.get(n, 0.0) for n in STARTUP)
         beside = min(phases.pop("worker_staged", 0.0), startup)
         inside += startup - beside
         totals["worker_staged"] -= beside

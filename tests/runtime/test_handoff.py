@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from envaudit.runtime.jobs import RunRequest
-from envaudit.runtime.launchers import ProcessHandle, process_running
+from envaudit.runtime.launchers import FORK_SERVER_SWITCH, ProcessHandle, process_running
 from envaudit.runtime.registry import RunOptions, plan_run, run_planned, run_prepared, stage_job
 from envaudit.runtime.supervisor import Handoff
 from envaudit.schema.progress import HEARTBEAT_FILE, PROGRESS_FILE
@@ -26,24 +26,26 @@ from tests.harness.test_faults import write_solution
 from tests.runtime.test_forkserver import GPU, audit_two_solutions, gpu_device
 
 # The one before: stays until the next job's worker has sent its environment (it is then at
-# its gate), lingers a little more, leaves a mark and exits; or never exits.
+# its gate, or preloading before it), lingers a little more, leaves a mark and exits; or never
+# exits.
 LEAVING = """
 import sys, time
 from pathlib import Path
 jobs, mark, forever = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "1"
+linger = float(sys.argv[4])
 deadline = time.monotonic() + 120
 while time.monotonic() < deadline:
     if any('"env"' in p.read_text() for p in jobs.glob("job-*/{progress}")):
         break
     time.sleep(0.01)
-time.sleep(0.3)
+time.sleep(linger)
 if forever:
     time.sleep(3600)
 mark.write_text("gone")
 """.replace("{progress}", PROGRESS_FILE)
 
 
-def checks_the_mark(mark: Path) -> dict[str, tuple[str, bool]]:
+def checks_the_mark(mark: Path, header: str = "") -> dict[str, tuple[str, bool]]:
     body = f"""
         from pathlib import Path
         def run(x, lengths, scale):
@@ -52,16 +54,16 @@ def checks_the_mark(mark: Path) -> dict[str, tuple[str, bool]]:
                 raise RuntimeError("called while the previous worker was still there")
             return scaled(x, lengths, scale)
         """
-    return {"after_handoff": (textwrap.dedent(body), False)}
+    return {"after_handoff": (header + "\n" + textwrap.dedent(body), False)}
 
 
-def after_handoff(tmp_path: Path) -> tuple[RunRequest, Path]:
+def after_handoff(tmp_path: Path, header: str = "") -> tuple[RunRequest, Path]:
     """The job that checks, whenever its solution is called, that the previous worker has left
-    its mark; (the request, the mark)."""
+    its mark (and runs `header` as its module is imported); (the request, the mark)."""
     mark = tmp_path / "gone"
     root = write_toy_root(tmp_path / "data")
     solutions = tmp_path / "solutions"
-    write_solution(solutions, "after_handoff", checks_the_mark(mark))
+    write_solution(solutions, "after_handoff", checks_the_mark(mark, header))
     report = tmp_path / "results.jsonl"
     request = RunRequest(
         "after_handoff", data_root=root, solutions_root=solutions, device="cpu", report=report
@@ -69,9 +71,12 @@ def after_handoff(tmp_path: Path) -> tuple[RunRequest, Path]:
     return request, mark
 
 
-def previous_worker(tmp_path: Path, mark: Path, forever: bool) -> subprocess.Popen[bytes]:
+def previous_worker(
+    tmp_path: Path, mark: Path, forever: bool, linger_s: float = 0.3
+) -> subprocess.Popen[bytes]:
     jobs = tmp_path / "cache" / "jobs"
     argv = [sys.executable, "-c", LEAVING, str(jobs), str(mark), "1" if forever else "0"]
+    argv.append(str(linger_s))
     return subprocess.Popen(argv, start_new_session=True)
 
 
@@ -164,6 +169,49 @@ def test_a_staged_worker_that_will_not_run_is_killed_and_its_folder_removed(
     assert request.report is not None and not request.report.exists()
 
 
+NAMES_THE_COMPILER = """
+# torch.compile is named here, so the worker imports the compiler before its gate
+import sys
+if "torch._dynamo" not in sys.modules:
+    raise ImportError("the worker did not import the compiler first")
+"""
+
+
+def test_a_worker_imports_what_its_solution_names_before_its_gate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(FORK_SERVER_SWITCH, "0")  # a fresh interpreter, as in a container
+    request, mark = after_handoff(tmp_path, NAMES_THE_COMPILER)
+    linger = 3.0
+    leaving = previous_worker(tmp_path, mark, forever=False, linger_s=linger)
+    handoff = Handoff()
+    handoff.leave(ProcessHandle(leaving), tmp_path / "leaving.log", "before", 120)
+    run_planned(plan_run(request, "host", RunOptions()), RunOptions(), handoff)
+    lines = read_report(request)
+    assert [line["status"] for line in lines] == ["PASSED", "PASSED"], lines[0].get("message")
+    assert leaving.wait(timeout=30) == 0
+    phases = lines[0]["phases_s"]
+    # torch._dynamo alone takes seconds to import; done before the gate, it shortened the wait
+    assert phases["worker_preload"] > 0.5
+    assert phases["worker_gate_wait"] < linger - 0.5 * phases["worker_preload"]
+    assert phases["solution_load"] < phases["worker_preload"]
+    handoff.wait()
+
+
+def test_a_worker_imports_nothing_its_solution_does_not_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(FORK_SERVER_SWITCH, "0")
+    # spelt so that the sources do not name the compiler themselves
+    header = 'import sys\nassert "torch." + "_dynamo" not in sys.modules'
+    request, mark = after_handoff(tmp_path, header)
+    mark.write_text("gone")
+    run_planned(plan_run(request, "host", RunOptions()), RunOptions())
+    lines = read_report(request)
+    assert [line["status"] for line in lines] == ["PASSED", "PASSED"], lines[0].get("message")
+    assert "worker_preload" not in lines[0]["phases_s"]
+
+
 SIMPLE = {
     "first": ("def run(x, lengths, scale):\n    return scaled(x, lengths, scale)", False),
     "second": ("def run(x, lengths, scale):\n    return scaled(x, lengths, scale)", False),
@@ -194,16 +242,46 @@ def test_a_gpu_audit_hands_each_worker_over_to_the_next(tmp_path: Path) -> None:
     assert staged["worker_staged"] > 0
 
 
-@GPU
-def test_staging_can_be_turned_off(tmp_path: Path) -> None:
+def staged_audit(
+    tmp_path: Path, depth: str, sources: dict[str, tuple[str, bool]]
+) -> tuple[list[dict], list[dict]]:
+    """Audit `sources` on the GPU with ENVAUDIT_STAGE_NEXT=depth; (its lines, its timeline)."""
     timeline = tmp_path / "timeline.jsonl"
     env = {
         "ENVAUDIT_TIMELINE": str(timeline),
         "ENVAUDIT_CACHE": str(tmp_path / "cache"),
-        "ENVAUDIT_STAGE_NEXT": "0",
+        "ENVAUDIT_STAGE_NEXT": depth,
     }
-    done, lines = audit_two_solutions(tmp_path, SIMPLE, env, gpu_device())
+    done, lines = audit_two_solutions(tmp_path, sources, env, gpu_device())
     assert done.returncode == 0, done.stdout + done.stderr
-    events = {json.loads(raw)["event"] for raw in timeline.read_text().splitlines()}
+    return lines, [json.loads(raw) for raw in timeline.read_text().splitlines()]
+
+
+@GPU
+def test_staging_can_be_turned_off(tmp_path: Path) -> None:
+    lines, marks = staged_audit(tmp_path, "0", SIMPLE)
+    events = {m["event"] for m in marks}
     assert "worker_staged" not in events and "worker_handed_off" in events
     assert not any("worker_staged" in line.get("phases_s", {}) for line in lines)
+
+
+@GPU
+def test_two_jobs_can_be_staged_ahead(tmp_path: Path) -> None:
+    lines, marks = staged_audit(tmp_path, "2", {**SIMPLE, "third": SIMPLE["first"]})
+    assert sorted(line["status"] for line in lines) == ["PASSED"] * 6
+    order = [(m["event"], m["job"]) for m in marks]
+    ran = [job for event, job in order if event == "job_begin"]
+    # the third job's worker was started while the first job ran, and followed after the second
+    assert order.index(("worker_staged", ran[2])) < order.index(("worker_handed_off", ran[0]))
+    assert order.index(("worker_adopted", ran[2])) > order.index(("worker_handed_off", ran[1]))
+    firsts = {
+        line["solution"]: line["phases_s"] for line in lines if "worker_start" in line["phases_s"]
+    }
+    assert ["worker_staged" in firsts[job] for job in ran] == [False, True, True]
+
+
+def test_a_stage_depth_that_is_not_a_number_is_refused(tmp_path: Path) -> None:
+    done, lines = audit_two_solutions(tmp_path, SIMPLE, {"ENVAUDIT_STAGE_NEXT": "two"})
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "ENVAUDIT_STAGE_NEXT='two' is not a number of jobs from 0 to 4" in done.stderr
+    assert lines == []

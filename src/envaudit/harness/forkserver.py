@@ -6,7 +6,7 @@ worker's start on the H200 machine, a third of a cached audit (docs/benchmarks.m
 costs milliseconds. Each job still gets a process of its own that has run no other solution:
 the server never imports a solution and never touches CUDA (a CUDA context does not survive a
 fork), so what a child inherits is the state right after the harness's imports; from the
-second job on, usually also PRELOAD's (see Preloaded).
+second job on, usually also the imports of envaudit.harness.preload (see Preloaded).
 
 Protocol: one connection per job on the Unix socket, one JSON line in ({job_dir, log, env}),
 one JSON line out ({pid} or {error}). The child starts a session of its own (a group kill
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import importlib
 import json
 import os
 import signal
@@ -45,38 +44,12 @@ from typing import Any
 
 import torch
 
-from envaudit.harness import environment, worker
+from envaudit.harness import environment, preload, worker
 from envaudit.schema.progress import JOB_FILE, fork_exit_file
 from envaudit.schema.sources import names_compiler
 
 PR_SET_PDEATHSIG = 1
 REAP_IDLE_S = 0.01
-
-
-PRELOAD: tuple[tuple[str, str | None], ...] = (
-    ("torch._dynamo", None),
-    ("torch._inductor.compile_fx", None),
-    ("torch.nn.attention.flex_attention", None),
-    ("triton.runtime.cache", "triton_key"),
-    ("triton.compiler.compiler", "triton_key"),
-    ("triton.experimental.gluon", None),
-)
-"""(module, function to call once) imported by a second server forked from this one after its first
-job (Preloaded), which serves every job from then on. torch.compile and FlexAttention import
-torch._dynamo on first use, which took most of a FlexAttention solution's 4.7 s load on the H200
-machine, and Inductor's compiler on the first compiled call (3.4 s on the H200 machine, 3.8 s on
-this project's CPU machine; no thread; its cache folders are read from the environment when it
-compiles, so each worker's own JIT folders hold what it compiles: tested). Inductor sets a
-module constant from torch.cuda.is_available() as it is imported, so the preload runs with
-NVML_CHECK (see _preload). Triton's first launch in a process hashes Triton's own files
-(`triton_key`, memoised per process; 0.6 s on the H200 machine), which a forked child inherits;
-recent Triton (3.6 there) keeps it in triton.runtime.cache, older Triton in
-triton.compiler.compiler, so both are tried. The same first launch imports Triton's Gluon
-language while specialising its arguments: 0.17-0.18 s of a forked child's first launch of a
-cached kernel (0.2 s) on the H200 machine, its sources compiled on the way
-(benchmarks/first_call_probe.py). A job that arrives before the preload is done is
-forked without them. Like torch, they are imported before any solution, never by one solution
-for another; what cannot be imported is left to the worker."""
 
 
 def _status(raw: int) -> int:
@@ -168,7 +141,7 @@ def _serve_one(conn: socket.socket, line: bytes, inherited: list[socket.socket])
 
 
 def wants_preload(line: bytes) -> bool:
-    """Whether the job's solution names what PRELOAD's torch._dynamo serves
+    """Whether the job's solution names what the preload's torch._dynamo serves
     (envaudit.schema.sources). Such a job waits for the preloaded server rather than import
     torch._dynamo itself: 4.3 s in a fresh process on the H200 machine, and 8.1 s for a
     FlexAttention solution whose worker did so while the preload ran beside it."""
@@ -195,11 +168,7 @@ def _preload() -> str | None:
     before = os.environ.get(NVML_CHECK)
     os.environ[NVML_CHECK] = "1"
     try:
-        for name, call in PRELOAD:
-            with contextlib.suppress(Exception):
-                module = importlib.import_module(name)
-                if call is not None:
-                    getattr(module, call)()
+        preload.import_modules()
     finally:
         if before is None:
             del os.environ[NVML_CHECK]
@@ -240,7 +209,9 @@ class Preloaded:
     preloaded in its own process). A preload that goes wrong (CUDA initialised, a thread
     started, a crash) costs only the jobs handed over meanwhile, which their supervisor starts
     as fresh interpreters: this server never imported PRELOAD and keeps serving.
-    PRELOADED_FILE beside the socket records how long the preload took once it is ready."""
+    PRELOADED_FILE beside the socket records how long the preload took once it is ready.
+    PRELOAD (envaudit.harness.preload) is imported whole, whatever the jobs' solutions name,
+    since every later job is forked from here; never by one solution for another."""
 
     def __init__(self, listener: socket.socket, socket_path: Path) -> None:
         self.link, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)

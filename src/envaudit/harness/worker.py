@@ -8,7 +8,10 @@ poisons the CUDA context (an illegal address, a device-side assert), it exits wi
 so the supervisor continues in a fresh process. It exits (ORPHANED) as soon as the supervisor's
 heartbeat goes stale. A `gated` job was started while the previous worker on its GPU was still
 exiting: it makes its CUDA context and records the environment, then waits for the gate before
-loading the solution or touching its GPU further.
+loading the solution or touching its GPU further. Before it waits (and before loading the
+solution in any case), it imports the library modules the solution's sources name that its
+first call would import (envaudit.harness.preload): a staged worker does so beside the
+previous job.
 """
 
 # ruff: noqa: E402 - the clock below times the imports after it
@@ -30,6 +33,7 @@ import torch
 
 from envaudit.harness.environment import SmClock, environment_record
 from envaudit.harness.evaluate import EvalContext, EvalOptions, evaluate_workload
+from envaudit.harness.preload import preload_for
 from envaudit.harness.reference import ReferenceCache
 from envaudit.harness.solution import SolutionLoadError, hash_sources, load_solution, source_files
 from envaudit.schema.progress import CONTEXT_LOST, JOB_FILE, ProgressWriter
@@ -81,12 +85,13 @@ def main(job_dir: Path) -> int:
         "worker_env_record": time.perf_counter() - began - cuda_init,
     }
     progress.send("env", environment=env, distributions=dists, startup=startup)
+    solution_dir = Path(job["solution_file"]).parent
+    preload_s = preload_for(solution_dir)
     gate_wait = progress.wait_for_gate() if job.get("gated") else 0.0
     definition = json.loads(Path(job["definition_file"]).read_text())
     by_uuid = workloads_by_uuid(Path(job["workload_file"]))
     workloads = [by_uuid[u] for u in job["workloads"]]
     solution_json = json.loads(Path(job["solution_file"]).read_text())
-    solution_dir = Path(job["solution_file"]).parent
 
     def finish(
         workload: Mapping[str, Any],
@@ -136,7 +141,7 @@ def main(job_dir: Path) -> int:
         ),
         clock=clock,
     )
-    progress.send("ready", gate_wait_s=gate_wait)
+    progress.send("ready", gate_wait_s=gate_wait, preload_s=preload_s)
     for workload in workloads:
         progress.send("begin", uuid=workload["uuid"])
         start = time.perf_counter()

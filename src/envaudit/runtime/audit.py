@@ -7,10 +7,11 @@ file, so `--resume` continues an interrupted audit where it stopped; a solution 
 environment cannot be made is reported with its hint, and the audit goes on.
 
 On a GPU, the next job is prepared and its first worker started (gated: it makes its CUDA
-context and records its environment, then waits) as soon as the current job's worker has
-started, so a job begins where the previous one ends (runtime/supervisor.py, StagedWorker).
-`ENVAUDIT_STAGE_NEXT=0` turns that off: each job then starts once the previous one has sent
-its last line, as `envaudit run` does.
+context, records its environment and imports what its solution's first call would, then waits)
+as soon as the current job's worker has started, so a job begins where the previous one ends
+(runtime/supervisor.py, StagedWorker). The container runtimes start two jobs ahead, since a
+container's start outlasts short jobs. `ENVAUDIT_STAGE_NEXT=N` starts N ahead; 0 turns staging
+off: each job then starts once the previous one has sent its last line, as `envaudit run` does.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import os
 import queue
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -67,7 +68,9 @@ REFERENCE_CACHE = "reference-cache"
 NOT_FAILURES = {"PASSED", "UNSUPPORTED_DEVICE"}
 
 STAGE_SWITCH = "ENVAUDIT_STAGE_NEXT"
-"""Set to 0 to start each job's worker only after the previous job has sent its last line."""
+"""How many jobs ahead an audit starts workers on a GPU (the runtime's stage_ahead when unset);
+0 starts each job's worker only after the previous job has sent its last line."""
+MAX_STAGE_AHEAD = 4
 
 BuildHook = Callable[[str], str | None]
 """Called with an env name before its first job; returns why its image cannot be had, or None."""
@@ -143,6 +146,7 @@ def check_audit(plan: AuditPlan) -> None:
     check_cache()
     server_idle_s()  # ENVAUDIT_SERVER_IDLE_S is a number of seconds
     check_measure_ms(plan.measure_ms)
+    stage_ahead(plan.runtime)
     try:
         ts = load_traceset(plan.data_root)
     except DatasetRootError as exc:
@@ -222,6 +226,21 @@ def compilers_last(plan: AuditPlan, names: list[str]) -> list[str]:
     return [n for n in names if n not in compilers] + [n for n in names if n in compilers]
 
 
+def stage_ahead(runtime: str) -> int:
+    """How many jobs' workers to start ahead on a GPU: ENVAUDIT_STAGE_NEXT, else the runtime's
+    stage_ahead (runtime/registry.py)."""
+    text = os.environ.get(STAGE_SWITCH, "").strip()
+    if not text:
+        return get_runtime(runtime).stage_ahead
+    if not text.isdigit() or int(text) > MAX_STAGE_AHEAD:
+        raise EnvauditError(
+            f"{STAGE_SWITCH}={shown(text)} is not a number of jobs from 0 to {MAX_STAGE_AHEAD}",
+            hint=f"0 turns staging off; unset, the {runtime} runtime stages"
+            f" {get_runtime(runtime).stage_ahead}",
+        )
+    return int(text)
+
+
 def run_audit(
     plan: AuditPlan,
     on_job: Callable[[str, str], None] | None = None,
@@ -239,12 +258,12 @@ def run_audit(
     mark("jobs_ready")
     guard = threading.Lock()
 
-    staging = os.environ.get(STAGE_SWITCH, "1") != "0"
+    depth = stage_ahead(plan.runtime)
 
     def work(pool: queue.SimpleQueue[str], gpu: str | None, device: str | None) -> None:
         handoff = Handoff() if gpu is not None else None
         ahead = ThreadPoolExecutor(1, thread_name_prefix="envaudit-stage")
-        staged: Future[PreparedJob] | None = None
+        pending: deque[tuple[str, Future[PreparedJob] | None]] = deque()
 
         def stage(name: str) -> PreparedJob:
             if handoff is not None:
@@ -253,17 +272,25 @@ def run_audit(
             return stage_job(_request(plan, name, gpu, device, report), plan.runtime, plan.options)
 
         try:
-            name = _take(pool)
-            while name is not None:
+            while True:
+                if not pending:
+                    taken = _take(pool)
+                    if taken is None:
+                        break
+                    pending.append((taken, None))
+                name, current = pending.popleft()
                 if on_job:
                     on_job(name, gpu or device or "")
                 mark("job_begin", name)
-                current, staged = staged, None
-                following = _take(pool) if staging and handoff is not None else None
                 if handoff is not None:
                     handoff.launched.clear()
-                if following is not None:
-                    staged = ahead.submit(stage, following)
+                # Later jobs are taken from the pool early only to be staged (on a GPU): a
+                # CPU slot (--cpu-jobs) takes its next job only when it is free.
+                while handoff is not None and len(pending) < depth:
+                    following = _take(pool)
+                    if following is None:
+                        break
+                    pending.append((following, ahead.submit(stage, following)))
                 try:
                     if current is not None:
                         run_prepared(current.result(), plan.options, handoff)
@@ -278,10 +305,10 @@ def run_audit(
                     if handoff is not None:
                         handoff.launched.set()  # a job that never started its worker
                 mark("job_end", name)
-                name = following if following is not None else _take(pool)
         finally:
-            if staged is not None and not staged.cancel():
-                staged.add_done_callback(_discard_staged)
+            for _, staged in pending:
+                if staged is not None and not staged.cancel():
+                    staged.add_done_callback(_discard_staged)
             if handoff is not None:
                 handoff.launched.set()
             ahead.shutdown(wait=True)

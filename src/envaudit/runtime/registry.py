@@ -60,6 +60,9 @@ class Runtime(ABC):
     takes_env: bool = True
     forks_workers: bool = False
     """Whether its workers are forked from a fork server with a preload (docs/harness.md)."""
+    stage_ahead: int = 1
+    """How many jobs' workers an audit starts ahead on a GPU, gated (runtime/audit.py): one,
+    where a worker starts in well under a second, as a forked one does."""
 
     unavailable_hint: str | None = None
     """What to do when `unavailable` gives a reason."""

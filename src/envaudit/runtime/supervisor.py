@@ -508,9 +508,14 @@ def _apply(job: Job, event: Mapping[str, Any], watch: _Watch) -> bool:
     if kind == "ready":
         waited = event.get("gate_wait_s")
         waited = float(waited) if isinstance(waited, int | float) else 0.0
+        preload = event.get("preload_s")
+        preload = float(preload) if isinstance(preload, int | float) else 0.0
         if waited:
             watch.startup["worker_gate_wait"] = waited
-        watch.startup["solution_load"] = at - (watch.env_at or watch.launched) - waited
+        if preload:
+            watch.startup["worker_preload"] = preload
+        since_env = at - (watch.env_at or watch.launched)
+        watch.startup["solution_load"] = since_env - waited - preload
         if watch.staged and watch.gate_opened:
             watch.startup["worker_staged"] = watch.gate_opened - watch.launched
         watch.loading = False

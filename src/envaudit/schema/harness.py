@@ -20,6 +20,7 @@ HARNESS_FILES = (
     "envaudit/harness/evaluate.py",
     "envaudit/harness/forkserver.py",
     "envaudit/harness/inputs.py",
+    "envaudit/harness/preload.py",
     "envaudit/harness/reference.py",
     "envaudit/harness/solution.py",
     "envaudit/harness/timing.py",
