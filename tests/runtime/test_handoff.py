@@ -192,8 +192,9 @@ def test_a_worker_imports_what_its_solution_names_before_its_gate(
     assert leaving.wait(timeout=30) == 0
     phases = lines[0]["phases_s"]
     # torch._dynamo alone takes seconds to import; done before the gate, it shortened the wait
+    # (done after it, the wait would be the whole linger)
     assert phases["worker_preload"] > 0.5
-    assert phases["worker_gate_wait"] < linger - 0.5 * phases["worker_preload"]
+    assert phases["worker_gate_wait"] < max(0.0, linger - phases["worker_preload"]) + 0.4
     assert phases["solution_load"] < phases["worker_preload"]
     handoff.wait()
 
