@@ -191,10 +191,11 @@ def test_a_worker_imports_what_its_solution_names_before_its_gate(
     assert [line["status"] for line in lines] == ["PASSED", "PASSED"], lines[0].get("message")
     assert leaving.wait(timeout=30) == 0
     phases = lines[0]["phases_s"]
-    # torch._dynamo alone takes seconds to import; done before the gate, it shortened the wait
-    # (done after it, the wait would be the whole linger)
-    assert phases["worker_preload"] > 0.5
-    assert phases["worker_gate_wait"] < max(0.0, linger - phases["worker_preload"]) + 0.4
+    # torch._dynamo alone takes seconds to import (2.2 s on the project's CPU machine, 6.1 s on
+    # the H200); done before the gate, it shortened the wait, which would be the whole linger
+    # were it done after
+    assert phases["worker_preload"] > 1.0
+    assert phases["worker_gate_wait"] < max(0.0, linger - phases["worker_preload"]) + 0.6
     assert phases["solution_load"] < phases["worker_preload"]
     handoff.wait()
 
