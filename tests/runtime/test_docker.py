@@ -9,18 +9,27 @@ unless ENVAUDIT_REQUIRE_ENGINE=1 (CI), which turns the skip into a failure.
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import shutil
+import tarfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 from envaudit.cli import app
-from envaudit.image.build import plan_build
+from envaudit.image.base import load_recipe
+from envaudit.image.build import build_overlay, plan_build
 from envaudit.image.engine import Engine, EngineError
+from envaudit.image.overlay import overlay_tag
+from envaudit.image.plan import VENV
+from envaudit.lock.config import FetchConfig
 from envaudit.lock.files import load_lock
 from envaudit.schema.results import read_lines
 from tests.conftest import REPO, SHIPPED_ROOT, UUID_BLOB, UUID_RANDOM, write_toy_root
@@ -318,3 +327,92 @@ def test_compile_caches_go_to_the_env_s_folder_cold_then_warm(
     lines = audit_twice(tmp_path, ["--runtime", "docker", "--env", "torch-cpu"], env)
     check_cold_then_warm(lines, cache)
     assert all(x["context"]["runtime"] == "docker" for x in lines)
+
+
+BYTECODE_PROBE = (
+    "import sys\n"
+    "sys.dont_write_bytecode = True\n"
+    "import importlib.util, os, torch\n"
+    "files = [getattr(m, '__file__', None) or '' for m in list(sys.modules.values())]\n"
+    "sources = [f for f in files if f.endswith('.py') and os.path.isfile(f)]\n"
+    "print(len(sources), sum(not os.path.exists(importlib.util.cache_from_source(f))\n"
+    "                        for f in sources))\n"
+)
+"""How many modules `import torch` loads from source files, and how many of those have no
+bytecode beside them (so an interpreter compiles them at every start). torch names two of its
+module objects after files that are not there (`_ops.py`, `_classes.py`): only files count."""
+
+STACK_PATHS = ("usr", "etc", "opt", "bin", "sbin", "lib", "lib64")
+
+
+class _Chunks(io.RawIOBase):
+    """A file over the engine's export stream, for tarfile's streaming mode."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks, self._left = chunks, b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._left:
+            self._left = next(self._chunks, b"")
+            if not self._left:
+                return 0
+        n = min(len(buffer), len(self._left))
+        buffer[:n], self._left = self._left[:n], self._left[n:]
+        return n
+
+
+def _export_without_bytecode(engine: Engine, image: str, root: Path) -> None:
+    """The image's folders STACK_PATHS unpacked under `root`, every __pycache__ left out: a
+    machine stack installed without bytecode, as the GPU machine's is."""
+    container = engine.client.containers.create(image, ["true"])
+    try:
+        stream = io.BufferedReader(_Chunks(iter(container.export())), 1 << 20)
+        with tarfile.open(fileobj=stream, mode="r|") as tar:
+            for member in tar:
+                parts = Path(member.name).parts
+                if parts and parts[0] in STACK_PATHS and "__pycache__" not in parts:
+                    tar.extract(member, root, filter="tar")
+    finally:
+        container.remove(force=True)
+
+
+def test_an_image_over_a_stack_without_bytecode_imports_torch_from_bytecode(
+    engine_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The torch-cpu image's own root, stripped of its bytecode and imported as a machine stack;
+    the env's image over it compiles what the stack lacks, so no start compiles torch again.
+    The lock's own image has its bytecode from pip and the base's packages."""
+    engine = Engine.connect()
+    own = plan_build("torch-cpu").image
+    counts = engine.run_python(own.tag, f"{VENV}/bin/python", BYTECODE_PROBE).split()
+    loaded, missing = int(counts[0]), int(counts[1])
+    assert loaded > 300 and missing == 0, counts
+    root = tmp_path / "stack"
+    _export_without_bytecode(engine, own.tag, root)
+    bases = tmp_path / "containers" / "bases"
+    shutil.copytree(REPO / "containers" / "bases", bases)
+    recipe = {"kind": "import", "python": LOCK.python, "interpreter": f"{VENV}/bin/python"}
+    recipe |= {"paths": list(STACK_PATHS), "root": str(root)}
+    lines = [f"{key} = {json.dumps(value)}" for key, value in recipe.items()]
+    (bases / "stripped-stack.toml").write_text("\n".join(lines) + "\n")
+    monkeypatch.chdir(tmp_path)
+    for key, value in engine_env.items():
+        monkeypatch.setenv(key, value)
+    recipe_tag = load_recipe("stripped-stack").tag
+    config = FetchConfig.from_environment()
+    try:
+        result, overlay = build_overlay(
+            "torch-cpu", "stripped-stack", engine, config, REPO / "locks"
+        )
+        assert overlay is not None and overlay.added is None, overlay
+        stripped = engine.run_python(recipe_tag, f"{VENV}/bin/python", BYTECODE_PROBE).split()
+        assert int(stripped[0]) == loaded and int(stripped[1]) > loaded // 2, stripped
+        over = engine.run_python(result.tag, f"{VENV}/bin/python", BYTECODE_PROBE).split()
+        assert over == [str(loaded), "0"], over
+    finally:
+        for image in (overlay_tag("torch-cpu", LOCK.closure_hash, "stripped-stack"), recipe_tag):
+            if engine.image(image) is not None:
+                engine.remove_image(image)

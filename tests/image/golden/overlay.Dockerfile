@@ -1,6 +1,7 @@
 # envaudit image of sample, closure 040604d3bf5e47a841f11258f0a6cedc4fb977b683934db24ff81834b2922948, over the imported stack gpu-host-stack
 # the stack holds 4 of the lock's 5 packages at the locked versions; 1 are added below
 FROM envaudit-base/gpu-host-stack:0123
+RUN ["/opt/torch/.venv/bin/python", "-c", "import compileall, sysconfig\npaths = sysconfig.get_paths()\nfor folder in sorted({paths['stdlib'], paths['purelib'], paths['platlib']}):\n    compileall.compile_dir(folder, quiet=2, workers=0)\n"]
 COPY wheels/added/ /tmp/wheels/
 RUN /opt/torch/.venv/bin/python -m pip install --no-index --no-deps --require-hashes --no-cache-dir --disable-pip-version-check --no-warn-script-location --find-links /tmp/wheels -r /tmp/wheels/requirements.txt && rm -rf /tmp/wheels
 COPY wheels/toolchain/ /tmp/wheels/toolchain/
