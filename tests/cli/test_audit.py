@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from envaudit.cli import app
@@ -140,29 +141,38 @@ def test_the_longest_jobs_go_first(tmp_path: Path) -> None:
     assert longest_first(plan, names, report) == ["correct_dps", "returns_nan", "correct"]
 
 
-def test_jobs_that_need_the_compiler_go_after_the_others(tmp_path: Path) -> None:
+def test_jobs_that_need_the_compiler_go_where_their_start_costs_least(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """On the forked runtimes a solution naming torch.compile waits for the fork server's
-    preload, so it runs after the others; a container runtime keeps the order it was given."""
-    from envaudit.runtime.audit import AuditPlan, compilers_last
+    preload, so it runs after the others; on a container runtime its worker imports the
+    compiler itself while staged, so it runs right after the first job, and keeps its place
+    when nothing is staged."""
+    from envaudit.runtime.audit import STAGE_SWITCH, AuditPlan, place_compiler_jobs
 
     solutions = tmp_path / "solutions"
+    compiles = (
+        "fast = torch.compile(scaled)\n"
+        "def run(x, lengths, scale):\n    return fast(x, lengths, scale)"
+    )
+    plain = "def run(x, lengths, scale):\n    return scaled(x, lengths, scale)"
     sources = {
-        "a_compiles": (
-            "fast = torch.compile(scaled)\ndef run(x, lengths, scale):\n"
-            "    return fast(x, lengths, scale)",
-            False,
-        ),
-        "b_plain": ("def run(x, lengths, scale):\n    return scaled(x, lengths, scale)", False),
-        "c_plain": ("def run(x, lengths, scale):\n    return scaled(x, lengths, scale)", False),
+        "a_compiles": (compiles, False),
+        "b_plain": (plain, False),
+        "c_plain": (plain, False),
+        "d_compiles": (compiles, False),
     }
     for name in sources:
         write_solution(solutions, name, sources)
-    names = ["a_compiles", "b_plain", "c_plain"]
-    for runtime, expected in (
-        ("host", ["b_plain", "c_plain", "a_compiles"]),
-        ("local", ["b_plain", "c_plain", "a_compiles"]),
-        ("docker", names),
+    names = ["a_compiles", "b_plain", "c_plain", "d_compiles"]
+    for runtime, depth, expected in (
+        ("host", "", ["b_plain", "c_plain", "a_compiles", "d_compiles"]),
+        ("local", "", ["b_plain", "c_plain", "a_compiles", "d_compiles"]),
+        ("docker", "", ["b_plain", "a_compiles", "d_compiles", "c_plain"]),
+        ("docker", "1", ["b_plain", "a_compiles", "d_compiles", "c_plain"]),
+        ("docker", "0", names),
     ):
+        monkeypatch.setenv(STAGE_SWITCH, depth)
         plan = AuditPlan(
             solutions=names,
             devices=[(None, "cpu")],
@@ -170,4 +180,7 @@ def test_jobs_that_need_the_compiler_go_after_the_others(tmp_path: Path) -> None
             runtime=runtime,
             solutions_root=solutions,
         )
-        assert compilers_last(plan, names) == expected, runtime
+        assert place_compiler_jobs(plan, names) == expected, (runtime, depth)
+    only = ["a_compiles", "d_compiles"]
+    monkeypatch.setenv(STAGE_SWITCH, "")
+    assert place_compiler_jobs(plan, only) == only

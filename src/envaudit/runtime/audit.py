@@ -213,17 +213,29 @@ def longest_first(plan: AuditPlan, names: list[str], report: Path) -> list[str]:
     return sorted(names, key=lambda name: (-expected(name), name))
 
 
-def compilers_last(plan: AuditPlan, names: list[str]) -> list[str]:
-    """The jobs whose solutions name the compiler (envaudit.schema.sources) after the others,
-    each group in its own order. On the forked runtimes such a job waits for the fork server's
-    preload of the compiler, which is made beside the first jobs; run first, it waits for all
-    of it while the other jobs could have run."""
-    if not get_runtime(plan.runtime).forks_workers:
-        return names
+def place_compiler_jobs(plan: AuditPlan, names: list[str]) -> list[str]:
+    """The jobs whose solutions name the compiler (envaudit.schema.sources), placed where their
+    long start costs least; the other jobs keep their order, and so do these among themselves.
+
+    On the forked runtimes such a job waits for the fork server's preload of the compiler,
+    which is made beside the first jobs: run first, it would wait for all of it while the other
+    jobs could have run, so these go last. On the other runtimes each worker imports the
+    compiler itself before its gate, and a job staged ahead (stage_ahead) does it beside the job
+    before it: these go right after the first job, so their start overlaps the first job's
+    start and run. Placed first, their start would have nothing to overlap; placed later, they
+    are staged only once the jobs before them begin, and the jobs before them are often shorter
+    than that start (s30 in docs/benchmarks.md: 8 s of gate waits after FlexAttention's, fourth
+    of six)."""
     compilers = {
         n for n in names if names_compiler(find_solution(n, plan.solutions_root)[0].parent)
     }
-    return [n for n in names if n not in compilers] + [n for n in names if n in compilers]
+    others = [n for n in names if n not in compilers]
+    placed = [n for n in names if n in compilers]
+    if get_runtime(plan.runtime).forks_workers:
+        return others + placed
+    if stage_ahead(plan.runtime) == 0 or not others:
+        return names
+    return others[:1] + placed + others[1:]
 
 
 def stage_ahead(runtime: str) -> int:
@@ -247,14 +259,16 @@ def run_audit(
     prepare_env: BuildHook | None = None,
 ) -> AuditResult:
     """Every solution once per pool of devices (GPUs of one model; each GPU its own pool with
-    `each_gpu`), the longest jobs first (those that need the compiler last on the forked
-    runtimes), one job at a time per device and all devices at once.
+    `each_gpu`), the longest jobs first (those that need the compiler where their start costs
+    least: place_compiler_jobs), one job at a time per device and all devices at once.
     Environments are made first, one after the other, so no two jobs build one image."""
     mark("audit_start")
     check_audit(plan)
     report = plan.out / "results.jsonl"
     result = AuditResult(report)
-    ordered = compilers_last(plan, longest_first(plan, _ready(plan, prepare_env, result), report))
+    ordered = place_compiler_jobs(
+        plan, longest_first(plan, _ready(plan, prepare_env, result), report)
+    )
     mark("jobs_ready")
     guard = threading.Lock()
 
