@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -339,3 +340,49 @@ def test_which_jobs_want_the_preload(tmp_path: Path, source: str | None, wanted:
         (job_dir / JOB_FILE).write_text(json.dumps(job))
     line = json.dumps({"job_dir": str(job_dir), "log": "", "env": {}}).encode()
     assert wants_preload(line) is wanted
+
+
+def _bytecode_of(folder: Path, under: Path) -> list[Path]:
+    """The bytecode files a pycache_prefix `folder` holds for sources under `under`."""
+    mirrored = folder / under.resolve().relative_to("/")
+    return sorted(mirrored.rglob("*.pyc")) if mirrored.is_dir() else []
+
+
+def _solutions_bytecode(folder: Path) -> list[Path]:
+    """Bytecode of the solutions' own modules in a pycache_prefix `folder`: a worker imports
+    them from a private copy, `envaudit-<solution>-*` in the temporary folder
+    (harness/solution.py), which is gone once it exits; the folder would mirror it."""
+    mirrored = folder / Path(tempfile.gettempdir()).resolve().relative_to("/")
+    return [path for copy in sorted(mirrored.glob("envaudit-*")) for path in copy.rglob("*.pyc")]
+
+
+def test_a_server_over_a_stack_without_bytecode_keeps_its_own(tmp_path: Path) -> None:
+    """An interpreter that finds no bytecode for torch (here: PYTHONPYCACHEPREFIX names an empty
+    folder, with PYTHONDONTWRITEBYTECODE, as on a machine whose stack has none) gets a fork
+    server that writes its imports' bytecode into envaudit's cache, and reads it from there in
+    the next audit; its workers write none there, not even for a solution's own module."""
+    nowhere = tmp_path / "nowhere"
+    nowhere.mkdir()
+    cache = tmp_path / "cache"
+    env = {
+        "PYTHONPYCACHEPREFIX": str(nowhere),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "ENVAUDIT_CACHE": str(cache),
+    }
+    assert_every_solution_passed(tmp_path / "first", SOLUTIONS, env)
+    folder = cache / "bytecode"
+    torch_bytecode = _bytecode_of(folder, Path(torch.__file__).parent)
+    assert len(torch_bytecode) > 300, len(torch_bytecode)
+    assert not list(nowhere.rglob("*.pyc"))
+    assert not _solutions_bytecode(folder), "a worker wrote a solution's bytecode"
+    written = {path: path.stat().st_mtime_ns for path in folder.rglob("*.pyc")}
+    assert_every_solution_passed(tmp_path / "second", SOLUTIONS, env)
+    again = {path: path.stat().st_mtime_ns for path in written}
+    assert again == written  # read, not compiled again
+    assert not _solutions_bytecode(folder)
+
+
+def test_a_server_over_a_stack_with_bytecode_leaves_it_alone(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    assert_every_solution_passed(tmp_path, SOLUTIONS, {"ENVAUDIT_CACHE": str(cache)})
+    assert not (cache / "bytecode").exists()

@@ -45,7 +45,7 @@ from typing import Any
 import torch
 
 from envaudit.harness import environment, preload, worker
-from envaudit.schema.progress import JOB_FILE, fork_exit_file
+from envaudit.schema.progress import BYTECODE_CACHE_ENV, JOB_FILE, fork_exit_file
 from envaudit.schema.sources import names_compiler
 
 PR_SET_PDEATHSIG = 1
@@ -109,6 +109,8 @@ def _child(request: dict[str, Any], conn: socket.socket, inherited: list[socket.
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
+        if os.environ.get(BYTECODE_CACHE_ENV):
+            sys.dont_write_bytecode = True  # the server's bytecode folder: the server's alone
         os.environ.clear()
         os.environ.update(request["env"])
         worker.IMPORTS_S = 0.0  # imported once, in the server

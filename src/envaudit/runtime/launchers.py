@@ -29,7 +29,8 @@ from typing import Protocol
 from envaudit.errors import EnvauditError
 from envaudit.runtime.timeline import TIMELINE_ENV
 from envaudit.schema.harness import harness_hash
-from envaudit.schema.progress import fork_exit_file
+from envaudit.schema.progress import BYTECODE_CACHE_ENV, fork_exit_file
+from envaudit.settings import cache_root
 
 PR_SET_PDEATHSIG = 1
 
@@ -210,6 +211,46 @@ def server_key(python: str, env: Mapping[str, str]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:SERVER_KEY_CHARS]
 
 
+LACKS_BYTECODE = (
+    "import importlib.util as u, os, sys\n"
+    "spec = u.find_spec('torch')\n"
+    "origin = spec.origin if spec is not None else None\n"
+    "sys.exit(0 if origin and not os.path.exists(u.cache_from_source(origin)) else 1)\n"
+)
+"""Exit 0 when the interpreter's torch has no bytecode where this interpreter looks for it."""
+PROBE_TIMEOUT_S = 60.0
+
+
+def bytecode_cache(python: str, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+    """The interpreter flags and environment a fork server of `python` starts with.
+
+    When the interpreter's torch has no bytecode (a stack installed without it, or a Python run
+    with PYTHONDONTWRITEBYTECODE over such a stack: the GPU machine's), every server would
+    compile torch's sources again: `import torch` took 3.1-3.3 s there from sources against
+    1.4-1.5 s from bytecode (docs/benchmarks.md). Such a server then reads and writes bytecode
+    in a folder of envaudit's cache (`-X pycache_prefix`), not beside the stack's sources, which
+    stay as they are. Only the server writes there, before any solution is loaded: its workers
+    stop writing bytecode as they are forked (forkserver._child), so no solution's code can
+    leave bytecode there for the next server to run. A stack with bytecode is left alone."""
+    plain = dict(env)
+    try:
+        probe = subprocess.run(
+            [python, "-c", LACKS_BYTECODE], env=plain, capture_output=True, timeout=PROBE_TIMEOUT_S
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return [], plain
+    if probe.returncode != 0:
+        return [], plain
+    folder = cache_root() / "bytecode"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return [], plain
+    plain.pop("PYTHONDONTWRITEBYTECODE", None)
+    plain[BYTECODE_CACHE_ENV] = str(folder)
+    return ["-X", f"pycache_prefix={folder}"], plain
+
+
 class ForkServer:
     """One running `envaudit.harness.forkserver` for an interpreter and a base environment.
 
@@ -258,13 +299,14 @@ class ForkServer:
         return pid if self.socket.exists() else 0
 
     def _start(self, python: str, env: Mapping[str, str], options: list[str]) -> None:
+        flags, server_env = bytecode_cache(python, env)
         with self.log.open("wb") as log:
             self.process = subprocess.Popen(
-                [python, "-m", "envaudit.harness.forkserver", *options, str(self.socket)],
+                [python, *flags, "-m", "envaudit.harness.forkserver", *options, str(self.socket)],
                 stdin=subprocess.DEVNULL if self.lingers else subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,
-                env=dict(env),
+                env=server_env,
                 start_new_session=True,
             )
         self.pid = self.process.pid

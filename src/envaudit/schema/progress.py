@@ -29,6 +29,9 @@ from pathlib import Path
 from typing import Any
 
 JOB_FILE = "job.json"
+BYTECODE_CACHE_ENV = "ENVAUDIT_BYTECODE_CACHE"
+"""Set in a fork server's environment when it keeps its imports' bytecode in a folder of its
+own (runtime/launchers.py, bytecode_cache): its workers then never write there."""
 PROGRESS_FILE = "progress.jsonl"
 HEARTBEAT_FILE = "heartbeat"
 GATE_FILE = "gate"
