@@ -148,7 +148,7 @@ def test_jobs_that_need_the_compiler_go_where_their_start_costs_least(
     preload, so it runs after the others; on a container runtime its worker imports the
     compiler itself while staged, so it runs right after the first job, and keeps its place
     when nothing is staged."""
-    from envaudit.runtime.audit import STAGE_SWITCH, AuditPlan, place_compiler_jobs
+    from envaudit.runtime.audit import STAGE_SWITCH, AuditPlan, place_compiler_jobs, stage_ahead
 
     solutions = tmp_path / "solutions"
     compiles = (
@@ -180,7 +180,7 @@ def test_jobs_that_need_the_compiler_go_where_their_start_costs_least(
             runtime=runtime,
             solutions_root=solutions,
         )
-        assert place_compiler_jobs(plan, names) == expected, (runtime, depth)
+        assert place_compiler_jobs(plan, names, stage_ahead(runtime)) == expected, (runtime, depth)
     only = ["a_compiles", "d_compiles"]
     monkeypatch.setenv(STAGE_SWITCH, "")
-    assert place_compiler_jobs(plan, only) == only
+    assert place_compiler_jobs(plan, only, stage_ahead("docker")) == only

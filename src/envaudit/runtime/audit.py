@@ -213,28 +213,29 @@ def longest_first(plan: AuditPlan, names: list[str], report: Path) -> list[str]:
     return sorted(names, key=lambda name: (-expected(name), name))
 
 
-def place_compiler_jobs(plan: AuditPlan, names: list[str]) -> list[str]:
+def place_compiler_jobs(plan: AuditPlan, names: list[str], depth: int) -> list[str]:
     """The jobs whose solutions name the compiler (envaudit.schema.sources), placed where their
     long start costs least; the other jobs keep their order, and so do these among themselves.
 
     On the forked runtimes such a job waits for the fork server's preload of the compiler,
     which is made beside the first jobs: run first, it would wait for all of it while the other
     jobs could have run, so these go last. On the other runtimes each worker imports the
-    compiler itself before its gate, and a job staged ahead (stage_ahead) does it beside the job
-    before it: these go right after the first job, so their start overlaps the first job's
-    start and run. Placed first, their start would have nothing to overlap; placed later, they
-    are staged only once the jobs before them begin, and the jobs before them are often shorter
-    than that start (s30 in docs/benchmarks.md: 8 s of gate waits after FlexAttention's, fourth
-    of six)."""
+    compiler itself before its gate, and a job staged ahead (`depth` jobs are: stage_ahead) does
+    it beside the job before it: these go right after the first job, so their start overlaps
+    the first job's start and run. Placed first, their start would have nothing to overlap;
+    placed later, they are staged only once the jobs before them begin, and the jobs before
+    them are often shorter than that start (s30 in docs/benchmarks.md: 8 s of gate waits after
+    FlexAttention's, fourth of six). With nothing staged (`depth` 0) the order stays."""
+    forks = get_runtime(plan.runtime).forks_workers
+    if not forks and depth == 0:
+        return names
     compilers = {
         n for n in names if names_compiler(find_solution(n, plan.solutions_root)[0].parent)
     }
     others = [n for n in names if n not in compilers]
     placed = [n for n in names if n in compilers]
-    if get_runtime(plan.runtime).forks_workers:
+    if forks:
         return others + placed
-    if stage_ahead(plan.runtime) == 0 or not others:
-        return names
     return others[:1] + placed + others[1:]
 
 
@@ -266,13 +267,12 @@ def run_audit(
     check_audit(plan)
     report = plan.out / "results.jsonl"
     result = AuditResult(report)
+    depth = stage_ahead(plan.runtime)
     ordered = place_compiler_jobs(
-        plan, longest_first(plan, _ready(plan, prepare_env, result), report)
+        plan, longest_first(plan, _ready(plan, prepare_env, result), report), depth
     )
     mark("jobs_ready")
     guard = threading.Lock()
-
-    depth = stage_ahead(plan.runtime)
 
     def work(pool: queue.SimpleQueue[str], gpu: str | None, device: str | None) -> None:
         handoff = Handoff() if gpu is not None else None
