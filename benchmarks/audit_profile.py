@@ -193,30 +193,44 @@ def phase_totals(lines: Iterable[Mapping[str, Any]], total_s: float) -> dict[str
     return dict(totals)
 
 
-def later_lines(lines: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+def later_lines(lines: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """What one more workload costs: over the lines that are not the first of their solution's
     job (no worker start, solution load or first JIT-loading call of their own), the wall time
-    of their workloads against the warm-up and measurement inside them. Once an audit has many
-    workloads per solution, its ratio tends to this one."""
+    of their workloads against the warm-up and measurement inside them, with the same split by
+    phase (`unclocked`: the line's wall time outside every clocked phase) and by solution. Once
+    an audit has many workloads per solution, its ratio tends to this one."""
     seen: set[str] = set()
     count, wall, timing = 0, 0.0, 0.0
+    phases: dict[str, float] = defaultdict(float)
+    by_solution: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for line in lines:
         solution = str(line.get("solution"))
         if solution in seen:
-            count += 1
-            wall += float(line.get("wall_s") or 0.0)
+            line_wall = float(line.get("wall_s") or 0.0)
+            line_timing = 0.0
             for stats in (line.get("timing") or {}).values():
                 if isinstance(stats, Mapping):
                     ms = (stats.get("warmup_wall_ms") or 0.0) + (
                         stats.get("measure_wall_ms") or 0.0
                     )
-                    timing += ms / 1e3
+                    line_timing += ms / 1e3
+            clocked = dict(line.get("phases_s") or {})
+            for name, spent in clocked.items():
+                phases[name] += spent
+            phases["unclocked"] += line_wall - sum(clocked.values())
+            count, wall, timing = count + 1, wall + line_wall, timing + line_timing
+            mine = by_solution[solution]
+            mine["lines"] += 1
+            mine["wall_s"] += line_wall
+            mine["timing_s"] += line_timing
         seen.add(solution)
     return {
         "lines": count,
         "wall_s": wall,
         "timing_s": timing,
         "wall_over_timing": wall / timing if timing else 0.0,
+        "phases_s": dict(phases),
+        "solutions": {name: dict(values) for name, values in by_solution.items()},
     }
 
 
@@ -289,6 +303,14 @@ def print_profile(record: Mapping[str, Any]) -> None:
             f"  {later['lines']} lines after their job's first: {later['wall_s']:.2f} s,"
             f" timing phases {later['timing_s']:.2f} s, ratio {later['wall_over_timing']:.2f}"
         )
+        spent = sorted(later.get("phases_s", {}).items(), key=lambda item: -item[1])
+        print("    by phase: " + ", ".join(f"{n} {v:.2f} s" for n, v in spent if v >= 0.005))
+        for solution, values in later.get("solutions", {}).items():
+            ratio = values["wall_s"] / values["timing_s"] if values["timing_s"] else 0.0
+            print(
+                f"    {solution}: {values['lines']:.0f} lines, {values['wall_s']:.2f} s,"
+                f" timing phases {values['timing_s']:.2f} s, ratio {ratio:.2f}"
+            )
 
 
 def _ratio(value: float | None) -> str:
