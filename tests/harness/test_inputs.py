@@ -146,3 +146,79 @@ def test_the_gpu_draws_what_the_cpu_draws() -> None:
     assert torch.allclose(cpu[differ], gpu[differ], rtol=2**-22, atol=0)
     half = random_tensor((n,), torch.bfloat16, None, 22)
     assert torch.equal(random_tensor((n,), torch.bfloat16, None, 22, "cuda").cpu(), half)
+
+
+FUSED_CASES = (
+    ({"dist": "normal", "mean": 0.5, "std": 2.0}, torch.float32),
+    (None, torch.bfloat16),
+    (None, torch.float16),
+    ({"dist": "normal", "mean": 0.0, "std": 0.25}, torch.float8_e4m3fn),
+    ({"dist": "uniform", "low": -1, "high": 3}, torch.float32),
+    ({"dist": "uniform", "low": 0.1, "high": 0.7}, torch.bfloat16),
+    (None, torch.int32),
+    (None, torch.int8),
+    ({"dist": "randint", "low": -(1 << 40), "high": 1 << 41}, torch.int64),
+    ({"dist": "randint", "low": 3, "high": (1 << 31) + 3}, torch.int64),
+    (None, torch.bool),
+    ({"dist": "bernoulli", "p": 0.3}, torch.float32),
+)
+
+
+def _step_by_step(n: int, dtype: torch.dtype, init: dict | None, seed: int, start: int = 0):
+    """The step-by-step draw on the GPU, as random_tensor ran it before the fused kernel."""
+    from envaudit.harness.inputs import DEFAULT_FLOAT_INIT, _draw, counter_hash, default_int_init
+
+    if init is None:
+        init = DEFAULT_FLOAT_INIT if dtype.is_floating_point else default_int_init(dtype)
+    out = torch.empty(n, dtype=dtype, device="cuda")
+    return out.copy_(_draw(counter_hash(seed, start, n, "cuda"), init))
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's bits as integers (torch.equal on floats would take -0.0 for 0.0)."""
+    return t.view(
+        {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
+    )
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_the_fused_gpu_draw_gives_the_step_by_step_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every distribution, in every kind of dtype, in chunks aligned to nothing, and far past
+    2**32 counters: the one-kernel draw is the step-by-step draw, bit for bit."""
+    from envaudit.harness import inputs as module
+
+    assert module.fused_draw_kernel() is not None, module.FUSED_DRAW_ERROR
+    monkeypatch.setattr(module, "DRAW_CHUNK", 1_000_003)
+    n = 3_000_017
+    for init, dtype in FUSED_CASES:
+        drawn = random_tensor((n,), dtype, init, 41, "cuda")
+        expected = _step_by_step(n, dtype, init, 41)
+        assert torch.equal(_bits(drawn), _bits(expected)), (init, dtype)
+    assert module.FUSED_DRAW_ERROR is None  # nothing fell back to the step-by-step draw
+    start = (1 << 40) - 100
+    normal = {"dist": "normal", "mean": 0.0, "std": 1.0}
+    far = module._fused_draw(
+        module.fused_draw_kernel(),
+        module._fused_arguments(7, normal),
+        start,
+        300,
+        torch.device("cuda"),
+    ).to(torch.float32)
+    assert torch.equal(_bits(far), _bits(_step_by_step(300, torch.float32, normal, 7, start)))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_a_fused_draw_that_fails_falls_back_to_the_same_bits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from envaudit.harness import inputs as module
+
+    def refuses(*args: object, **kwargs: object) -> torch.Tensor:
+        raise RuntimeError("nvrtc: error: failed to open libnvrtc-builtins.so")
+
+    monkeypatch.setattr(module, "_fused_kernel", refuses)
+    monkeypatch.setattr(module, "FUSED_DRAW_ERROR", None)
+    drawn = random_tensor((1000,), torch.bfloat16, None, 5, "cuda")
+    assert "libnvrtc" in str(module.FUSED_DRAW_ERROR)
+    assert module.fused_draw_kernel() is None
+    assert torch.equal(_bits(drawn), _bits(_step_by_step(1000, torch.bfloat16, None, 5)))

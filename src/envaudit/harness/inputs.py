@@ -15,6 +15,15 @@ float32, none expected in 16-bit types). No value depends on how the tensor is s
 chunks or on the device's size. The GPU draws a GiB-sized KV cache in well under a second,
 where one CPU generator drew 0.5 GB/s and the chunked parallel CPU draw of revision 2, plus the
 copy to the device, still took 1-2 s per input set.
+
+On a CUDA device the same arithmetic runs as one fused elementwise kernel, compiled at the first
+draw by torch's jiterator (NVRTC; kept in torch's kernel cache, which the job's JIT folder holds:
+envaudit.runtime.jit) in place of the ~30 elementwise passes of the step-by-step draw over int64
+and float64 temporaries, which made a 1.44 GB KV cache cost ~0.1 s per draw on an H200. The
+kernel writes each step with explicitly rounded intrinsics (no contraction into fused
+multiply-adds), so it gives the step-by-step draw's bits (tests/harness/test_inputs.py checks
+every distribution and dtype on the GPU); where it cannot be compiled, the step-by-step draw
+runs.
 """
 
 from __future__ import annotations
@@ -131,10 +140,117 @@ def random_tensor(
     out = torch.empty(shape, dtype=dtype, device=device)
     flat = out.view(-1)
     chunk = CPU_DRAW_CHUNK if out.device.type == "cpu" else DRAW_CHUNK
+    fused = fused_draw_kernel() if out.device.type == "cuda" else None
+    arguments = _fused_arguments(seed, init) if fused is not None else None
     for start in range(0, flat.numel(), chunk):
         piece = flat[start : start + chunk]
+        if fused is not None and arguments is not None:
+            try:
+                piece.copy_(_fused_draw(fused, arguments, start, piece.numel(), out.device))
+                continue
+            except RuntimeError as exc:  # NVRTC missing or refusing: the step-by-step draw
+                _give_up_fusing(exc)
+                fused = None
         piece.copy_(_draw(counter_hash(seed, start, piece.numel(), out.device), init))
     return out
+
+
+FUSED_DRAW_SOURCE = r"""
+template <typename T>
+T envaudit_draw(T index, long long seed, long long dist, long long low, long long span,
+                double a, double b) {
+  unsigned long long z = (unsigned long long)index * 0x9E3779B97F4A7C15ull
+                         + (unsigned long long)seed;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z = z ^ (z >> 31);
+  int high = (int)(unsigned int)(z >> 32);
+  int lower = (int)(unsigned int)z;
+  if (dist == 0) {
+    double u1 = __dmul_rn(__dadd_rn((double)high, 2147483649.0), 2.3283064365386963e-10);
+    double u2 = __dmul_rn(__dadd_rn((double)lower, 2147483648.0), 2.3283064365386963e-10);
+    double radius = __dsqrt_rn(__dmul_rn(log(u1), -2.0));
+    double value = __dmul_rn(radius, cos(__dmul_rn(u2, 6.283185307179586)));
+    value = __dadd_rn(__dmul_rn(value, b), a);
+    return (T)__double_as_longlong((double)__double2float_rn(value));
+  }
+  if (dist == 1) {
+    unsigned long long drawn = span > 2147483648LL
+        ? (z >> 1) % (unsigned long long)span
+        : (unsigned long long)((long long)high + 2147483648LL) % (unsigned long long)span;
+    return (T)(drawn + (unsigned long long)low);
+  }
+  float unit = __fmul_rn((float)((high >> 8) + (1 << 23)), 5.9604644775390625e-08f);
+  if (dist == 2) {
+    float value = __fadd_rn(__fmul_rn(unit, __double2float_rn(b)), __double2float_rn(a));
+    return (T)__double_as_longlong((double)value);
+  }
+  return (T)(unit < __double2float_rn(a));
+}
+"""
+"""The draw of one element, step for step as counter_hash and _draw write it: the index's
+splitmix64 bits, then the distribution (0 normal, 1 randint, 2 uniform, 3 bernoulli). A float
+result comes back as the bits of a float64 that holds the float32 value exactly, so the copy
+into the input's dtype rounds it as the float32 tensor's copy would."""
+_FUSED_DISTS = {"normal": 0, "randint": 1, "uniform": 2, "bernoulli": 3}
+_fused_kernel: Callable[..., torch.Tensor] | None = None
+FUSED_DRAW_ERROR: str | None = None
+"""Why this process draws step by step on CUDA devices (None while the fused kernel works)."""
+
+
+def fused_draw_kernel() -> Callable[..., torch.Tensor] | None:
+    """The jiterator function of FUSED_DRAW_SOURCE, created once per process (it compiles at its
+    first call); None when this torch has no jiterator or it failed before."""
+    global _fused_kernel
+    if _fused_kernel is None and FUSED_DRAW_ERROR is None:
+        try:
+            from torch.cuda.jiterator import _create_jit_fn
+
+            _fused_kernel = _create_jit_fn(
+                FUSED_DRAW_SOURCE, seed=0, dist=0, low=0, span=1, a=0.0, b=1.0
+            )
+        except (ImportError, AttributeError, RuntimeError) as exc:
+            _give_up_fusing(exc)
+    return _fused_kernel if FUSED_DRAW_ERROR is None else None
+
+
+def _give_up_fusing(exc: BaseException) -> None:
+    global FUSED_DRAW_ERROR
+    FUSED_DRAW_ERROR = f"{type(exc).__name__}: {str(exc)[:500]}"
+
+
+def _fused_arguments(seed: int, init: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The kernel's scalar arguments for `init` (their Python types fix the kernel's parameter
+    types: int64 and float64); None where a value does not fit them, for the step-by-step draw."""
+    dist = init["dist"]
+    args: dict[str, Any] = {"seed": seed, "dist": _FUSED_DISTS[dist], "low": 0, "span": 1}
+    if dist == "normal":
+        args |= {"a": float(init.get("mean", 0.0)), "b": float(init.get("std", 1.0))}
+    elif dist == "randint":
+        low, span = int(init["low"]), int(init["high"]) - int(init["low"])
+        if not (0 < span < 1 << 63 and -(1 << 63) <= low < 1 << 63):
+            return None
+        args |= {"low": low, "span": span, "a": 0.0, "b": 1.0}
+    elif dist == "uniform":
+        low_f, high_f = float(init["low"]), float(init["high"])
+        args |= {"a": low_f, "b": high_f - low_f}
+    else:
+        args |= {"a": float(init.get("p", 0.5)), "b": 1.0}
+    return args
+
+
+def _fused_draw(
+    kernel: Callable[..., torch.Tensor],
+    arguments: Mapping[str, Any],
+    start: int,
+    n: int,
+    device: torch.device,
+) -> torch.Tensor:
+    """Elements [start, start + n) of the draw: int64 for randint and bernoulli, float64 (each a
+    float32 value) for the float distributions."""
+    index = torch.arange(start, start + n, dtype=torch.int64, device=device)
+    drawn = kernel(index, **arguments)
+    return drawn.view(torch.float64) if arguments["dist"] in (0, 2) else drawn
 
 
 def _as_int64(value: int) -> int:

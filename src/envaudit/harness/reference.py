@@ -50,13 +50,18 @@ class ReferenceCache:
             path = self.directory / definition["name"] / f"{key}.safetensors"
             if path.is_file():
                 self.hits += 1
-                stored = load_file(str(path), device=str(device))
-                return tuple(stored[f"out{i}"] for i in range(len(stored)))
+                return read_outputs(path, device)
         with torch.no_grad():
             outputs = run_reference(definition, inputs)
         if path is not None:
             _write_atomically(path, {f"out{i}": t.contiguous() for i, t in enumerate(outputs)})
         return outputs
+
+
+def read_outputs(path: Path, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """One cache entry's outputs, in order, on `device`."""
+    stored = load_file(str(path), device=str(device))
+    return tuple(stored[f"out{i}"] for i in range(len(stored)))
 
 
 def _write_atomically(path: Path, tensors: dict[str, torch.Tensor]) -> None:

@@ -1,9 +1,10 @@
 """Where JIT-compiling libraries keep what they compile, for one job.
 
-Triton, TorchInductor, FlashInfer, CuTe DSL (FA4, quack) and TileLang compile kernels at their
-first call and cache the result under the user's home folder unless told otherwise. A shared home
-folder would let one environment's compiled kernels (another library version, another compiler)
-be found by another's, and a container's home is a throw-away tmpfs. So every job gets one cache
+Triton, TorchInductor, torch's jiterator (the harness's fused input draw), FlashInfer, CuTe DSL
+(FA4, quack) and TileLang compile kernels at their first call and cache the result under the
+user's home folder unless told otherwise. A shared home folder would let one environment's
+compiled kernels (another library version, another compiler) be found by another's, and a
+container's home is a throw-away tmpfs. So every job gets one cache
 folder per environment closure, `<cache>/jit/<env>-<closure16>`, and every library's variable
 points into it: mounted read-write into a container, used as is by a process on this machine.
 
@@ -22,6 +23,7 @@ JIT_CACHE_VARIABLES: dict[str, str] = {
     "XDG_CACHE_HOME": "xdg",  # libraries that follow the XDG layout (~/.cache/<name>)
     "TRITON_CACHE_DIR": "triton",
     "TORCHINDUCTOR_CACHE_DIR": "inductor",
+    "PYTORCH_KERNEL_CACHE_PATH": "torch-kernels",  # jiterator's NVRTC-compiled kernels
     "FLASHINFER_WORKSPACE_BASE": "flashinfer",
     "CUTE_DSL_CACHE_DIR": "cute-dsl",
     "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR": "flash-attention",  # used when FA4's own cache is on
