@@ -238,6 +238,7 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.out)
     if out.exists():
         shutil.rmtree(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     runs: dict[str, Any] = {}
     for name, linger_s in run_plan(args.linger):
         timeline = out.parent / f"{out.name}.timeline.{name}.jsonl"

@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from envaudit.harness.forkserver import PRELOAD_MODE_ENV, wants_preload
+from envaudit.runtime.timeline import TIMELINE_ENV
 from envaudit.schema.progress import JOB_FILE, fork_exit_file
 from tests.conftest import REPO, write_toy_root
 from tests.harness.test_faults import write_solution
@@ -153,6 +154,47 @@ def run(x, lengths, scale):
         False,
     ),
 }
+
+
+def _marks(timeline: Path) -> list[tuple[str, str, float]]:
+    lines = [json.loads(text) for text in timeline.read_text().splitlines()]
+    return [(m["event"], m["job"], m["t"]) for m in lines]
+
+
+def _first(marks: list[tuple[str, str, float]], event: str) -> float:
+    return next(t for name, _, t in marks if name == event)
+
+
+def test_the_fork_server_starts_while_the_audit_plans(tmp_path: Path) -> None:
+    """An audit has its fork server started (on a thread) before it takes its first job
+    (warm_workers), and `envaudit run` before it launches its worker (the host runtime's
+    environment check runs beside the server's start); one server serves every job."""
+    timeline = tmp_path / "timeline.jsonl"
+    env = {TIMELINE_ENV: str(timeline)}
+    assert_every_solution_passed(tmp_path / "audit", SOLUTIONS, env)
+    marks = _marks(timeline)
+    assert [name for name, _, _ in marks].count("fork_server_start") == 1, marks
+    assert _first(marks, "fork_server_warm") < _first(marks, "job_begin"), marks
+    assert _first(marks, "fork_server_ready") < _first(marks, "result"), marks
+
+    timeline.unlink()
+    root = write_toy_root(tmp_path / "run-data")
+    write_solution(tmp_path / "run-solutions", "a_marks", SOLUTIONS)
+    argv = [sys.executable, "-m", "envaudit", "run", "--solution", "a_marks", "--device", "cpu"]
+    argv += ["--runtime", "host", "--data-root", str(root)]
+    argv += ["--solutions-root", str(tmp_path / "run-solutions")]
+    argv += ["--report", str(tmp_path / "run.jsonl")]
+    done = subprocess.run(
+        argv, cwd=REPO, env={**os.environ, **env}, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    marks = _marks(timeline)
+    assert _first(marks, "fork_server_warm") < _first(marks, "worker_launch"), marks
+    assert [name for name, _, _ in marks].count("fork_server_start") == 1, marks
+
+    timeline.unlink()
+    assert_every_solution_passed(tmp_path / "fresh", SOLUTIONS, {**env, "ENVAUDIT_FORKSERVER": "0"})
+    assert not {"fork_server_warm", "fork_server_start"} & {m[0] for m in _marks(timeline)}
 
 
 def test_workers_after_the_preload_are_forked_with_dynamo_imported(tmp_path: Path) -> None:

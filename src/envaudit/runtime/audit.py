@@ -161,6 +161,14 @@ def check_audit(plan: AuditPlan) -> None:
     envs_of(plan)  # every named solution exists
 
 
+def warm_workers(plan: AuditPlan) -> None:
+    """Have the runtime start what each device's first worker waits for (the host runtime's
+    fork server) while the audit plans its jobs and prepares the first ones."""
+    runtime = get_runtime(plan.runtime, plan.options.env)
+    for gpu, device in plan.devices:
+        runtime.warm(device_of(RunRequest(solution="", gpu=gpu, device=device))[2])
+
+
 def _request(
     plan: AuditPlan, name: str, gpu: str | None, device: str | None, report: Path
 ) -> RunRequest:
@@ -265,6 +273,7 @@ def run_audit(
     Environments are made first, one after the other, so no two jobs build one image."""
     mark("audit_start")
     check_audit(plan)
+    warm_workers(plan)
     report = plan.out / "results.jsonl"
     result = AuditResult(report)
     depth = stage_ahead(plan.runtime)

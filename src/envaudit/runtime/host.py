@@ -13,6 +13,7 @@ import functools
 import importlib.util
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -52,16 +53,28 @@ class HostRuntime(Runtime):
             " which the harness imports"
         )
 
+    def warm(self, device_env: Mapping[str, str]) -> None:
+        """This interpreter's fork server, started in the background (the JIT folder is a
+        job's late variable, so any folder stands for it here)."""
+        _launcher(device_env, Path("jit")).warm()
+
     def prepare(self, job: Job, options: RunOptions) -> tuple[Job, Launcher]:
         self.require()
+        self.warm(job.device_env)  # its start overlaps the environment check (~0.4 s)
         check = env_check(job.context.env, options.locks_dir)
         closure = check.get("lock_closure_hash")
         folder = jit_cache_folder(job.context.env, closure)
         job = job.with_context(
             env_check=check, closure_hash=closure, jit_cache=prepare_jit_cache(folder)
         )
-        late = {**job.device_env, **jit_environment(str(folder))}
-        return job, ForkServerLauncher(sys.executable, os.environ, late)
+        return job, _launcher(job.device_env, folder)
+
+
+def _launcher(device_env: Mapping[str, str], jit_folder: Path) -> ForkServerLauncher:
+    """Workers forked from this interpreter's server, with the job's device and JIT folder set
+    as each is forked."""
+    late = {**device_env, **jit_environment(str(jit_folder))}
+    return ForkServerLauncher(sys.executable, os.environ, late)
 
 
 def env_check(env_name: str | None, locks_dir: Path = Path("locks")) -> dict[str, Any]:

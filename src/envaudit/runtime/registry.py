@@ -7,7 +7,7 @@ job's context (the closure hash and how it was checked, the image, how the GPU w
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,6 +82,13 @@ class Runtime(ABC):
     def ensure(self, env: str, options: RunOptions, progress: Progress) -> str | None:
         """Make this env ready to run here (fetch its artifacts, build its environment or
         image); a note on what was done, or None. Raises an EnvauditError when it cannot."""
+        return None
+
+    def warm(self, device_env: Mapping[str, str]) -> None:
+        """Start, in the background, what the first worker of a job with these device
+        variables will wait for, so that it overlaps the audit's planning and the job's
+        preparation; it never raises (that worker's own start reports what fails). Nothing by
+        default."""
         return None
 
     @abstractmethod
