@@ -73,7 +73,13 @@ OWNER_LOCK = "owner.lock"
 MAKING_PREFIX = "making-"
 MAKING_STALE_S = 3600.0
 """A folder still under its making name this long after it was made lost its maker."""
-POLL_S = 0.05
+POLL_S = 0.005
+"""How often a supervisor looks at its worker (its events, its exit, the GPU's previous
+worker for the gate). Each look is a few system calls; at 50 ms, the look that saw a job's
+last line and the one that saw its worker gone added 25 ms each on average to every handoff
+between two jobs on a GPU (docs/benchmarks.md, s43)."""
+HEARTBEAT_TOUCH_S = 0.25
+"""How often the supervisor renews its heartbeat (a worker gives up after HEARTBEAT_STALE_S)."""
 
 
 @dataclass
@@ -153,7 +159,7 @@ class Handoff:
 
     def wait(self) -> None:
         while not self.gone():
-            time.sleep(POLL_S / 5)
+            time.sleep(POLL_S)
         self.reap()
 
 
@@ -465,29 +471,32 @@ def _follow(
     With a handoff, a gated worker's gate opens once the previous worker is gone, and
     ('done', None) comes as soon as every one of `uuids` has a line, the worker still running."""
     workload_timeout_s, load_timeout_s = timeouts
-    reader = ProgressReader(folder)
-    deadline = time.monotonic() + load_timeout_s
-    while True:
-        touch_heartbeat(folder)
-        if gated and (handoff is None or handoff.gone()):
-            open_gate(folder)
-            watch.gate_opened = time.time()
-            gated = False
-            if handoff is not None:
-                handoff.reap()
-        returncode = handle.poll()
-        for event in reader.events():  # after poll: an ended worker's last events are read
-            if _apply(job, event, watch):
-                deadline = time.monotonic() + workload_timeout_s
-        if returncode is not None:
-            return "exited", returncode
-        if handoff is not None and uuids <= watch.finished:
-            return "done", None
-        if time.monotonic() >= deadline:
-            handle.kill()
-            loading = watch.loading and watch.current is None
-            return ("load-timeout" if loading else "timeout"), handle.poll()
-        time.sleep(POLL_S)
+    with contextlib.closing(ProgressReader(folder)) as reader:
+        deadline = time.monotonic() + load_timeout_s
+        touched = 0.0
+        while True:
+            if time.monotonic() - touched >= HEARTBEAT_TOUCH_S:
+                touch_heartbeat(folder)
+                touched = time.monotonic()
+            if gated and (handoff is None or handoff.gone()):
+                open_gate(folder)
+                watch.gate_opened = time.time()
+                gated = False
+                if handoff is not None:
+                    handoff.reap()
+            returncode = handle.poll()
+            for event in reader.events():  # after poll: an ended worker's last events are read
+                if _apply(job, event, watch):
+                    deadline = time.monotonic() + workload_timeout_s
+            if returncode is not None:
+                return "exited", returncode
+            if handoff is not None and uuids <= watch.finished:
+                return "done", None
+            if time.monotonic() >= deadline:
+                handle.kill()
+                loading = watch.loading and watch.current is None
+                return ("load-timeout" if loading else "timeout"), handle.poll()
+            time.sleep(POLL_S)
 
 
 def _apply(job: Job, event: Mapping[str, Any], watch: _Watch) -> bool:

@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 JOB_FILE = "job.json"
 BYTECODE_CACHE_ENV = "ENVAUDIT_BYTECODE_CACHE"
@@ -107,21 +107,23 @@ class ProgressWriter:
 
 
 class ProgressReader:
-    """The supervisor's end: complete event lines appended since the last call."""
+    """The supervisor's end: complete event lines appended since the last call. The file stays
+    open once it exists (the supervisor reads it every few milliseconds); `close` when done."""
 
     def __init__(self, job_dir: Path) -> None:
         self.path = job_dir / PROGRESS_FILE
-        self._offset = 0
+        self._handle: BinaryIO | None = None
         self._partial = b""
 
     def events(self) -> list[dict[str, Any]]:
-        try:
-            with self.path.open("rb") as handle:
-                handle.seek(self._offset)
-                chunk = handle.read()
-        except FileNotFoundError:
+        if self._handle is None:
+            try:
+                self._handle = self.path.open("rb")
+            except FileNotFoundError:
+                return []
+        chunk = self._handle.read()
+        if not chunk:
             return []
-        self._offset += len(chunk)
         data = self._partial + chunk
         *complete, self._partial = data.split(b"\n")
         found = []
@@ -133,3 +135,8 @@ class ProgressReader:
             if isinstance(event, Mapping):
                 found.append(dict(event))
         return found
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
