@@ -399,11 +399,15 @@ def _solutions_bytecode(folder: Path) -> list[Path]:
     return [path for copy in sorted(mirrored.glob("envaudit-*")) for path in copy.rglob("*.pyc")]
 
 
-def test_a_server_over_a_stack_without_bytecode_keeps_its_own(tmp_path: Path) -> None:
+@pytest.mark.parametrize("forkserver", ["1", "0"])
+def test_workers_over_a_stack_without_bytecode_keep_their_own(
+    tmp_path: Path, forkserver: str
+) -> None:
     """An interpreter that finds no bytecode for torch (here: PYTHONPYCACHEPREFIX names an empty
     folder, with PYTHONDONTWRITEBYTECODE, as on a machine whose stack has none) gets a fork
-    server that writes its imports' bytecode into envaudit's cache, and reads it from there in
-    the next audit; its workers write none there, not even for a solution's own module."""
+    server, or with ENVAUDIT_FORKSERVER=0 workers started as fresh interpreters, that write their
+    imports' bytecode into envaudit's cache and read it from there in the next audit; no worker
+    writes any there for a solution's own module."""
     nowhere = tmp_path / "nowhere"
     nowhere.mkdir()
     cache = tmp_path / "cache"
@@ -411,6 +415,7 @@ def test_a_server_over_a_stack_without_bytecode_keeps_its_own(tmp_path: Path) ->
         "PYTHONPYCACHEPREFIX": str(nowhere),
         "PYTHONDONTWRITEBYTECODE": "1",
         "ENVAUDIT_CACHE": str(cache),
+        "ENVAUDIT_FORKSERVER": forkserver,
     }
     assert_every_solution_passed(tmp_path / "first", SOLUTIONS, env)
     folder = cache / "bytecode"

@@ -36,7 +36,7 @@ from envaudit.harness.evaluate import EvalContext, EvalOptions, evaluate_workloa
 from envaudit.harness.preload import preload_for
 from envaudit.harness.reference import ReferenceCache
 from envaudit.harness.solution import SolutionLoadError, hash_sources, load_solution, source_files
-from envaudit.schema.progress import CONTEXT_LOST, JOB_FILE, ProgressWriter
+from envaudit.schema.progress import BYTECODE_CACHE_ENV, CONTEXT_LOST, JOB_FILE, ProgressWriter
 from envaudit.schema.results import result_line, workloads_by_uuid
 
 IMPORTS_S = time.perf_counter() - IMPORTS_BEGAN
@@ -116,6 +116,10 @@ def main(job_dir: Path) -> int:
         for workload in workloads:
             finish(workload, outcome, solution_hash, start)
         return 0
+    if os.environ.get(BYTECODE_CACHE_ENV):
+        # envaudit's bytecode folder (runtime/launchers.py, bytecode_cache) holds the harness's
+        # and the libraries' bytecode, written above; nothing the solution imports goes there
+        sys.dont_write_bytecode = True
     try:
         if unreadable is not None or files is None:
             raise unreadable or SolutionLoadError("no sources")

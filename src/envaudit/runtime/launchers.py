@@ -82,7 +82,9 @@ class ProcessLauncher:
     """A worker on this machine: an interpreter (this one, or a venv's) with these variables.
 
     The worker runs in its own session (a group kill reaches whatever it started) and dies with
-    the supervisor (parent-death signal)."""
+    the supervisor (parent-death signal). Over a stack without bytecode it reads and writes its
+    imports' bytecode in envaudit's cache, as a fork server does (bytecode_cache), and stops
+    writing any before it loads the solution (harness/worker.py)."""
 
     def __init__(self, python: str, env: Mapping[str, str]) -> None:
         self.python = python
@@ -92,13 +94,14 @@ class ProcessLauncher:
         return str(path)
 
     def start(self, job_dir: Path, log: Path) -> WorkerHandle:
+        flags, env = bytecode_cache(self.python, self.env)
         with log.open("ab") as log_handle:
             process = subprocess.Popen(
-                [self.python, "-m", "envaudit.harness.worker", str(job_dir)],
+                [self.python, *flags, "-m", "envaudit.harness.worker", str(job_dir)],
                 stdout=log_handle,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=self.env,
+                env=env,
                 start_new_session=True,
                 preexec_fn=_die_with_parent,
             )
