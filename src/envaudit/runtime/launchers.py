@@ -11,6 +11,7 @@ import atexit
 import contextlib
 import ctypes
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -225,24 +226,21 @@ PROBE_TIMEOUT_S = 60.0
 
 
 def bytecode_cache(python: str, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
-    """The interpreter flags and environment a fork server of `python` starts with.
+    """The interpreter flags and environment a fork server of `python`, or a worker started as a
+    fresh interpreter, starts with.
 
     When the interpreter's torch has no bytecode (a stack installed without it, or a Python run
     with PYTHONDONTWRITEBYTECODE over such a stack: the GPU machine's), every server would
     compile torch's sources again: `import torch` took 3.1-3.3 s there from sources against
-    1.4-1.5 s from bytecode (docs/benchmarks.md). Such a server then reads and writes bytecode
+    1.4-1.5 s from bytecode (docs/benchmarks.md). Such a process then reads and writes bytecode
     in a folder of envaudit's cache (`-X pycache_prefix`), not beside the stack's sources, which
-    stay as they are. Only the server writes there, before any solution is loaded: its workers
-    stop writing bytecode as they are forked (forkserver._child), so no solution's code can
-    leave bytecode there for the next server to run. A stack with bytecode is left alone."""
+    stay as they are. Bytecode is written there only before any solution is loaded: a server's
+    workers stop writing it as they are forked (forkserver._child), a fresh worker just before
+    it loads the solution (harness/worker.py), so no solution's code can leave bytecode there
+    for a later process to run. A stack with bytecode is left alone."""
     plain = dict(env)
-    try:
-        probe = subprocess.run(
-            [python, "-c", LACKS_BYTECODE], env=plain, capture_output=True, timeout=PROBE_TIMEOUT_S
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return [], plain
-    if probe.returncode != 0:
+    python_env = tuple(sorted((k, v) for k, v in plain.items() if k.startswith("PYTHON")))
+    if not _lacks_bytecode(python, python_env):
         return [], plain
     folder = cache_root() / "bytecode"
     try:
@@ -252,6 +250,27 @@ def bytecode_cache(python: str, env: Mapping[str, str]) -> tuple[list[str], dict
     plain.pop("PYTHONDONTWRITEBYTECODE", None)
     plain[BYTECODE_CACHE_ENV] = str(folder)
     return ["-X", f"pycache_prefix={folder}"], plain
+
+
+@functools.lru_cache(maxsize=16)
+def _lacks_bytecode(python: str, python_env: tuple[tuple[str, str], ...]) -> bool:
+    """Whether `python`, under these PYTHON* variables (which alone decide where it finds torch
+    and looks for bytecode), finds no bytecode for torch: probed once per process, not at every
+    worker's start."""
+    try:
+        probe = subprocess.run(
+            [python, "-c", LACKS_BYTECODE],
+            env={**_without_python_variables(os.environ), **dict(python_env)},
+            capture_output=True,
+            timeout=PROBE_TIMEOUT_S,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return probe.returncode == 0
+
+
+def _without_python_variables(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if not k.startswith("PYTHON")}
 
 
 class ForkServer:
@@ -387,7 +406,12 @@ class ForkServer:
             self.process.wait()
 
 
+def _server_slot(python: str, env: Mapping[str, str]) -> tuple[str, tuple[tuple[str, str], ...]]:
+    return python, tuple(sorted(env.items()))
+
+
 _SERVERS: dict[tuple[str, tuple[tuple[str, str], ...]], ForkServer] = {}
+"""The running servers by _server_slot."""
 _SERVERS_LOCK = threading.Lock()
 
 
@@ -400,7 +424,7 @@ def fork_server(python: str, env: Mapping[str, str], idle_s: float = 0.0) -> For
     lingers) on first use and again if it died, with one worker reserved on it. Idle servers
     beyond MAX_IDLE_SERVERS are closed, oldest first; a server with a worker running is never
     closed (its workers would die with it)."""
-    key = (python, tuple(sorted(env.items())))
+    key = _server_slot(python, env)
     with _SERVERS_LOCK:
         server = _SERVERS.pop(key, None)
         if server is not None and not server.alive():
@@ -416,13 +440,23 @@ def fork_server(python: str, env: Mapping[str, str], idle_s: float = 0.0) -> For
         return server
 
 
+_WARMED: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+_WARMED_LOCK = threading.Lock()
+
+
 def warm_fork_server(python: str, env: Mapping[str, str], idle_s: float = 0.0) -> None:
     """Start (or join) the server for this interpreter and environment on a thread of its own,
     reserving no worker on it, and return at once. A job's first worker then finds it started,
     or waits under the servers' lock for the start already under way, instead of only starting
     it then: the server's imports (about 2 s on the H200 machine) overlap whatever the caller
     does meanwhile (an audit's planning, the host runtime's environment check). A server that
-    cannot start is left to the worker's own start, which reports it."""
+    cannot start is left to the worker's own start, which reports it. Asked once per server in
+    a process (an audit asks before its jobs, and the host runtime again for every job)."""
+    slot = _server_slot(python, env)
+    with _WARMED_LOCK:
+        if slot in _WARMED:
+            return
+        _WARMED.add(slot)
 
     def start() -> None:
         with contextlib.suppress(OSError, ValueError):
