@@ -63,6 +63,7 @@ ORDER = (
     "inputs",
     "reference",
     "validation",
+    "quiet_wait",
     "timing_setup",
     "eager_warmup",
     "eager_measure",

@@ -11,7 +11,10 @@ Order and rules (DESIGN.md, "Harness rules"):
    Outputs are copied on the current stream right after the call, so work left on an
    unsynchronised side stream is not waited for.
 3. Only a correct result is timed: eager, and optionally as a replayed CUDA graph; `prepare`
-   runs outside timing and its duration is reported.
+   runs outside timing and its duration is reported. A worker started beside the previous job
+   on its GPU times nothing before that job's process has gone (EvalContext.quiet); an
+   out-of-memory error met before then (memory that process still held) is not the solution's:
+   the workload is evaluated again once it has gone.
 4. After timing, the solution runs once more on a fresh draw of the inputs and must pass again.
 """
 
@@ -55,6 +58,7 @@ from envaudit.harness.timing import (
     time_wall_clock,
 )
 from envaudit.schema.expressions import evaluate as evaluate_expression
+from envaudit.schema.progress import QuietGate
 
 SCALE_FACTORS = (0.1, 10.0)
 """The scale probe's factors beside x1 (the formal validation itself)."""
@@ -93,15 +97,18 @@ class EvalContext:
     options: EvalOptions = field(default_factory=EvalOptions)
     clock: SmClock | None = None
     """The GPU's SM clock (NVML), read while timing warms up."""
+    quiet: QuietGate = field(default_factory=QuietGate)
+    """Open once no other job's process is left on the GPU; timing waits for it."""
 
 
 class SolutionFailure(Exception):
     """The solution raised; carries the status and a message for the result line."""
 
-    def __init__(self, status: str, message: str) -> None:
+    def __init__(self, status: str, message: str, out_of_memory: bool = False) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.out_of_memory = out_of_memory
 
 
 class PhaseClock:
@@ -126,17 +133,37 @@ class PhaseClock:
 
 
 def evaluate_workload(ctx: EvalContext, workload: Mapping[str, Any]) -> dict[str, Any]:
-    """The outcome part of a result line for one workload."""
-    outcome: dict[str, Any] = {"status": "PASSED", "message": ""}
+    """The outcome part of a result line for one workload. Run out of memory while the
+    previous job's process may still hold some, it is evaluated again once that has gone (the
+    phases of both attempts add up)."""
     clock = PhaseClock()
-    try:
-        _evaluate(ctx, workload, outcome, clock)
-    except SolutionFailure as failure:
-        outcome.update(status=failure.status, message=failure.message)
-    except InputError as exc:
-        outcome.update(status="RUNTIME_ERROR", message=f"workload inputs: {exc}")
+    while True:
+        beside = not ctx.quiet.is_open()
+        outcome: dict[str, Any] = {"status": "PASSED", "message": ""}
+        out_of_memory = False
+        try:
+            _evaluate(ctx, workload, outcome, clock)
+        except SolutionFailure as failure:
+            outcome.update(status=failure.status, message=failure.message)
+            out_of_memory = failure.out_of_memory
+        except InputError as exc:
+            outcome.update(status="RUNTIME_ERROR", message=f"workload inputs: {exc}")
+        except torch.cuda.OutOfMemoryError as exc:  # drawing inputs, the reference
+            outcome.update(status="RUNTIME_ERROR", message=f"out of memory: {exc}")
+            out_of_memory = True
+        if not (beside and out_of_memory):
+            break
+        _await_quiet(ctx, clock)
+        torch.cuda.empty_cache()
     outcome["phases_s"] = clock.as_dict()
     return outcome
+
+
+def _await_quiet(ctx: EvalContext, clock: PhaseClock) -> None:
+    """Wait until no other job's process is left on the GPU (`quiet_wait` in the phases)."""
+    if not ctx.quiet.is_open():
+        with clock.phase("quiet_wait"):
+            ctx.quiet.wait()
 
 
 def _evaluate(
@@ -349,7 +376,7 @@ def _call(
     except SolutionFailure:
         raise
     except torch.cuda.OutOfMemoryError as exc:
-        raise SolutionFailure("RUNTIME_ERROR", f"out of memory: {exc}") from exc
+        raise SolutionFailure("RUNTIME_ERROR", f"out of memory: {exc}", True) from exc
     except Exception as exc:
         tail = traceback.format_exc()[-TRACEBACK_CHARS:]
         raise SolutionFailure("RUNTIME_ERROR", f"{type(exc).__name__}: {exc}\n{tail}") from exc
@@ -493,6 +520,7 @@ def _input_copies(inputs: dict[str, Any], device: torch.device) -> list[dict[str
 def _time(
     ctx: EvalContext, workload: Mapping[str, Any], inputs: dict[str, Any], clock: PhaseClock
 ) -> dict[str, Any]:
+    _await_quiet(ctx, clock)
     with clock.phase("timing_setup"):
         copies = _input_copies(inputs, ctx.device)
         prepared = [_prepare(ctx, copy)[0] for copy in copies]

@@ -6,12 +6,13 @@ workload, so the supervisor knows which workload was in flight if this process d
 and each finished result line, which the supervisor appends to the report. After an error that
 poisons the CUDA context (an illegal address, a device-side assert), it exits with CONTEXT_LOST
 so the supervisor continues in a fresh process. It exits (ORPHANED) as soon as the supervisor's
-heartbeat goes stale. A `gated` job was started while the previous worker on its GPU was still
-exiting: it makes its CUDA context and records the environment, then waits for the gate before
-loading the solution or touching its GPU further. Before it waits (and before loading the
-solution in any case), it imports the library modules the solution's sources name that its
-first call would import (envaudit.harness.preload): a staged worker does so beside the
-previous job.
+heartbeat goes stale. A `gated` job was started while the previous job on its GPU was still
+running or its worker exiting: it makes its CUDA context and records the environment, then
+waits for the gate (the previous worker has sent its last line) before loading the solution or
+touching its GPU further, and times nothing before the GPU is quiet (that worker's process has
+gone: envaudit.schema.progress). Before it waits (and before loading the solution in any
+case), it imports the library modules the solution's sources name that its first call would
+import (envaudit.harness.preload): a staged worker does so beside the previous job.
 """
 
 # ruff: noqa: E402 - the clock below times the imports after it
@@ -36,7 +37,13 @@ from envaudit.harness.evaluate import EvalContext, EvalOptions, evaluate_workloa
 from envaudit.harness.preload import preload_for
 from envaudit.harness.reference import ReferenceCache
 from envaudit.harness.solution import SolutionLoadError, hash_sources, load_solution, source_files
-from envaudit.schema.progress import BYTECODE_CACHE_ENV, CONTEXT_LOST, JOB_FILE, ProgressWriter
+from envaudit.schema.progress import (
+    BYTECODE_CACHE_ENV,
+    CONTEXT_LOST,
+    JOB_FILE,
+    ProgressWriter,
+    QuietGate,
+)
 from envaudit.schema.results import result_line, workloads_by_uuid
 
 IMPORTS_S = time.perf_counter() - IMPORTS_BEGAN
@@ -144,6 +151,7 @@ def main(job_dir: Path) -> int:
             job.get("measure_ms"),
         ),
         clock=clock,
+        quiet=QuietGate(job_dir if job.get("gated") else None),
     )
     progress.send("ready", gate_wait_s=gate_wait, preload_s=preload_s)
     for workload in workloads:

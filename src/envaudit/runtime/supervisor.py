@@ -13,14 +13,16 @@ In an audit, one Handoff per GPU lets the next job's worker start while the last
 a worker that has sent its last line is left to end on its own (an H200's CUDA context takes
 0.1-0.2 s to tear down, a container longer to stop and be removed), while the next job is
 planned and its worker starts, imports and makes its CUDA context. That worker waits at its
-gate (envaudit.schema.progress) until the one before it has gone, so no two jobs' GPU work
-overlaps; one that does not go within the workload timeout is killed.
+gate (envaudit.schema.progress) until the one before it has sent its last line, then checks its
+solution while that one exits, and waits for the GPU to be quiet (the one before gone) before it
+measures: no job measures beside another job's process. One that does not go within the
+workload timeout is killed.
 The next job's worker can also be started earlier, beside the previous job itself
 (`stage_batch`, a StagedWorker): it makes its context and records its environment while the
 previous job measures, waits at its gate, and is followed from where it stands once the
-previous worker has gone. A context made by another process does not move what the harness
-measures (benchmarks/context_overlap.py, docs/benchmarks.md); its solution is not even loaded
-before the gate opens.
+previous worker has sent its last line. A context made by another process does not move what
+the harness measures (benchmarks/context_overlap.py, docs/benchmarks.md); its solution is not
+even loaded before the gate opens.
 
 Job folders live under one root; each is held by an exclusive file lock for the supervisor's
 lifetime, so the folders a killed supervisor left behind are recognised (their lock is free) and
@@ -54,6 +56,7 @@ from envaudit.schema.progress import (
     JOB_FILE,
     ProgressReader,
     open_gate,
+    open_quiet,
     touch_heartbeat,
 )
 from envaudit.schema.results import (
@@ -75,7 +78,7 @@ MAKING_STALE_S = 3600.0
 """A folder still under its making name this long after it was made lost its maker."""
 POLL_S = 0.005
 """How often a supervisor looks at its worker (its events, its exit, the GPU's previous
-worker for the gate). Each look is a few system calls; at 50 ms, the look that saw a job's
+worker for the quiet gate). Each look is a few system calls; at 50 ms, the look that saw a job's
 last line and the one that saw its worker gone added 25 ms each on average to every handoff
 between two jobs on a GPU (docs/benchmarks.md, s43)."""
 HEARTBEAT_TOUCH_S = 0.25
@@ -138,7 +141,7 @@ class Handoff:
     def gone(self) -> bool:
         """Whether no worker is still leaving (the GPU is free): the one left has exited, or was
         killed once overdue. What remains of it (a container's log and the container) is
-        collected by `reap`, after the next worker's gate has opened."""
+        collected by `reap`, once the next worker's quiet gate has opened."""
         left = self.leaving
         if left is None or left.exited:
             return True
@@ -468,9 +471,13 @@ def _follow(
     uuids: frozenset[str] | set[str] = frozenset(),
 ) -> tuple[str, int | None]:
     """Relay the worker's events until it ends; ('exited' | 'timeout' | 'load-timeout', status).
-    With a handoff, a gated worker's gate opens once the previous worker is gone, and
+    A gated worker's gate opens at once (the previous worker on its GPU, if any, has sent its
+    last line: it is in the handoff), its `quiet` once that worker is gone. With a handoff,
     ('done', None) comes as soon as every one of `uuids` has a line, the worker still running."""
     workload_timeout_s, load_timeout_s = timeouts
+    if gated:
+        open_gate(folder)
+        watch.gate_opened = time.time()
     with contextlib.closing(ProgressReader(folder)) as reader:
         deadline = time.monotonic() + load_timeout_s
         touched = 0.0
@@ -479,8 +486,7 @@ def _follow(
                 touch_heartbeat(folder)
                 touched = time.monotonic()
             if gated and (handoff is None or handoff.gone()):
-                open_gate(folder)
-                watch.gate_opened = time.time()
+                open_quiet(folder)
                 gated = False
                 if handoff is not None:
                     handoff.reap()

@@ -15,7 +15,11 @@ mounted into the container can, so every runtime uses the same folder:
 - `gate`: made by the supervisor when the job says `gated`: the worker was started while the
   previous job on its GPU was still running or its worker exiting (runtime/supervisor.py,
   Handoff), and does no GPU work of its job (loading the solution included) until the file
-  exists.
+  exists. It is made once the previous worker has sent its last line;
+- `quiet`: made by the supervisor, for a `gated` job, once the previous worker's process has
+  gone: no other job's process is left on the GPU. The worker may check its solution before
+  (inputs, reference, validation: nothing there is measured) but measures nothing until the
+  file exists (QuietGate).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ own (runtime/launchers.py, bytecode_cache): its workers then never write there."
 PROGRESS_FILE = "progress.jsonl"
 HEARTBEAT_FILE = "heartbeat"
 GATE_FILE = "gate"
+QUIET_FILE = "quiet"
 GATE_POLL_S = 0.002
 HEARTBEAT_INTERVAL_S = 0.5
 HEARTBEAT_STALE_S = 15.0
@@ -61,6 +66,33 @@ def touch_heartbeat(job_dir: Path) -> None:
 
 def open_gate(job_dir: Path) -> None:
     (job_dir / GATE_FILE).touch()
+
+
+def open_quiet(job_dir: Path) -> None:
+    (job_dir / QUIET_FILE).touch()
+
+
+class QuietGate:
+    """Whether the GPU holds no other job's process yet (`quiet` in the job folder), for a
+    worker started gated; with no folder (a job not gated) it is always open. Once seen open it
+    stays open without another look."""
+
+    def __init__(self, job_dir: Path | None = None) -> None:
+        self.job_dir = job_dir
+        self._open = job_dir is None
+
+    def is_open(self) -> bool:
+        if not self._open and self.job_dir is not None:
+            self._open = (self.job_dir / QUIET_FILE).exists()
+        return self._open
+
+    def wait(self) -> float:
+        """Wait until it opens; the seconds waited. A supervisor that dies meanwhile ends the
+        process through the heartbeat watch."""
+        began = time.perf_counter()
+        while not self.is_open():
+            time.sleep(GATE_POLL_S)
+        return time.perf_counter() - began
 
 
 def supervisor_alive(job_dir: Path) -> bool:
