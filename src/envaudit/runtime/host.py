@@ -55,8 +55,10 @@ class HostRuntime(Runtime):
 
     def warm(self, device_env: Mapping[str, str]) -> None:
         """This interpreter's fork server, started in the background (the JIT folder is a
-        job's late variable, so any folder stands for it here)."""
-        _launcher(device_env, Path("jit")).warm()
+        job's late variable, so any folder stands for it here); none in an interpreter that
+        cannot run the harness."""
+        if self.unavailable() is None:
+            _launcher(device_env, Path("jit")).warm()
 
     def prepare(self, job: Job, options: RunOptions) -> tuple[Job, Launcher]:
         self.require()
