@@ -9,20 +9,26 @@
 #   scripts/gpu/profile-ab.sh NAME OLD.tgz SUITE new1 old2 old3 new4 ...
 #     -> SCRATCH/NAME/NAME-<suite>-<run>{.txt,.json,-cached.jsonl,-timeline-{cold,cached}.jsonl},
 #        SCRATCH/NAME/NAME-output.txt, then SCRATCH/NAME.tgz
+# More trees: TREES="mid=MID.tgz ..." runs the runs named mid1, mid2, ... from MID.tgz's src.
 # Where nvidia-smi finds no GPU, the audits run on the CPU (a trial of the script itself).
 set -u
 name=$1 old_tgz=$2 suite=$3
 shift 3
 source "$(dirname "$0")/harness-env.sh"
-res=$scratch/$name old=$scratch/old-$name
-mkdir -p "$res" "$old"
-tar xzf "$old_tgz" -C "$old"
+res=$scratch/$name
+declare -A trees=([new]=$PWD)
+for pair in "old=$old_tgz" ${TREES:-}; do
+  label=${pair%%=*} dir=$scratch/$label-$name
+  mkdir -p "$dir"
+  tar xzf "${pair#*=}" -C "$dir"
+  trees[$label]=$dir
+done
+mkdir -p "$res"
 {
   nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,power.limit --format=csv || true
   for run in "$@"; do
     echo "== $run $(date +%T)"
-    tree=$PWD
-    [[ $run == old* ]] && tree=$old
+    tree=${trees[${run%%[0-9]*}]}
     base=$res/$name-$suite-$run
     PYTHONPATH=$tree/src:$scratch/pylib python3 benchmarks/audit_profile.py ${uuid:+--gpu "$uuid"} \
       --out "$scratch/p-$name-$run" --suite "$suite" --json "$base.json" >"$base.txt" 2>&1
