@@ -10,9 +10,10 @@ heartbeat goes stale. A `gated` job was started while the previous job on its GP
 running or its worker exiting: it makes its CUDA context and records the environment, then
 waits for the gate (the previous worker has sent its last line) before loading the solution or
 touching its GPU further, and times nothing before the GPU is quiet (that worker's process has
-gone: envaudit.schema.progress). Before it waits (and before loading the solution in any
-case), it imports the library modules the solution's sources name that its first call would
-import (envaudit.harness.preload): a staged worker does so beside the previous job.
+gone: envaudit.schema.progress). First of all, while the driver makes its CUDA context on
+another thread (envaudit.harness.context), it imports the library modules the solution's
+sources name that its first call would import (envaudit.harness.preload): a staged worker does
+both beside the previous job.
 """
 
 # ruff: noqa: E402 - the clock below times the imports after it
@@ -32,6 +33,7 @@ from typing import Any
 
 import torch
 
+from envaudit.harness.context import context_beside
 from envaudit.harness.environment import SmClock, environment_record
 from envaudit.harness.evaluate import EvalContext, EvalOptions, evaluate_workload
 from envaudit.harness.preload import preload_for
@@ -79,11 +81,16 @@ def main(job_dir: Path) -> int:
     progress.watch_supervisor()
     job = json.loads((job_dir / JOB_FILE).read_text())
     device = torch.device(job["device"])
+    solution_dir = Path(job["solution_file"]).parent
+    making = context_beside(device)
+    preload_s = preload_for(solution_dir)
     began = time.perf_counter()
+    if making is not None:
+        making.join()
     if device.type == "cuda":
         torch.cuda.set_device(device)
         torch.cuda.init()
-    cuda_init = time.perf_counter() - began
+    cuda_init = time.perf_counter() - began  # what the preload did not hide
     clock = SmClock(device)  # NVML stays open: the record's and every later reading's init is free
     env, dists = environment_record(device)
     startup = {
@@ -91,9 +98,9 @@ def main(job_dir: Path) -> int:
         "worker_cuda_init": cuda_init,
         "worker_env_record": time.perf_counter() - began - cuda_init,
     }
+    if preload_s:
+        startup["worker_preload"] = preload_s
     progress.send("env", environment=env, distributions=dists, startup=startup)
-    solution_dir = Path(job["solution_file"]).parent
-    preload_s = preload_for(solution_dir)
     gate_wait = progress.wait_for_gate() if job.get("gated") else 0.0
     definition = json.loads(Path(job["definition_file"]).read_text())
     by_uuid = workloads_by_uuid(Path(job["workload_file"]))
@@ -153,7 +160,7 @@ def main(job_dir: Path) -> int:
         clock=clock,
         quiet=QuietGate(job_dir if job.get("gated") else None),
     )
-    progress.send("ready", gate_wait_s=gate_wait, preload_s=preload_s)
+    progress.send("ready", gate_wait_s=gate_wait)
     for workload in workloads:
         progress.send("begin", uuid=workload["uuid"])
         start = time.perf_counter()

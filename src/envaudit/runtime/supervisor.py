@@ -512,10 +512,12 @@ def _apply(job: Job, event: Mapping[str, Any], watch: _Watch) -> bool:
     at = float(sent) if isinstance(sent, int | float) else time.time()
     if kind == "env":
         watch.env_at = at
-        watch.startup["worker_start"] = at - watch.launched
         for name, spent in (event.get("startup") or {}).items():
             if isinstance(spent, int | float):
                 watch.startup[str(name)] = float(spent)
+        # the preload came before the environment record: its seconds are its own phase
+        preloaded = watch.startup.get("worker_preload", 0.0)
+        watch.startup["worker_start"] = at - watch.launched - preloaded
         watch.env = dict(event.get("environment") or {})
         dists = event.get("distributions") or {}
         record_distributions(job.report, str(watch.env.get("distributions_fingerprint")), dists)
@@ -523,14 +525,10 @@ def _apply(job: Job, event: Mapping[str, Any], watch: _Watch) -> bool:
     if kind == "ready":
         waited = event.get("gate_wait_s")
         waited = float(waited) if isinstance(waited, int | float) else 0.0
-        preload = event.get("preload_s")
-        preload = float(preload) if isinstance(preload, int | float) else 0.0
         if waited:
             watch.startup["worker_gate_wait"] = waited
-        if preload:
-            watch.startup["worker_preload"] = preload
         since_env = at - (watch.env_at or watch.launched)
-        watch.startup["solution_load"] = since_env - waited - preload
+        watch.startup["solution_load"] = since_env - waited
         if watch.staged and watch.gate_opened:
             watch.startup["worker_staged"] = watch.gate_opened - watch.launched
         watch.loading = False

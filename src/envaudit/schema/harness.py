@@ -16,6 +16,7 @@ HARNESS_FILES = (
     "envaudit/__init__.py",
     "envaudit/harness/__init__.py",
     "envaudit/harness/compare.py",
+    "envaudit/harness/context.py",
     "envaudit/harness/environment.py",
     "envaudit/harness/evaluate.py",
     "envaudit/harness/forkserver.py",
