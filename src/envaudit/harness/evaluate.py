@@ -137,26 +137,32 @@ def evaluate_workload(ctx: EvalContext, workload: Mapping[str, Any]) -> dict[str
     previous job's process may still hold some, it is evaluated again once that has gone (the
     phases of both attempts add up)."""
     clock = PhaseClock()
-    while True:
-        beside = not ctx.quiet.is_open()
-        outcome: dict[str, Any] = {"status": "PASSED", "message": ""}
-        out_of_memory = False
-        try:
-            _evaluate(ctx, workload, outcome, clock)
-        except SolutionFailure as failure:
-            outcome.update(status=failure.status, message=failure.message)
-            out_of_memory = failure.out_of_memory
-        except InputError as exc:
-            outcome.update(status="RUNTIME_ERROR", message=f"workload inputs: {exc}")
-        except torch.cuda.OutOfMemoryError as exc:  # drawing inputs, the reference
-            outcome.update(status="RUNTIME_ERROR", message=f"out of memory: {exc}")
-            out_of_memory = True
-        if not (beside and out_of_memory):
-            break
+    beside = not ctx.quiet.is_open()
+    outcome, out_of_memory = _attempt(ctx, workload, clock)
+    if beside and out_of_memory:
         _await_quiet(ctx, clock)
         torch.cuda.empty_cache()
+        outcome, _ = _attempt(ctx, workload, clock)
     outcome["phases_s"] = clock.as_dict()
     return outcome
+
+
+def _attempt(
+    ctx: EvalContext, workload: Mapping[str, Any], clock: PhaseClock
+) -> tuple[dict[str, Any], bool]:
+    """One evaluation: (the outcome, whether it ran out of GPU memory)."""
+    outcome: dict[str, Any] = {"status": "PASSED", "message": ""}
+    try:
+        _evaluate(ctx, workload, outcome, clock)
+    except SolutionFailure as failure:
+        outcome.update(status=failure.status, message=failure.message)
+        return outcome, failure.out_of_memory
+    except InputError as exc:
+        outcome.update(status="RUNTIME_ERROR", message=f"workload inputs: {exc}")
+    except torch.cuda.OutOfMemoryError as exc:  # drawing inputs, the reference
+        outcome.update(status="RUNTIME_ERROR", message=f"out of memory: {exc}")
+        return outcome, True
+    return outcome, False
 
 
 def _await_quiet(ctx: EvalContext, clock: PhaseClock) -> None:

@@ -87,12 +87,21 @@ class QuietGate:
         return self._open
 
     def wait(self) -> float:
-        """Wait until it opens; the seconds waited. A supervisor that dies meanwhile ends the
-        process through the heartbeat watch."""
-        began = time.perf_counter()
-        while not self.is_open():
-            time.sleep(GATE_POLL_S)
-        return time.perf_counter() - began
+        """Wait until it opens; the seconds waited (wait_for_file)."""
+        if self.is_open() or self.job_dir is None:
+            return 0.0
+        waited = wait_for_file(self.job_dir / QUIET_FILE)
+        self._open = True
+        return waited
+
+
+def wait_for_file(path: Path) -> float:
+    """Wait until the supervisor makes `path`; the seconds waited. The heartbeat watch still
+    runs: a supervisor that dies meanwhile ends this process."""
+    began = time.perf_counter()
+    while not path.exists():
+        time.sleep(GATE_POLL_S)
+    return time.perf_counter() - began
 
 
 def supervisor_alive(job_dir: Path) -> bool:
@@ -120,12 +129,8 @@ class ProgressWriter:
             self._handle.flush()
 
     def wait_for_gate(self) -> float:
-        """Wait until the supervisor opens the gate; the seconds waited. The heartbeat watch
-        still runs: a supervisor that dies meanwhile ends this process."""
-        began = time.perf_counter()
-        while not (self.job_dir / GATE_FILE).exists():
-            time.sleep(GATE_POLL_S)
-        return time.perf_counter() - began
+        """Wait until the supervisor opens the gate; the seconds waited (wait_for_file)."""
+        return wait_for_file(self.job_dir / GATE_FILE)
 
     def watch_supervisor(self) -> None:
         """Exit the whole process as soon as the heartbeat goes stale (daemon thread)."""
