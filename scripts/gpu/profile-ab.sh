@@ -10,6 +10,8 @@
 #     -> SCRATCH/NAME/NAME-<suite>-<run>{.txt,.json,-cached.jsonl,-timeline-{cold,cached}.jsonl},
 #        SCRATCH/NAME/NAME-output.txt, then SCRATCH/NAME.tgz
 # More trees: TREES="mid=MID.tgz ..." runs the runs named mid1, mid2, ... from MID.tgz's src.
+# PROFILE_ARGS (say "--solution A --solution B") goes to every audit_profile.py run, and
+# EXTRA_PATH (folders of libraries installed with pip --target) after each tree on PYTHONPATH.
 # Where nvidia-smi finds no GPU, the audits run on the CPU (a trial of the script itself).
 set -u
 name=$1 old_tgz=$2 suite=$3
@@ -30,8 +32,9 @@ mkdir -p "$res"
     echo "== $run $(date +%T)"
     tree=${trees[${run%%[0-9]*}]}
     base=$res/$name-$suite-$run
-    PYTHONPATH=$tree/src:$scratch/pylib python3 benchmarks/audit_profile.py ${uuid:+--gpu "$uuid"} \
-      --out "$scratch/p-$name-$run" --suite "$suite" --json "$base.json" >"$base.txt" 2>&1
+    PYTHONPATH=$tree/src:$scratch/pylib${EXTRA_PATH:+:$EXTRA_PATH} python3 benchmarks/audit_profile.py \
+      ${uuid:+--gpu "$uuid"} --out "$scratch/p-$name-$run" --suite "$suite" --json "$base.json" \
+      ${PROFILE_ARGS:-} >"$base.txt" 2>&1
     cp "$scratch/p-$name-$run/results.cached.jsonl" "$base-cached.jsonl"
     for kind in cold cached; do
       cp "$scratch/p-$name-$run.timeline.$kind.jsonl" "$base-timeline-$kind.jsonl"

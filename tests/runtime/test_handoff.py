@@ -240,18 +240,25 @@ def test_a_worker_imports_what_its_solution_names_before_its_gate(
 ) -> None:
     monkeypatch.setenv(FORK_SERVER_SWITCH, "0")  # a fresh interpreter, as in a container
     request, mark = after_handoff(tmp_path, NAMES_THE_COMPILER)
-    linger = 3.0
-    leaving = previous_worker(tmp_path, mark, forever=False, linger_s=linger)
-    lines, handoff = run_while_leaving(request, leaving, tmp_path)
-    assert [line["status"] for line in lines] == ["PASSED", "PASSED"], lines[0].get("message")
-    assert leaving.wait(timeout=30) == 0
-    phases = lines[0]["phases_s"]
+    phases = first_phases_beside(request, mark, tmp_path, linger_s=3.0)
     # torch._dynamo alone takes seconds to import (2.2 s on the project's CPU machine, 6.1 s on
     # the H200); done before the solution's load (which finds it imported), and beside the
     # previous worker
     assert phases["worker_preload"] > 1.0
     assert phases["solution_load"] < phases["worker_preload"]
+
+
+def first_phases_beside(
+    request: RunRequest, mark: Path, tmp_path: Path, linger_s: float
+) -> dict[str, float]:
+    """Run the job while a previous worker lingers `linger_s` after this one's environment
+    record; the phases of its first line (both lines PASSED)."""
+    leaving = previous_worker(tmp_path, mark, forever=False, linger_s=linger_s)
+    lines, handoff = run_while_leaving(request, leaving, tmp_path)
+    assert [line["status"] for line in lines] == ["PASSED", "PASSED"], lines[0].get("message")
+    assert leaving.wait(timeout=30) == 0
     handoff.wait()
+    return lines[0]["phases_s"]
 
 
 def test_a_worker_imports_nothing_its_solution_does_not_name(
@@ -261,11 +268,69 @@ def test_a_worker_imports_nothing_its_solution_does_not_name(
     # spelt so that the sources do not name the compiler themselves
     header = 'import sys\nassert "torch." + "_dynamo" not in sys.modules'
     request, mark = after_handoff(tmp_path, header)
+    lines = run_alone(request, mark)
+    assert "worker_preload" not in lines[0]["phases_s"]
+
+
+def run_alone(request: RunRequest, mark: Path) -> list[dict]:
+    """Run the job with no process before it (its mark made first); its lines, both PASSED."""
     mark.write_text("gone")
     run_planned(plan_run(request, "host", RunOptions()), RunOptions())
     lines = read_report(request)
     assert [line["status"] for line in lines] == ["PASSED", "PASSED"], lines[0].get("message")
+    return lines
+
+
+# A library that takes a second to import, and notes when it was imported and what the variable
+# a solution may set first held then.
+SLOW_LIBRARY = """
+import os, time
+from pathlib import Path
+time.sleep(1.0)
+Path(os.environ["SLOW_LIBRARY_NOTE"]).write_text(f"{time.time()} {os.environ.get('SLOW_MODE', '')}")
+"""
+
+
+def with_slow_library(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, top: str
+) -> tuple[RunRequest, Path, Path]:
+    """The job of `after_handoff` whose main.py begins with `top`, the slow library on the
+    path; (the request, the previous worker's mark, the library's note)."""
+    libraries = tmp_path / "libraries"
+    (libraries / "slow_library").mkdir(parents=True)
+    (libraries / "slow_library" / "__init__.py").write_text(SLOW_LIBRARY)
+    note = tmp_path / "imported"
+    path = os.environ.get("PYTHONPATH")
+    monkeypatch.setenv("PYTHONPATH", f"{libraries}{os.pathsep}{path}" if path else str(libraries))
+    monkeypatch.setenv("SLOW_LIBRARY_NOTE", str(note))
+    request, mark = after_handoff(tmp_path)
+    main = tmp_path / "solutions" / "after_handoff" / "main.py"
+    main.write_text(top + main.read_text())
+    return request, mark, note
+
+
+@pytest.mark.parametrize("forked", [True, False], ids=["forked", "fresh"])
+def test_the_libraries_a_solution_imports_first_are_imported_before_its_gate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, forked: bool
+) -> None:
+    monkeypatch.setenv(FORK_SERVER_SWITCH, "1" if forked else "0")
+    request, mark, _ = with_slow_library(tmp_path, monkeypatch, "import slow_library\n")
+    phases = first_phases_beside(request, mark, tmp_path, linger_s=1.5)
+    # imported before the worker's gate, not by the solution's load
+    assert phases["worker_preload"] >= 1.0
+    assert phases["solution_load"] < 0.5
+
+
+def test_a_library_imported_after_the_solutions_own_code_is_left_to_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(FORK_SERVER_SWITCH, "0")
+    top = 'import os\nos.environ["SLOW_MODE"] = "set by the solution"\nimport slow_library\n'
+    request, mark, note = with_slow_library(tmp_path, monkeypatch, top)
+    lines = run_alone(request, mark)
+    assert note.read_text().endswith(" set by the solution")  # imported after the line above
     assert "worker_preload" not in lines[0]["phases_s"]
+    assert lines[0]["phases_s"]["solution_load"] >= 1.0
 
 
 # The one before, on the GPU: holds all of its free memory but `keep` bytes, until a given file

@@ -1,18 +1,23 @@
-"""The library modules a solution's first call would import, imported ahead of it.
+"""The library modules a solution's load and first call would import, imported ahead of them.
 
 Both the fork server (envaudit.harness.forkserver, into a second server its workers are forked
 from) and a worker that was not forked from such a server (a container's, a fresh
-interpreter's) import them before the solution is loaded; a worker does so before its gate
+interpreter's) import PRELOAD's before the solution is loaded; a worker does so before its gate
 (envaudit.schema.progress), so a staged worker does it beside the previous job. These are
 modules of the environment's own libraries, never a solution's code, and none of them touches
-the GPU as it is imported.
+the GPU as it is imported. The worker then imports the libraries the solution's entry module
+imports before any code of its own (envaudit.schema.sources, leading_imports): FlashAttention
+4's CuTe DSL, FlashInfer, TileLang, NATTEN and the like, which the solution's load would
+otherwise import after the gate.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from envaudit.schema.sources import COMPILER, TRITON, libraries_named
@@ -51,13 +56,20 @@ def import_modules(wanted: frozenset[str] = frozenset({COMPILER, TRITON})) -> No
                 getattr(module, call)()
 
 
-def preload_for(solution_folder: Path) -> float:
-    """Import what the solution's sources name (envaudit.schema.sources); the seconds the
-    imports took (next to nothing in a worker forked from a server that has them already), 0
-    when the sources name none."""
+def preload_for(solution_folder: Path, leading: Sequence[str] = ()) -> float:
+    """Import what the solution's sources name (envaudit.schema.sources), then the `leading`
+    imports of its entry module (leading_imports); the seconds the imports took (next to
+    nothing for modules already imported, as in a worker forked from a server that has them),
+    0 when there was nothing to import. A module that fails to import is left to the solution,
+    whose own import then fails as it would have."""
     wanted = libraries_named(solution_folder)
-    if not wanted:
+    leading = [name for name in leading if name not in sys.modules]
+    if not wanted and not leading:
         return 0.0
     began = time.perf_counter()
-    import_modules(wanted)
+    if wanted:
+        import_modules(wanted)
+    for name in leading:
+        with contextlib.suppress(Exception, SystemExit):
+            importlib.import_module(name)
     return time.perf_counter() - began

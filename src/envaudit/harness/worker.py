@@ -12,8 +12,8 @@ waits for the gate (the previous worker has sent its last line) before loading t
 touching its GPU further, and times nothing before the GPU is quiet (that worker's process has
 gone: envaudit.schema.progress). First of all, while the driver makes its CUDA context on
 another thread (envaudit.harness.context), it imports the library modules the solution's
-sources name that its first call would import (envaudit.harness.preload): a staged worker does
-both beside the previous job.
+sources name that its first call would import, and those its entry module imports before any
+code of its own (envaudit.harness.preload): a staged worker does both beside the previous job.
 """
 
 # ruff: noqa: E402 - the clock below times the imports after it
@@ -47,6 +47,7 @@ from envaudit.schema.progress import (
     QuietGate,
 )
 from envaudit.schema.results import result_line, workloads_by_uuid
+from envaudit.schema.sources import leading_imports
 
 IMPORTS_S = time.perf_counter() - IMPORTS_BEGAN
 
@@ -62,6 +63,16 @@ def device_supported(spec: Mapping[str, Any], device: torch.device) -> bool:
     name = props.name.lower()
     arch = f"sm_{props.major}{props.minor}"
     return any(t in ("cuda", "gpu", arch) or t.replace("nvidia_", "") in name for t in targets)
+
+
+def entry_imports(solution: Mapping[str, Any], files: Mapping[str, bytes] | None) -> list[str]:
+    """The libraries the solution's entry module imports before any code of its own
+    (envaudit.schema.sources), for the worker to import before its gate; none when its sources
+    cannot be read (the load then says why)."""
+    entry = str((solution.get("spec") or {}).get("entry_point", "")).split("::")[0]
+    if files is None or entry not in files:
+        return []
+    return list(leading_imports(files[entry], files))
 
 
 def context_alive(device: torch.device) -> bool:
@@ -81,9 +92,16 @@ def main(job_dir: Path) -> int:
     progress.watch_supervisor()
     job = json.loads((job_dir / JOB_FILE).read_text())
     device = torch.device(job["device"])
-    solution_dir = Path(job["solution_file"]).parent
     making = context_beside(device)
-    preload_s = preload_for(solution_dir)
+    solution_dir = Path(job["solution_file"]).parent
+    solution_json = json.loads(Path(job["solution_file"]).read_text())
+    files: dict[str, bytes] | None = None
+    unreadable: SolutionLoadError | None = None
+    try:
+        files = source_files(solution_json, solution_dir)
+    except SolutionLoadError as exc:
+        unreadable = exc
+    preload_s = preload_for(solution_dir, entry_imports(solution_json, files))
     began = time.perf_counter()
     if making is not None:
         making.join()
@@ -105,7 +123,6 @@ def main(job_dir: Path) -> int:
     definition = json.loads(Path(job["definition_file"]).read_text())
     by_uuid = workloads_by_uuid(Path(job["workload_file"]))
     workloads = [by_uuid[u] for u in job["workloads"]]
-    solution_json = json.loads(Path(job["solution_file"]).read_text())
 
     def finish(
         workload: Mapping[str, Any],
@@ -116,12 +133,6 @@ def main(job_dir: Path) -> int:
         line = result_line(job, workload, outcome, env, source_hash, time.perf_counter() - started)
         progress.send("result", uuid=workload["uuid"], line=line)
 
-    files: dict[str, bytes] | None = None
-    unreadable: SolutionLoadError | None = None
-    try:
-        files = source_files(solution_json, solution_dir)
-    except SolutionLoadError as exc:
-        unreadable = exc
     solution_hash = hash_sources(files) if files is not None else None
     start = time.perf_counter()
     if not device_supported(solution_json["spec"], device):

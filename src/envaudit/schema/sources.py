@@ -1,12 +1,16 @@
-"""What a solution's Python sources name that decides how its job is scheduled.
+"""What a solution's Python sources name that decides how its job is scheduled, and which
+library modules its worker imports before loading it.
 
 Standard library only: the fork server (envaudit.harness.forkserver) reads it to choose which
-of its processes forks a job, and the audit (runtime/audit.py) to order its jobs.
+of its processes forks a job, the audit (runtime/audit.py) to order its jobs, and the worker
+(envaudit.harness.preload) to import ahead what the solution's first lines would.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import ast
+from collections.abc import Iterable
+from pathlib import Path, PurePosixPath
 
 COMPILER = "compiler"
 TRITON = "triton"
@@ -39,3 +43,48 @@ def names_compiler(folder: Path) -> bool:
     """Whether the solution names the compiler: it needs what the fork server's preload imports
     (torch._dynamo alone takes 4.3 s in a fresh process on the H200 machine)."""
     return COMPILER in libraries_named(folder)
+
+
+def leading_imports(entry: bytes | str, own_files: Iterable[str]) -> tuple[str, ...]:
+    """The library modules the entry module imports before any code of the solution's own runs.
+
+    These are its top-level import statements, in order, up to the first statement that is not
+    one (a docstring and `from __future__` aside), a relative import, or an import of a module
+    of the solution's own (a top-level name among `own_files`, its sources' paths). Importing
+    them ahead of the solution runs library code only, in the order the solution would and
+    before any line of its own: a solution that sets a variable, or imports a file of its own,
+    before it imports a library keeps that import for itself. `from a.b import c` counts as
+    module a.b. Sources that do not parse give none."""
+    try:
+        tree = ast.parse(entry)
+    except (SyntaxError, ValueError):
+        return ()
+    own = {PurePosixPath(path).parts[0].removesuffix(".py") for path in own_files}
+    found: list[str] = []
+    for index, node in enumerate(tree.body):
+        if index == 0 and _is_docstring(node):
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+            continue
+        names = _imported(node)
+        if names is None or any(name.split(".")[0] in own for name in names):
+            break
+        found += [name for name in names if name not in found]
+    return tuple(found)
+
+
+def _is_docstring(node: ast.stmt) -> bool:
+    return (
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    )
+
+
+def _imported(node: ast.stmt) -> list[str] | None:
+    """The modules an absolute import statement imports; None for any other statement."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+        return [node.module]
+    return None
