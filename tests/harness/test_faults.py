@@ -104,7 +104,8 @@ JIT_SOLUTION = {
         def run(x, lengths, scale):
             kernel = pathlib.Path(os.environ["TRITON_CACHE_DIR"]) / "kernel.bin"
             if not kernel.exists():
-                kernel.write_text(str(os.getpid()))
+                switch = os.environ.get("FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED")
+                kernel.write_text(f"{os.getpid()} {switch}")
             return scaled(x, lengths, scale)
         """,
         False,

@@ -394,7 +394,7 @@ class ContainerRuntime(Runtime):
         environment.update(passing.environment)
         jit_folder = jit_cache_folder(build.image.env, build.image.closure_hash)
         jit_state = prepare_jit_cache(jit_folder, shared_with_other_users=True)
-        environment.update(jit_environment(JIT_MOUNT))
+        environment.update(jit_environment(JIT_MOUNT, dict(build.image.env_vars)))
         job = job.with_context(
             jit_cache=jit_state,
             env=build.image.env,

@@ -75,7 +75,7 @@ class HostRuntime(Runtime):
 def _launcher(device_env: Mapping[str, str], jit_folder: Path) -> ForkServerLauncher:
     """Workers forked from this interpreter's server, with the job's device and JIT folder set
     as each is forked."""
-    late = {**device_env, **jit_environment(str(jit_folder))}
+    late = {**device_env, **jit_environment(str(jit_folder), os.environ)}
     return ForkServerLauncher(sys.executable, os.environ, late)
 
 

@@ -8,12 +8,15 @@ container's home is a throw-away tmpfs. So every job gets one cache
 folder per environment closure, `<cache>/jit/<env>-<closure16>`, and every library's variable
 points into it: mounted read-write into a container, used as is by a process on this machine.
 
-What a job started with (an empty folder: "cold"; a filled one: "warm") goes on its lines, so a
-cold-cache and a warm-cache run of one solution can be compared.
+A library whose own disk cache is off unless a variable turns it on (FlashAttention 4's CuTe DSL
+kernels) gets it turned on (JIT_CACHE_SWITCHES), unless the lock or the caller set that
+variable themselves. What a job started with (an empty folder: "cold"; a filled one: "warm")
+goes on its lines, so a cold-cache and a warm-cache run of one solution can be compared.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from envaudit.settings import cache_root
@@ -39,10 +42,24 @@ def jit_cache_folder(env: str | None, closure_hash: str | None) -> Path:
     return cache_root() / "jit" / name
 
 
-def jit_environment(folder: str) -> dict[str, str]:
+JIT_CACHE_SWITCHES: dict[str, str] = {
+    # FA4 compiles its kernels in every process unless this is "1" (flash_attn/cute/
+    # cache_utils.py); a cached audit of its four dev solutions spent 18.9 s validating with it
+    # off and 0.8 s with it on, on the H200 (docs/benchmarks.md, s51)
+    "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED": "1",
+}
+"""Variables that turn a library's own compile cache on, and their value. The kernels it then
+loads are those it would have compiled, from the environment's own folder."""
+
+
+def jit_environment(folder: str, declared: Mapping[str, str] | None = None) -> dict[str, str]:
     """The variables that send every library's compile cache into `folder` (as the worker sees
-    it)."""
-    return {variable: f"{folder}/{sub}" for variable, sub in JIT_CACHE_VARIABLES.items()}
+    it), and those that turn a cache on where `declared` (the variables the worker gets from the
+    lock or the caller) does not set them already."""
+    variables = {variable: f"{folder}/{sub}" for variable, sub in JIT_CACHE_VARIABLES.items()}
+    kept = declared or {}
+    variables.update({k: v for k, v in JIT_CACHE_SWITCHES.items() if k not in kept})
+    return variables
 
 
 def prepare_jit_cache(folder: Path, shared_with_other_users: bool = False) -> str:

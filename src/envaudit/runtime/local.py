@@ -179,6 +179,6 @@ class LocalRuntime(Runtime):
             },
         )
         inherited = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-        late = {**job.device_env, **jit_environment(str(folder))}
         env = {**inherited, **local.variables(lock)}
+        late = {**job.device_env, **jit_environment(str(folder), env)}
         return job, ForkServerLauncher(str(local.python), env, late)
