@@ -9,9 +9,9 @@ the GPU as it is imported. The worker then imports the libraries the solution's 
 imports before any code of its own (envaudit.schema.sources, leading_imports): FlashAttention
 4's CuTe DSL, FlashInfer, TileLang, NATTEN and the like, which the solution's load would
 otherwise import after the gate. Those may initialise CUDA as they are imported (FA4's
-flash_attn.cute asks torch for the device's compute capability), which a worker can afford (its
-own context is being made meanwhile) and a fork server cannot (a fork after it cannot use CUDA:
-benchmarks/import_probe.py), so only workers import them.
+flash_attn.cute does), which a worker can afford (its own context is being made meanwhile) and a
+fork server cannot (a fork after it cannot use CUDA: benchmarks/import_probe.py), so only
+workers import them.
 """
 
 from __future__ import annotations
