@@ -27,7 +27,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +42,14 @@ from envaudit.schema.results import read_lines
 TIMING_PHASES = ("eager", "graph")
 
 
-def timing_s(lines: list[Mapping[str, Any]]) -> float:
+def timing_s(lines: Sequence[Mapping[str, Any]]) -> float:
     """The lines' timing phases (eager and graph: warm-up, capture, measured iterations)."""
     return sum(float((ln.get("phases_s") or {}).get(p, 0.0)) for ln in lines for p in TIMING_PHASES)
 
 
-def job_views(args: argparse.Namespace, out: Path, order: list[str], contexts: dict[str, Any]):
+def job_views(
+    args: argparse.Namespace, out: Path, order: list[str], contexts: dict[str, Any]
+) -> list[dict[str, Any]]:
     """Each job as its worker would read it, with the JIT folder the audit gave it."""
     views = []
     for name in order:
@@ -165,7 +167,9 @@ def audit_lines(path: Path) -> list[dict[str, Any]]:
     return [line for _, line in read_lines(path) if line is not None]
 
 
-def summary(name: str, wall: float, lines: list[Mapping[str, Any]], inner: float | None) -> dict:
+def summary(
+    name: str, wall: float, lines: Sequence[Mapping[str, Any]], inner: float | None
+) -> dict[str, Any]:
     timing = timing_s(lines)
     outside: dict[str, float] = {}
     for line in lines:
