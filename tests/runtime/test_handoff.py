@@ -321,6 +321,21 @@ def test_the_libraries_a_solution_imports_first_are_imported_before_its_gate(
     assert phases["solution_load"] < 0.5
 
 
+def test_the_libraries_its_own_module_imports_first_are_imported_before_its_gate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(FORK_SERVER_SWITCH, "0")
+    request, mark, _ = with_slow_library(tmp_path, monkeypatch, "import helper\n")
+    folder = tmp_path / "solutions" / "after_handoff"
+    (folder / "helper.py").write_text("import slow_library\nLOADED = True\n")
+    solution = json.loads((folder / "solution.json").read_text())
+    solution["sources"].append({"path": "helper.py"})
+    (folder / "solution.json").write_text(json.dumps(solution))
+    phases = first_phases_beside(request, mark, tmp_path, linger_s=1.5)
+    assert phases["worker_preload"] >= 1.0
+    assert phases["solution_load"] < 0.5
+
+
 def test_a_library_imported_after_the_solutions_own_code_is_left_to_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -72,7 +72,7 @@ def entry_imports(solution: Mapping[str, Any], files: Mapping[str, bytes] | None
     entry = str((solution.get("spec") or {}).get("entry_point", "")).split("::")[0]
     if files is None or entry not in files:
         return []
-    return list(leading_imports(files[entry], files))
+    return list(leading_imports(files, entry))
 
 
 def context_alive(device: torch.device) -> bool:

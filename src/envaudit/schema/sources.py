@@ -9,7 +9,7 @@ of its processes forks a job, the audit (runtime/audit.py) to order its jobs, an
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
 COMPILER = "compiler"
@@ -45,32 +45,55 @@ def names_compiler(folder: Path) -> bool:
     return COMPILER in libraries_named(folder)
 
 
-def leading_imports(entry: bytes | str, own_files: Iterable[str]) -> tuple[str, ...]:
-    """The library modules the entry module imports before any code of the solution's own runs.
+def leading_imports(files: Mapping[str, bytes], entry: str) -> tuple[str, ...]:
+    """The library modules the solution imports before any code of its own runs.
 
-    These are its top-level import statements, in order, up to the first statement that is not
-    one (a docstring and `from __future__` aside), a relative import, or an import of a module
-    of the solution's own (a top-level name among `own_files`, its sources' paths). Importing
-    them ahead of the solution runs library code only, in the order the solution would and
-    before any line of its own: a solution that sets a variable, or imports a file of its own,
-    before it imports a library keeps that import for itself. `from a.b import c` counts as
-    module a.b. Sources that do not parse give none."""
-    try:
-        tree = ast.parse(entry)
-    except (SyntaxError, ValueError):
-        return ()
-    own = {PurePosixPath(path).parts[0].removesuffix(".py") for path in own_files}
+    These are the entry module's top-level import statements, in order, up to the first
+    statement that is not one (a docstring and `from __future__` aside) or a relative import.
+    An import of one of the solution's own modules (a top-level name among `files`, its
+    sources by path) ends them too, after the leading imports of that module's file, found the
+    same way: importing it runs them first. Importing these ahead of the solution runs library
+    code only, in the order the solution would and before any line of its own: a solution that
+    sets a variable, or runs any code of its own, before it imports a library keeps that import
+    for itself. `from a.b import c` counts as module a.b. Sources that do not parse give none."""
     found: list[str] = []
+    _leading(files, entry, found, {entry})
+    return tuple(found)
+
+
+def _leading(files: Mapping[str, bytes], path: str, found: list[str], seen: set[str]) -> None:
+    try:
+        tree = ast.parse(files[path])
+    except (SyntaxError, ValueError):
+        return
+    own = {PurePosixPath(name).parts[0].removesuffix(".py") for name in files}
     for index, node in enumerate(tree.body):
         if index == 0 and _is_docstring(node):
             continue
         if isinstance(node, ast.ImportFrom) and node.module == "__future__":
             continue
         names = _imported(node)
-        if names is None or any(name.split(".")[0] in own for name in names):
-            break
-        found += [name for name in names if name not in found]
-    return tuple(found)
+        if names is None:
+            return
+        for name in names:
+            if name.split(".")[0] in own:
+                module = _module_file(name, files)
+                if module is not None and module not in seen:
+                    seen.add(module)
+                    _leading(files, module, found, seen)
+                return
+            if name not in found:
+                found.append(name)
+
+
+def _module_file(name: str, files: Mapping[str, bytes]) -> str | None:
+    """The source an import of the solution's own module `name` runs first: its top-level
+    package's __init__.py, else the module's own file."""
+    parts = name.split(".")
+    for candidate in (f"{parts[0]}/__init__.py", "/".join(parts) + ".py"):
+        if candidate in files:
+            return candidate
+    return None
 
 
 def _is_docstring(node: ast.stmt) -> bool:
