@@ -58,3 +58,4 @@ def test_guarded_imports_and_sources_that_do_not_parse_give_none_of_theirs() -> 
     assert leading("import torch\ndef broken(:\n") == ()
     assert leading_imports({"main.py": b"\xff\xfe not python"}, "main.py") == ()
     assert leading('"""only a docstring"""\n') == ()
+    assert leading_imports({"other.py": b"import torch\n"}, "main.py") == ()

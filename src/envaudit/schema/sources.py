@@ -62,6 +62,8 @@ def leading_imports(files: Mapping[str, bytes], entry: str) -> tuple[str, ...]:
 
 
 def _leading(files: Mapping[str, bytes], path: str, found: list[str], seen: set[str]) -> None:
+    if path not in files:
+        return
     try:
         tree = ast.parse(files[path])
     except (SyntaxError, ValueError):
