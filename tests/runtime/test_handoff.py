@@ -292,10 +292,11 @@ Path(os.environ["SLOW_LIBRARY_NOTE"]).write_text(f"{time.time()} {os.environ.get
 
 
 def with_slow_library(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, top: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, top: str, helper: str | None = None
 ) -> tuple[RunRequest, Path, Path]:
-    """The job of `after_handoff` whose main.py begins with `top`, the slow library on the
-    path; (the request, the previous worker's mark, the library's note)."""
+    """The job of `after_handoff` whose main.py begins with `top` (and, with `helper`, has a
+    second source helper.py holding it), the slow library on the path; (the request, the
+    previous worker's mark, the library's note)."""
     libraries = tmp_path / "libraries"
     (libraries / "slow_library").mkdir(parents=True)
     (libraries / "slow_library" / "__init__.py").write_text(SLOW_LIBRARY)
@@ -304,34 +305,32 @@ def with_slow_library(
     monkeypatch.setenv("PYTHONPATH", f"{libraries}{os.pathsep}{path}" if path else str(libraries))
     monkeypatch.setenv("SLOW_LIBRARY_NOTE", str(note))
     request, mark = after_handoff(tmp_path)
-    main = tmp_path / "solutions" / "after_handoff" / "main.py"
-    main.write_text(top + main.read_text())
+    folder = tmp_path / "solutions" / "after_handoff"
+    (folder / "main.py").write_text(top + (folder / "main.py").read_text())
+    if helper is not None:
+        (folder / "helper.py").write_text(helper)
+        solution = json.loads((folder / "solution.json").read_text())
+        solution["sources"].append({"path": "helper.py"})
+        (folder / "solution.json").write_text(json.dumps(solution))
     return request, mark, note
 
 
-@pytest.mark.parametrize("forked", [True, False], ids=["forked", "fresh"])
+@pytest.mark.parametrize(
+    ("forked", "top", "helper"),
+    [
+        (True, "import slow_library\n", None),
+        (False, "import slow_library\n", None),
+        (False, "import helper\n", "import slow_library\nLOADED = True\n"),
+    ],
+    ids=["forked", "fresh", "through-its-own-module"],
+)
 def test_the_libraries_a_solution_imports_first_are_imported_before_its_gate(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, forked: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, forked: bool, top: str, helper: str | None
 ) -> None:
     monkeypatch.setenv(FORK_SERVER_SWITCH, "1" if forked else "0")
-    request, mark, _ = with_slow_library(tmp_path, monkeypatch, "import slow_library\n")
+    request, mark, _ = with_slow_library(tmp_path, monkeypatch, top, helper)
     phases = first_phases_beside(request, mark, tmp_path, linger_s=1.5)
     # imported before the worker's gate, not by the solution's load
-    assert phases["worker_preload"] >= 1.0
-    assert phases["solution_load"] < 0.5
-
-
-def test_the_libraries_its_own_module_imports_first_are_imported_before_its_gate(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv(FORK_SERVER_SWITCH, "0")
-    request, mark, _ = with_slow_library(tmp_path, monkeypatch, "import helper\n")
-    folder = tmp_path / "solutions" / "after_handoff"
-    (folder / "helper.py").write_text("import slow_library\nLOADED = True\n")
-    solution = json.loads((folder / "solution.json").read_text())
-    solution["sources"].append({"path": "helper.py"})
-    (folder / "solution.json").write_text(json.dumps(solution))
-    phases = first_phases_beside(request, mark, tmp_path, linger_s=1.5)
     assert phases["worker_preload"] >= 1.0
     assert phases["solution_load"] < 0.5
 

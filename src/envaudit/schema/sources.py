@@ -57,18 +57,20 @@ def leading_imports(files: Mapping[str, bytes], entry: str) -> tuple[str, ...]:
     sets a variable, or runs any code of its own, before it imports a library keeps that import
     for itself. `from a.b import c` counts as module a.b. Sources that do not parse give none."""
     found: list[str] = []
-    _leading(files, entry, found, {entry})
+    own = {PurePosixPath(name).parts[0].removesuffix(".py") for name in files}
+    _leading(files, own, entry, found, {entry})
     return tuple(found)
 
 
-def _leading(files: Mapping[str, bytes], path: str, found: list[str], seen: set[str]) -> None:
+def _leading(
+    files: Mapping[str, bytes], own: set[str], path: str, found: list[str], seen: set[str]
+) -> None:
     if path not in files:
         return
     try:
         tree = ast.parse(files[path])
     except (SyntaxError, ValueError):
         return
-    own = {PurePosixPath(name).parts[0].removesuffix(".py") for name in files}
     for index, node in enumerate(tree.body):
         if index == 0 and _is_docstring(node):
             continue
@@ -82,7 +84,7 @@ def _leading(files: Mapping[str, bytes], path: str, found: list[str], seen: set[
                 module = _module_file(name, files)
                 if module is not None and module not in seen:
                     seen.add(module)
-                    _leading(files, module, found, seen)
+                    _leading(files, own, module, found, seen)
                 return
             if name not in found:
                 found.append(name)
