@@ -12,6 +12,9 @@ solutions) under three conditions, interleaved repeat by repeat in rotating orde
 - churn: another process makes contexts back to back: each a forked child that initialises
   CUDA through torch, records the environment as a worker does (NVML, device properties) and
   exits (a worker starting, plus the teardown of one ending: more than a waiting worker does).
+  With `--churn-import MODULE` (repeatable) each child then imports those modules too, as a
+  worker imports its solution's leading libraries before its gate (docs/harness.md): FA4's
+  `flash_attn.cute` initialises CUDA as it is imported, for seconds (s52 in docs/benchmarks.md).
 
 Each condition's turn lasts BLOCK_S of back-to-back measurements (a context takes longer to
 make than most measurements last). For each kernel and mode: the median over all of a
@@ -19,7 +22,7 @@ condition's measurements, its ratio to quiet's, the spread (max/min) of the per-
 and the share of churn's measuring time during which a child was making its context and
 environment record (from the children's own timestamps: the overlap is shown, not assumed).
 
-    python benchmarks/context_overlap.py [--rounds 4] [--json OUT.json]
+    python benchmarks/context_overlap.py [--rounds 4] [--churn-import MODULE ...] [--json OUT.json]
 """
 
 from __future__ import annotations
@@ -56,10 +59,15 @@ def hold_context(hold: Any, held: Any, stop: Any) -> None:
         time.sleep(0.005)
 
 
-def churn_contexts(go: Any, resting: Any, made: Any, stop: Any, stamps: str) -> None:
+def churn_contexts(
+    go: Any, resting: Any, made: Any, stop: Any, stamps: str, imports: tuple[str, ...] = ()
+) -> None:
     """While `go` is set, fork children one after the other, each making its CUDA context and
-    environment record as a harness worker does, then exiting; `made` counts them, and each
-    appends the wall-clock span of that work to `stamps`. `resting`: no child is alive."""
+    environment record as a harness worker does, then importing `imports`, then exiting; `made`
+    counts them, and each appends the wall-clock span of that work to `stamps`. `resting`: no
+    child is alive."""
+    import importlib
+
     import torch
 
     from envaudit.harness.environment import SmClock, environment_record
@@ -78,6 +86,8 @@ def churn_contexts(go: Any, resting: Any, made: Any, stop: Any, stamps: str) -> 
             torch.cuda.init()
             SmClock(device)
             environment_record(device)
+            for module in imports:
+                importlib.import_module(module)
             with open(stamps, "a") as handle:
                 handle.write(f"{began} {time.time()}\n")
             os._exit(0)
@@ -107,6 +117,13 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--json", help="also write the figures here")
+    parser.add_argument(
+        "--churn-import",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="each churning child also imports this module after making its context",
+    )
     args = parser.parse_args()
     spawn = mp.get_context("spawn")
     stop, hold, held, go, resting = (spawn.Event() for _ in range(5))
@@ -114,7 +131,11 @@ def main() -> int:
     stamps = f"/tmp/context-overlap-{os.getpid()}.txt"
     helpers = [
         spawn.Process(target=hold_context, args=(hold, held, stop), daemon=True),
-        spawn.Process(target=churn_contexts, args=(go, resting, made, stop, stamps), daemon=True),
+        spawn.Process(
+            target=churn_contexts,
+            args=(go, resting, made, stop, stamps, tuple(args.churn_import)),
+            daemon=True,
+        ),
     ]
     for helper in helpers:
         helper.start()
@@ -199,7 +220,11 @@ def main() -> int:
         for helper in helpers:
             helper.join(timeout=5)
     if args.json:
-        record = {"device": torch.cuda.get_device_name(device), "rows": rows}
+        record = {
+            "device": torch.cuda.get_device_name(device),
+            "churn_imports": args.churn_import,
+            "rows": rows,
+        }
         with open(args.json, "w") as handle:
             json.dump(record, handle, indent=2)
     return 0
