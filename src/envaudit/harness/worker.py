@@ -69,10 +69,10 @@ def entry_imports(solution: Mapping[str, Any], files: Mapping[str, bytes] | None
     """The libraries the solution's entry module imports before any code of its own
     (envaudit.schema.sources), for the worker to import before its gate; none when its sources
     cannot be read (the load then says why)."""
-    entry = str((solution.get("spec") or {}).get("entry_point", "")).split("::")[0]
-    if files is None or entry not in files:
+    if files is None:
         return []
-    return list(leading_imports(files, entry))
+    entry = str((solution.get("spec") or {}).get("entry_point", "")).split("::")[0]
+    return list(leading_imports(files, entry))  # none where the entry is not among the files
 
 
 def context_alive(device: torch.device) -> bool:

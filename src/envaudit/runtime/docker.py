@@ -378,8 +378,9 @@ class ContainerRuntime(Runtime):
                 EXIT_USAGE,
                 hint=f"run `envaudit build --env {build.image.env}{over}`",
             )
+        declared = dict(build.image.env_vars)
         environment = {
-            **dict(build.image.env_vars),
+            **declared,
             **job.device_env,
             "PYTHONPATH": HARNESS_MOUNT,
             "HOME": "/tmp/home",
@@ -394,7 +395,7 @@ class ContainerRuntime(Runtime):
         environment.update(passing.environment)
         jit_folder = jit_cache_folder(build.image.env, build.image.closure_hash)
         jit_state = prepare_jit_cache(jit_folder, shared_with_other_users=True)
-        environment.update(jit_environment(JIT_MOUNT, dict(build.image.env_vars)))
+        environment.update(jit_environment(JIT_MOUNT, declared))
         job = job.with_context(
             jit_cache=jit_state,
             env=build.image.env,
