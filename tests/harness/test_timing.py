@@ -48,6 +48,19 @@ def test_clock_settled_compares_the_trend_not_single_readings() -> None:
     assert timing.clock_settled([1470, 1545, 1485, 1530, 1470, 1515][-2 * half :])
 
 
+def test_the_warm_up_waits_for_the_power_controller_only_where_it_will_act() -> None:
+    """The H200's FA4 attention from idle (s58): NVML's first figure after the kernel began
+    read 752-789 W against a 700 W limit, the clock still 1980 MHz; the next one the cap."""
+    limit = 700.0
+    assert not timing.power_heated([], limit, limited=False)  # no figure of its own yet
+    assert timing.power_heated([350.0], limit, limited=False)  # far from the limit
+    assert not timing.power_heated([789.0], limit, limited=False)  # at it, not yet cut
+    assert not timing.power_heated([0.9 * limit], limit, limited=False)
+    assert timing.power_heated([789.0, 709.0], limit, limited=False)  # two refreshes, no cap
+    assert timing.power_heated([789.0], limit, limited=True)  # cut: the wander rule takes over
+    assert timing.power_heated([], limit, limited=True)
+
+
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
@@ -175,3 +188,20 @@ def test_a_power_limited_measurement_spends_the_budget() -> None:
     assert 76.0 <= short.median_ms * short.iterations < 0.6 * timing.TARGET_MEASURE_MS
     free = timing.time_eager_cuda(launch, 1, device, None)
     assert free.stop == "precise" and free.power_limited is None
+
+
+@pytest.mark.gpu
+@gpu
+def test_a_warm_up_ends_on_a_power_figure_of_its_own_kernel() -> None:
+    """Where NVML reads the board's power, no warm-up ends before a figure taken while its own
+    kernel ran has come."""
+    device = torch.device("cuda")
+    clock = SmClock(device)
+    clock.read()  # the power figure is known from the first read on
+    if not clock.reads_power or clock.power_limit_w is None:
+        pytest.skip("NVML reads no instantaneous power here")
+    a = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
+    b = torch.randn_like(a)
+    stats = timing.time_eager_cuda(lambda i: torch.mm(a, b), 1, device, clock)
+    assert stats.warmup_power_w is not None
+    assert stats.warmup_wall_ms is not None and stats.warmup_wall_ms >= timing.POWER_SAMPLE_AFTER_MS

@@ -14,6 +14,7 @@ import importlib.metadata
 import os
 import platform
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +120,10 @@ def clock_state(device: torch.device) -> dict[str, Any]:
 # NVML's clock event reasons that mean the clock is held below what the kernel would get:
 # software power cap, hardware slowdown, software and hardware thermal slowdown, power brake.
 LIMITING_REASONS = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+NVML_FI_POWER_INSTANT = 186
+"""NVML_FI_DEV_POWER_INSTANT: the board's power now, in mW (nvmlDeviceGetPowerUsage averages
+over about a second, so it trails a kernel's heat-up by that long)."""
+POWER_SAMPLES_KEPT = 8
 
 
 class SmClock:
@@ -126,13 +131,23 @@ class SmClock:
     timing starts once the clock has settled). NVML is opened once and kept; `read` gives None
     when NVML or the GPU's handle is unavailable, and then no decision waits on the clock.
     Each read also asks why the clock is where it is, and counts the reads that found it held
-    down by a power or thermal limit (`limited_reads`)."""
+    down by a power or thermal limit (`limited_reads`), and reads the board's instantaneous
+    power. NVML refreshes these figures only every ~100 ms on the H200 (the clock, the reasons
+    and the power all step together; s58 in docs/benchmarks.md), so a run of equal readings
+    says nothing about a kernel that began less than a refresh ago: `power_samples` keeps when
+    the power figure last changed and to what (each change is a refresh), so the warm-up can
+    tell a fresh figure from a stale one."""
 
     def __init__(self, device: torch.device) -> None:
         self._nvml: Any = None
         self._handle: Any = None
         self._reasons: Any = None
         self.limited_reads = 0
+        self.power_limit_w: float | None = None
+        """The enforced board power limit (None: NVML does not say)."""
+        self.power_samples: list[tuple[float, float]] = []
+        """(perf_counter, watts) at the last POWER_SAMPLES_KEPT refreshes of the power figure."""
+        self._last_power_mw: int | None = None
         if device.type != "cuda":
             return
         try:
@@ -146,6 +161,9 @@ class SmClock:
             )
         except Exception:
             self._nvml = None
+            return
+        with contextlib.suppress(Exception):
+            self.power_limit_w = pynvml.nvmlDeviceGetEnforcedPowerLimit(self._handle) / 1e3
 
     def read(self) -> int | None:
         if self._nvml is None:
@@ -157,7 +175,30 @@ class SmClock:
         with contextlib.suppress(Exception):
             if self._reasons is not None and int(self._reasons(self._handle)) & LIMITING_REASONS:
                 self.limited_reads += 1
+        self._read_power()
         return mhz
+
+    def _read_power(self) -> None:
+        try:
+            field = self._nvml.nvmlDeviceGetFieldValues(self._handle, [NVML_FI_POWER_INSTANT])[0]
+            if field.nvmlReturn != 0:
+                return
+            mw = int(field.value.uiVal)
+        except Exception:
+            return
+        if self._last_power_mw is not None and mw != self._last_power_mw:
+            self.power_samples = [*self.power_samples, (time.perf_counter(), mw / 1e3)]
+            del self.power_samples[:-POWER_SAMPLES_KEPT]
+        self._last_power_mw = mw
+
+    @property
+    def reads_power(self) -> bool:
+        """Whether the instantaneous power and the limit can both be read."""
+        return self._last_power_mw is not None and bool(self.power_limit_w)
+
+    def power_after(self, since: float) -> list[float]:
+        """The power figures (W) NVML refreshed after perf_counter time `since`, oldest first."""
+        return [w for at, w in self.power_samples if at >= since]
 
 
 def _text(value: Any) -> str:

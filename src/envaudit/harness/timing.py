@@ -6,6 +6,10 @@ the last CLOCK_HALF_READS readings within CLOCK_TREND_TOLERANCE of the mean of t
 for at most WARMUP_MAX_MS. A GPU that was idle boosts up within milliseconds and a heavy kernel
 pulls the clock down to its power limit over a few hundred; at that limit the clock dithers by a
 few percent around a steady level, so it is the trend that is compared, not single readings.
+NVML refreshes what it reads only every ~100 ms, so where it reads the board's power too, the
+warm-up also lasts until a power figure taken while the kernel ran has come, and for a kernel
+drawing near the limit, until the limit shows (power_heated): before the power controller acts
+such a kernel runs at its boost clock, a few percent faster than it can hold.
 The per-call estimate is taken from the warm-up's second half.
 Stopping rule: iterations run in batches; the first covers MIN_MEASURE_MS of measured time (at
 least MIN_ITERS iterations), each later one doubles the count, and measuring stops as soon as
@@ -64,6 +68,13 @@ WANDER_MIN_MEASURE_MS = TARGET_MEASURE_MS
 CPU_TARGET_MEASURE_MS = 200.0
 CPU_MIN_ITERS = 3
 CPU_MAX_ITERS = 50
+# NVML refreshes the clock, its reasons and the board power every ~100 ms on the H200, and a
+# kernel that draws more than the limit keeps its boost clock until the controller acts, 60-80
+# ms after it began there (s58): so a warm-up with the clock readable lasts until a power figure
+# refreshed at least POWER_SAMPLE_AFTER_MS into it (the kernel's own draw), and, when that
+# figure is within POWER_BOUND_SHARE of the limit, until the limit shows (power_heated).
+POWER_SAMPLE_AFTER_MS = 10.0
+POWER_BOUND_SHARE = 0.9
 L2_FLUSH_MIN_BYTES = 64 << 20
 MAX_GRAPHS = 4
 # Each replay pays a fixed cost (graph launch; the first kernel after the flush writes back
@@ -118,6 +129,9 @@ class TimingStats:
     power_limited: bool | None = None
     """Whether NVML found the clock held down by a power or thermal limit at some read around
     the measured batches (None: no NVML); such a measurement never stops early."""
+    warmup_power_w: float | None = None
+    """The board power NVML last refreshed during the warm-up, W (None: none came, or NVML
+    cannot read it); the warm-up waits for one (POWER_SAMPLE_AFTER_MS)."""
     budget_ms: float | None = None
     """The measured time this measurement could spend (TARGET_MEASURE_MS, CPU_TARGET_MEASURE_MS,
     or what the audit asked for: --measure-ms)."""
@@ -183,6 +197,8 @@ class Warmup:
     estimate_ms: float
     sm_clock_mhz: int | None
     clock_steady: bool | None
+    power_w: float | None = None
+    """The last power figure NVML refreshed during the warm-up (None: none, or not read)."""
 
 
 def clock_settled(
@@ -197,13 +213,36 @@ def clock_settled(
     return abs(recent - before) <= tolerance * before
 
 
+def power_heated(fresh_w: list[float], limit_w: float, limited: bool) -> bool:
+    """Whether a kernel has run long enough for the board's power controller to have had its
+    say, given the power figures NVML refreshed while it ran (`fresh_w`): one figure below
+    POWER_BOUND_SHARE of the limit (a kernel that cannot reach the limit), or a limit reported
+    (the clock is held down: the measurement then lasts the wander window), or two figures at
+    the limit without one (the controller let it be). Until then a kernel that will be held
+    down runs at its boost clock: FA4's dense attention read 0.179-0.181 ms per call for the
+    first 60-80 ms from idle and 0.186-0.191 ms from then on (s58)."""
+    if limited:
+        return True
+    if not fresh_w:
+        return False
+    return fresh_w[0] < POWER_BOUND_SHARE * limit_w or len(fresh_w) >= 2
+
+
+def _heated(clock: SmClock | None, began: float, limited_before: int) -> bool:
+    if clock is None or not clock.reads_power or clock.power_limit_w is None:
+        return True
+    fresh = clock.power_after(began + POWER_SAMPLE_AFTER_MS / 1e3)
+    return power_heated(fresh, clock.power_limit_w, clock.limited_reads > limited_before)
+
+
 def _cuda_warmup(launch: Launch, copies: int, clock: SmClock | None = None) -> Warmup:
     """Warm up (module docstring); the per-call estimate comes from the second half."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times: list[float] = []
-    readings = _read(clock, [])
-    elapsed = since_read = 0.0
     began = time.perf_counter()
+    readings = _read(clock, [])  # a power figure that changed before now is not this kernel's
+    limited = clock.limited_reads if clock is not None else 0
+    elapsed = since_read = 0.0
     while True:
         start.record()
         launch(len(times) % copies)
@@ -216,13 +255,20 @@ def _cuda_warmup(launch: Launch, copies: int, clock: SmClock | None = None) -> W
             since_read = 0.0
             readings = _read(clock, readings)
         enough = len(times) >= WARMUP_MIN_ITERS and elapsed >= WARMUP_MIN_MS
-        if enough and (not readings or clock_settled(readings)):
+        if enough and (not readings or clock_settled(readings)) and _heated(clock, began, limited):
             break
         if len(times) >= MAX_ITERS or _ms_since(began) >= WARMUP_MAX_MS:
             break
     tail = times[len(times) // 2 :]
     steady = clock_settled(readings) if readings else None
-    return Warmup(len(times), sum(tail) / len(tail), readings[-1] if readings else None, steady)
+    fresh = clock.power_after(began + POWER_SAMPLE_AFTER_MS / 1e3) if clock is not None else []
+    return Warmup(
+        len(times),
+        sum(tail) / len(tail),
+        readings[-1] if readings else None,
+        steady,
+        fresh[-1] if fresh else None,
+    )
 
 
 def _event_loop(
@@ -355,6 +401,7 @@ def _finish(
     stats.warmup_wall_ms, stats.measure_wall_ms = warmup_wall, measured
     stats.stop, stats.median_halfwidth = outcome.stop, outcome.width
     stats.sm_clock_mhz, stats.clock_steady = warm.sm_clock_mhz, warm.clock_steady
+    stats.warmup_power_w = warm.power_w
     stats.sm_clock_range_mhz = [min(clocks), max(clocks)] if clocks else None
     stats.power_limited = outcome.limited if clocks else None
     return stats
