@@ -184,3 +184,40 @@ def test_jobs_that_need_the_compiler_go_where_their_start_costs_least(
     only = ["a_compiles", "d_compiles"]
     monkeypatch.setenv(STAGE_SWITCH, "")
     assert place_compiler_jobs(plan, only, stage_ahead("docker")) == only
+
+
+def test_an_audit_of_a_solution_that_imports_a_library_first_stages_two_ahead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Such a worker takes seconds to reach its gate (FA4's CuTe DSL), so an audit stages at
+    least two jobs ahead; ENVAUDIT_STAGE_NEXT still decides when set, and a runtime that
+    stages more keeps its depth."""
+    from envaudit.runtime.audit import STAGE_SWITCH, stage_ahead
+
+    monkeypatch.setenv(STAGE_SWITCH, "")
+    assert (stage_ahead("host"), stage_ahead("host", libraries_first=True)) == (1, 2)
+    assert (stage_ahead("local"), stage_ahead("local", libraries_first=True)) == (1, 2)
+    assert (stage_ahead("docker"), stage_ahead("docker", libraries_first=True)) == (2, 2)
+    for depth in ("0", "1", "3"):
+        monkeypatch.setenv(STAGE_SWITCH, depth)
+        assert stage_ahead("host", libraries_first=True) == int(depth)
+
+
+def test_the_repository_s_library_solutions_are_those_that_import_a_library_first() -> None:
+    """The FA4, FlashInfer, FlashMLA, TileLang and NATTEN solutions of solutions/ (found as an audit
+    finds them) import their library first; the torch, Triton and FlexAttention ones do not."""
+    from envaudit.runtime.audit import AuditPlan, _imports_libraries_first
+
+    root = Path(__file__).resolve().parents[2] / "solutions"
+    names = sorted(p.parent.name for p in root.glob("*/solution.json"))
+    plan = AuditPlan(
+        solutions=names,
+        devices=[(None, "cpu")],
+        out=Path("unused"),
+        runtime="host",
+        solutions_root=root,
+    )
+    found = {n for n in names if _imports_libraries_first(plan, n)}
+    libraries = ("-fa4", "-flashinfer", "-flashmla", "-tilelang", "-natten")
+    assert found == {n for n in names if n.endswith(libraries)}
+    assert all(any(n.endswith(suffix) for n in found) for suffix in libraries)

@@ -1,9 +1,13 @@
 """Which library imports of a solution a worker may make ahead of its load
-(envaudit.schema.sources, leading_imports): only those that run before any code of its own."""
+(envaudit.schema.sources, leading_imports): only those that run before any code of its own;
+and whether one of them is a library no worker has already (imports_libraries_first)."""
 
 from __future__ import annotations
 
-from envaudit.schema.sources import leading_imports
+import json
+from pathlib import Path
+
+from envaudit.schema.sources import imports_libraries_first, leading_imports
 
 
 def leading(main: str, **others: str) -> tuple[str, ...]:
@@ -59,3 +63,54 @@ def test_guarded_imports_and_sources_that_do_not_parse_give_none_of_theirs() -> 
     assert leading_imports({"main.py": b"\xff\xfe not python"}, "main.py") == ()
     assert leading('"""only a docstring"""\n') == ()
     assert leading_imports({"other.py": b"import torch\n"}, "main.py") == ()
+
+
+def solution_file(folder: Path, sources: dict[str, str], inline: bool = False) -> Path:
+    """A solution.json whose entry is main.py::run, its sources written beside it or inline."""
+    folder.mkdir(parents=True, exist_ok=True)
+    listed = []
+    for rel, text in sources.items():
+        if inline:
+            listed.append({"path": rel, "content": text})
+        else:
+            (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+            (folder / rel).write_text(text)
+            listed.append({"path": rel})
+    spec = {"language": "python", "entry_point": "main.py::run"}
+    path = folder / "solution.json"
+    path.write_text(json.dumps({"name": folder.name, "spec": spec, "sources": listed}))
+    return path
+
+
+def test_a_library_imported_first_is_told_apart_from_what_every_worker_has(
+    tmp_path: Path,
+) -> None:
+    """An audit stages deeper only for solutions whose workers import a library of their own
+    before the gate: the standard library, torch, Triton, NumPy and safetensors do not count,
+    nor does a library imported after the solution's own first line."""
+    plain = "import math\nimport torch\nimport triton.language as tl\nimport numpy as np\n"
+    cases = {
+        "fa4": ("import torch\nfrom flash_attn.cute import flash_attn_func\n", {}, True),
+        "helper": ("import torch\nimport kernel\n", {"kernel.py": "import tilelang\n"}, True),
+        "plain": (plain + "def run(x):\n    return x\n", {}, False),
+        "late": ("import torch\nSCALE = 2\nimport flashinfer\n", {}, False),
+    }
+    for name, (main, others, expected) in cases.items():
+        for inline in (False, True):
+            path = solution_file(tmp_path / f"{name}-{inline}", {"main.py": main, **others}, inline)
+            assert imports_libraries_first(path) is expected, (name, inline)
+
+
+def test_a_solution_that_cannot_be_read_imports_no_library_first(tmp_path: Path) -> None:
+    """Its job's load reports the problem; the audit's staging just does not count it."""
+    missing = solution_file(tmp_path / "missing", {"main.py": "import flash_attn.cute\n"})
+    (missing.parent / "main.py").unlink()
+    broken = tmp_path / "broken" / "solution.json"
+    broken.parent.mkdir()
+    broken.write_text("{not json")
+    outside = solution_file(tmp_path / "outside", {"main.py": "import flash_attn.cute\n"}, True)
+    spec = json.loads(outside.read_text())
+    spec["sources"] = [{"path": "../main.py", "content": "import flash_attn.cute\n"}]
+    outside.write_text(json.dumps(spec))
+    for path in (missing, broken, tmp_path / "absent" / "solution.json", outside):
+        assert imports_libraries_first(path) is False, path

@@ -60,7 +60,7 @@ from envaudit.runtime.supervisor import Handoff
 from envaudit.runtime.timeline import mark
 from envaudit.schema.names import shown
 from envaudit.schema.results import kept_lines, read_lines
-from envaudit.schema.sources import names_compiler
+from envaudit.schema.sources import imports_libraries_first, names_compiler
 
 REFERENCE_CACHE = "reference-cache"
 
@@ -71,6 +71,15 @@ STAGE_SWITCH = "ENVAUDIT_STAGE_NEXT"
 """How many jobs ahead an audit starts workers on a GPU (the runtime's stage_ahead when unset);
 0 starts each job's worker only after the previous job has sent its last line."""
 MAX_STAGE_AHEAD = 4
+LIBRARY_STAGE_AHEAD = 2
+"""The least an audit stages ahead when one of its solutions imports a library before its own
+code (imports_libraries_first): such a worker takes seconds to reach its gate, longer than
+many jobs. On the H200 machine (s52, docs/benchmarks.md) two ahead took the cached audit of the
+four FA4 `dev` solutions from 16.0 s to 13.9 s; on the six `dev` solutions that import none,
+two ahead and one ahead took the same time (s53-s54). It was withdrawn once (156f4a1) for an
+FA4 line that read 6% slow at two ahead; that line read both ways with nothing beside it, the
+power controller acting or not within its measurement (s56-s59), and the warm-up now waits
+for the controller."""
 
 BuildHook = Callable[[str], str | None]
 """Called with an env name before its first job; returns why its image cannot be had, or None."""
@@ -228,6 +237,10 @@ def longest_first(plan: AuditPlan, names: list[str], report: Path) -> list[str]:
     return sorted(names, key=lambda name: (-expected(name), name))
 
 
+def _imports_libraries_first(plan: AuditPlan, name: str) -> bool:
+    return imports_libraries_first(find_solution(name, plan.solutions_root)[0])
+
+
 def place_compiler_jobs(plan: AuditPlan, names: list[str], depth: int) -> list[str]:
     """The jobs whose solutions name the compiler (envaudit.schema.sources), placed where their
     long start costs least; the other jobs keep their order, and so do these among themselves.
@@ -254,12 +267,14 @@ def place_compiler_jobs(plan: AuditPlan, names: list[str], depth: int) -> list[s
     return others[:1] + placed + others[1:]
 
 
-def stage_ahead(runtime: str) -> int:
+def stage_ahead(runtime: str, libraries_first: bool = False) -> int:
     """How many jobs' workers to start ahead on a GPU: ENVAUDIT_STAGE_NEXT, else the runtime's
-    stage_ahead (runtime/registry.py)."""
+    stage_ahead (runtime/registry.py), at least LIBRARY_STAGE_AHEAD when `libraries_first` (a
+    solution of the audit imports a library before its own code)."""
     text = os.environ.get(STAGE_SWITCH, "").strip()
     if not text:
-        return get_runtime(runtime).stage_ahead
+        depth = get_runtime(runtime).stage_ahead
+        return max(depth, LIBRARY_STAGE_AHEAD) if libraries_first else depth
     if not text.isdigit() or int(text) > MAX_STAGE_AHEAD:
         raise EnvauditError(
             f"{STAGE_SWITCH}={shown(text)} is not a number of jobs from 0 to {MAX_STAGE_AHEAD}",
@@ -283,10 +298,9 @@ def run_audit(
     check_audit(plan)
     report = plan.out / "results.jsonl"
     result = AuditResult(report)
-    depth = stage_ahead(plan.runtime)
-    ordered = place_compiler_jobs(
-        plan, longest_first(plan, _ready(plan, prepare_env, result), report), depth
-    )
+    ready = longest_first(plan, _ready(plan, prepare_env, result), report)
+    depth = stage_ahead(plan.runtime, any(_imports_libraries_first(plan, n) for n in ready))
+    ordered = place_compiler_jobs(plan, ready, depth)
     mark("jobs_ready")
     guard = threading.Lock()
 

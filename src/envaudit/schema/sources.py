@@ -9,6 +9,8 @@ of its processes forks a job, the audit (runtime/audit.py) to order its jobs, an
 from __future__ import annotations
 
 import ast
+import json
+import sys
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
@@ -20,6 +22,9 @@ MARKERS: dict[str, tuple[str, ...]] = {
 }
 MARKER_SCAN_FILES = 200
 MARKER_SCAN_BYTES = 1 << 20
+EVERY_WORKERS_LIBRARIES = frozenset({"torch", "triton", "numpy", "safetensors"})
+"""What every worker has imported, or has from its fork server, before it imports a solution's
+leading libraries."""
 
 
 def libraries_named(folder: Path) -> frozenset[str]:
@@ -43,6 +48,40 @@ def names_compiler(folder: Path) -> bool:
     """Whether the solution names the compiler: it needs what the fork server's preload imports
     (torch._dynamo alone takes 4.3 s in a fresh process on the H200 machine)."""
     return COMPILER in libraries_named(folder)
+
+
+def imports_libraries_first(solution_file: Path) -> bool:
+    """Whether the solution's entry module imports, before any code of its own
+    (leading_imports), a library beyond the standard library and EVERY_WORKERS_LIBRARIES. Its
+    worker then imports that library before its gate, for seconds (on the H200 machine, s52 in
+    docs/benchmarks.md: FA4's flash_attn.cute 4.9-6.1 s, flashinfer.gdn_prefill 2.3-2.6 s,
+    tilelang 1.1 s), so an audit stages such jobs deeper (runtime/audit.py, stage_ahead).
+    False where the solution.json or its sources cannot be read: the job's load says why."""
+    try:
+        solution = json.loads(solution_file.read_bytes())
+        entry = str(solution["spec"]["entry_point"]).split("::")[0]
+        files = _python_sources(solution["sources"], solution_file.parent)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+    return any(
+        root not in sys.stdlib_module_names and root not in EVERY_WORKERS_LIBRARIES
+        for root in (name.split(".")[0] for name in leading_imports(files, entry))
+    )
+
+
+def _python_sources(sources: list[dict[str, str]], folder: Path) -> dict[str, bytes]:
+    """The solution's Python sources by relative path (inline or beside its solution.json),
+    at most MARKER_SCAN_FILES of them; paths that leave the folder are skipped."""
+    files: dict[str, bytes] = {}
+    for source in sources:
+        rel = PurePosixPath(source["path"])
+        if rel.suffix != ".py" or rel.is_absolute() or ".." in rel.parts:
+            continue
+        content = source.get("content")
+        files[str(rel)] = content.encode() if content is not None else (folder / rel).read_bytes()
+        if len(files) >= MARKER_SCAN_FILES:
+            break
+    return files
 
 
 def leading_imports(files: Mapping[str, bytes], entry: str) -> tuple[str, ...]:
