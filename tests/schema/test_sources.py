@@ -78,8 +78,18 @@ def solution_file(folder: Path, sources: dict[str, str], inline: bool = False) -
             listed.append({"path": rel})
     spec = {"language": "python", "entry_point": "main.py::run"}
     path = folder / "solution.json"
-    path.write_text(json.dumps({"name": folder.name, "spec": spec, "sources": listed}))
+    solution = {"name": folder.name, "definition": "d", "author": "t", "spec": spec}
+    path.write_text(json.dumps({**solution, "sources": listed}))
     return path
+
+
+def libraries_first(solution_json: Path) -> bool:
+    """imports_libraries_first of a solution.json, read as the audit reads it (find_solution)."""
+    from envaudit.runtime.jobs import find_solution
+
+    path, solution = find_solution(str(solution_json), solution_json.parent)
+    sources = [source.model_dump() for source in solution.sources]
+    return imports_libraries_first(solution.spec.entry_point, sources, path.parent)
 
 
 def test_a_library_imported_first_is_told_apart_from_what_every_worker_has(
@@ -98,19 +108,17 @@ def test_a_library_imported_first_is_told_apart_from_what_every_worker_has(
     for name, (main, others, expected) in cases.items():
         for inline in (False, True):
             path = solution_file(tmp_path / f"{name}-{inline}", {"main.py": main, **others}, inline)
-            assert imports_libraries_first(path) is expected, (name, inline)
+            assert libraries_first(path) is expected, (name, inline)
 
 
 def test_a_solution_that_cannot_be_read_imports_no_library_first(tmp_path: Path) -> None:
-    """Its job's load reports the problem; the audit's staging just does not count it."""
+    """Its job's load reports the problem; the audit's staging just does not count it. (A
+    solution.json that is absent or not JSON stops the audit earlier, in find_solution.)"""
     missing = solution_file(tmp_path / "missing", {"main.py": "import flash_attn.cute\n"})
     (missing.parent / "main.py").unlink()
-    broken = tmp_path / "broken" / "solution.json"
-    broken.parent.mkdir()
-    broken.write_text("{not json")
     outside = solution_file(tmp_path / "outside", {"main.py": "import flash_attn.cute\n"}, True)
     spec = json.loads(outside.read_text())
     spec["sources"] = [{"path": "../main.py", "content": "import flash_attn.cute\n"}]
     outside.write_text(json.dumps(spec))
-    for path in (missing, broken, tmp_path / "absent" / "solution.json", outside):
-        assert imports_libraries_first(path) is False, path
+    for path in (missing, outside):
+        assert libraries_first(path) is False, path

@@ -238,7 +238,9 @@ def longest_first(plan: AuditPlan, names: list[str], report: Path) -> list[str]:
 
 
 def _imports_libraries_first(plan: AuditPlan, name: str) -> bool:
-    return imports_libraries_first(find_solution(name, plan.solutions_root)[0])
+    path, solution = find_solution(name, plan.solutions_root)
+    sources = [source.model_dump() for source in solution.sources]
+    return imports_libraries_first(solution.spec.entry_point, sources, path.parent)
 
 
 def place_compiler_jobs(plan: AuditPlan, names: list[str], depth: int) -> list[str]:

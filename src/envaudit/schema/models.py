@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from envaudit.schema.dtypes import DTYPE_ALIASES, ITEMSIZE
+from envaudit.schema.sources import source_bytes
 
 DType = Literal[
     "float32",
@@ -287,14 +288,7 @@ class BuildSpec(Model):
 def solution_revision(spec: Mapping[str, Any], read: Callable[[str], bytes]) -> str:
     """The `solution_hash` of a solution.json's sources, inline `content` or files read by
     `read(relative path)` (from a folder, or from a git commit)."""
-    files = {
-        source["path"]: (
-            source["content"].encode()
-            if source.get("content") is not None
-            else read(source["path"])
-        )
-        for source in spec["sources"]
-    }
+    files = {source["path"]: source_bytes(source, read) for source in spec["sources"]}
     return solution_source_hash(files)
 
 

@@ -9,10 +9,10 @@ of its processes forks a job, the audit (runtime/audit.py) to order its jobs, an
 from __future__ import annotations
 
 import ast
-import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 COMPILER = "compiler"
 TRITON = "triton"
@@ -50,26 +50,36 @@ def names_compiler(folder: Path) -> bool:
     return COMPILER in libraries_named(folder)
 
 
-def imports_libraries_first(solution_file: Path) -> bool:
-    """Whether the solution's entry module imports, before any code of its own
-    (leading_imports), a library beyond the standard library and EVERY_WORKERS_LIBRARIES. Its
-    worker then imports that library before its gate, for seconds (on the H200 machine, s52 in
-    docs/benchmarks.md: FA4's flash_attn.cute 4.9-6.1 s, flashinfer.gdn_prefill 2.3-2.6 s,
-    tilelang 1.1 s), so an audit stages such jobs deeper (runtime/audit.py, stage_ahead).
-    False where the solution.json or its sources cannot be read: the job's load says why."""
+def imports_libraries_first(
+    entry_point: str, sources: Sequence[Mapping[str, Any]], folder: Path
+) -> bool:
+    """Whether the solution's entry module (`entry_point`, as its solution.json's spec gives
+    it) imports, before any code of its own (leading_imports), a library beyond the standard
+    library and EVERY_WORKERS_LIBRARIES. Its worker then imports that library before its gate,
+    for seconds (on the H200 machine, s52 in docs/benchmarks.md: FA4's flash_attn.cute
+    4.9-6.1 s, flashinfer.gdn_prefill 2.3-2.6 s, tilelang 1.1 s), so an audit stages such jobs
+    deeper (runtime/audit.py, stage_ahead). `sources` are the solution.json's entries, read
+    from `folder` where not inline. False where a source cannot be read: the job's load says
+    why."""
     try:
-        solution = json.loads(solution_file.read_bytes())
-        entry = str(solution["spec"]["entry_point"]).split("::")[0]
-        files = _python_sources(solution["sources"], solution_file.parent)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        files = _python_sources(sources, folder)
+    except OSError:
         return False
     return any(
         root not in sys.stdlib_module_names and root not in EVERY_WORKERS_LIBRARIES
-        for root in (name.split(".")[0] for name in leading_imports(files, entry))
+        for root in (
+            name.split(".")[0] for name in leading_imports(files, entry_point.split("::")[0])
+        )
     )
 
 
-def _python_sources(sources: list[dict[str, str]], folder: Path) -> dict[str, bytes]:
+def source_bytes(source: Mapping[str, Any], read: Callable[[str], bytes]) -> bytes:
+    """One solution.json source's bytes: its inline `content`, or `read(relative path)`."""
+    content = source.get("content")
+    return content.encode() if content is not None else read(source["path"])
+
+
+def _python_sources(sources: Sequence[Mapping[str, Any]], folder: Path) -> dict[str, bytes]:
     """The solution's Python sources by relative path (inline or beside its solution.json),
     at most MARKER_SCAN_FILES of them; paths that leave the folder are skipped."""
     files: dict[str, bytes] = {}
@@ -77,8 +87,7 @@ def _python_sources(sources: list[dict[str, str]], folder: Path) -> dict[str, by
         rel = PurePosixPath(source["path"])
         if rel.suffix != ".py" or rel.is_absolute() or ".." in rel.parts:
             continue
-        content = source.get("content")
-        files[str(rel)] = content.encode() if content is not None else (folder / rel).read_bytes()
+        files[str(rel)] = source_bytes(source, lambda path: (folder / path).read_bytes())
         if len(files) >= MARKER_SCAN_FILES:
             break
     return files
