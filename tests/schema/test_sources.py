@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from envaudit.schema.sources import imports_libraries_first, leading_imports
+from envaudit.schema.sources import leading_imports
 
 
 def leading(main: str, **others: str) -> tuple[str, ...]:
@@ -84,12 +84,11 @@ def solution_file(folder: Path, sources: dict[str, str], inline: bool = False) -
 
 
 def libraries_first(solution_json: Path) -> bool:
-    """imports_libraries_first of a solution.json, read as the audit reads it (find_solution)."""
+    """imports_libraries_first of a solution.json, read as the audit reads it."""
+    from envaudit.runtime.audit import solution_imports_libraries_first
     from envaudit.runtime.jobs import find_solution
 
-    path, solution = find_solution(str(solution_json), solution_json.parent)
-    sources = [source.model_dump() for source in solution.sources]
-    return imports_libraries_first(solution.spec.entry_point, sources, path.parent)
+    return solution_imports_libraries_first(*find_solution(str(solution_json), Path()))
 
 
 def test_a_library_imported_first_is_told_apart_from_what_every_worker_has(

@@ -58,6 +58,7 @@ from envaudit.runtime.slurm import (
 )
 from envaudit.runtime.supervisor import Handoff
 from envaudit.runtime.timeline import mark
+from envaudit.schema.models import Solution
 from envaudit.schema.names import shown
 from envaudit.schema.results import kept_lines, read_lines
 from envaudit.schema.sources import imports_libraries_first, names_compiler
@@ -237,10 +238,10 @@ def longest_first(plan: AuditPlan, names: list[str], report: Path) -> list[str]:
     return sorted(names, key=lambda name: (-expected(name), name))
 
 
-def _imports_libraries_first(plan: AuditPlan, name: str) -> bool:
-    path, solution = find_solution(name, plan.solutions_root)
+def solution_imports_libraries_first(solution_file: Path, solution: Solution) -> bool:
+    """imports_libraries_first of a solution as find_solution returns it."""
     sources = [source.model_dump() for source in solution.sources]
-    return imports_libraries_first(solution.spec.entry_point, sources, path.parent)
+    return imports_libraries_first(solution.spec.entry_point, sources, solution_file.parent)
 
 
 def place_compiler_jobs(plan: AuditPlan, names: list[str], depth: int) -> list[str]:
@@ -301,7 +302,12 @@ def run_audit(
     report = plan.out / "results.jsonl"
     result = AuditResult(report)
     ready = longest_first(plan, _ready(plan, prepare_env, result), report)
-    depth = stage_ahead(plan.runtime, any(_imports_libraries_first(plan, n) for n in ready))
+    depth = stage_ahead(
+        plan.runtime,
+        any(
+            solution_imports_libraries_first(*find_solution(n, plan.solutions_root)) for n in ready
+        ),
+    )
     ordered = place_compiler_jobs(plan, ready, depth)
     mark("jobs_ready")
     guard = threading.Lock()
