@@ -228,14 +228,19 @@ def wall_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+def cell(value: float | None, width: int, digits: int) -> str:
+    """A table cell: the figure right-aligned in `width`, or a dash where there is none."""
+    return f"{value:{width}.{digits}f}" if value else f"{'-':>{width}}"
+
+
 def print_peers(rows: list[dict[str, Any]]) -> None:
     print(
         f"\n{'kernel':16} {'method':44} {'us':>10} {'/cupti':>7} {'same':>7} {'spread':>7}"
         "  wall s (median)"
     )
     for r in rows:
-        ratio = f"{r['ratio_to_cupti']:7.3f}" if r["ratio_to_cupti"] else f"{'-':>7}"
-        same = f"{r['same_launch_ratio']:7.3f}" if r["same_launch_ratio"] else f"{'-':>7}"
+        ratio = cell(r["ratio_to_cupti"], 7, 3)
+        same = cell(r["same_launch_ratio"], 7, 3)
         print(
             f"{r['kernel']:16} {r['method']:44} {r['median_us']:10.2f} {ratio} {same}"
             f" {r['spread']:7.3f}  {r['wall_s'][0]:.2f}-{r['wall_s'][1]:.2f}"
@@ -317,9 +322,9 @@ def main() -> int:
         "  sm clock MHz (first repeat)"
     )
     for r in rows:
-        cupti = f"{r['cupti_median_us']:10.2f}" if r["cupti_median_us"] else f"{'-':>10}"
-        ratio = f"{r['ratio']:7.4f}" if r["ratio"] else f"{'-':>7}"
-        paired = f"{r['paired_ratio']:7.4f}" if r["paired_ratio"] else f"{'-':>7}"
+        cupti = cell(r["cupti_median_us"], 10, 2)
+        ratio = cell(r["ratio"], 7, 4)
+        paired = cell(r["paired_ratio"], 7, 4)
         print(
             f"{r['kernel']:16} {r['mode']:6} {r['harness_median_us']:11.2f} {cupti} {ratio} "
             f"{paired} {r['spread']:7.4f}  {r['repeats'][0]['sm_clock_mhz']}"
