@@ -92,6 +92,33 @@ def test_graphs_hold_the_target_time_of_calls_within_bounds() -> None:
     assert timing.graph_calls(0.0) == timing.MAX_GRAPH_CALLS
 
 
+def test_one_graph_where_its_calls_go_round_every_copy() -> None:
+    assert timing.graph_count(copies=8, calls=256) == 1
+    assert timing.graph_count(copies=8, calls=8) == 1
+    assert timing.graph_count(copies=8, calls=7) == timing.MAX_GRAPHS
+    assert timing.graph_count(copies=2, calls=1) == 2
+    assert timing.graph_count(copies=1, calls=1) == 1
+
+
+@pytest.mark.gpu
+@gpu
+def test_the_replays_read_every_input_copy() -> None:
+    """Whether one graph holds every copy or several graphs take turns, the replays go through
+    every copy (each copy is also called once before capture, so a copy no replay reads stays
+    at 1): a ~5 us kernel gets one graph of many calls, a ~2.5 ms one a graph per copy."""
+    device = torch.device("cuda")
+    for copies, sleep_cycles, estimate_ms in ((8, 0, 0.01), (3, 5_000_000, 2.5)):
+        reads = torch.zeros(copies, dtype=torch.int64, device=device)
+
+        def launch(i: int, reads: torch.Tensor = reads, cycles: int = sleep_cycles) -> None:
+            if cycles:
+                torch.cuda._sleep(cycles)
+            reads[i] += 1
+
+        stats = timing.time_graph_cuda(launch, copies, device, None, estimate_ms=estimate_ms)
+        assert bool((reads >= 2).all()), (copies, stats.calls_per_sample, reads.tolist())
+
+
 @pytest.mark.gpu
 @gpu
 def test_a_launch_bound_estimate_does_not_leave_the_graph_short() -> None:

@@ -25,7 +25,8 @@ the launch reads the next of several rotating input copies, so no iteration find
 in cache. The flush also gives the host time to queue the launch before the start event fires,
 so launch latency is not counted as kernel time.
 Graph mode captures GRAPH_CALLS_TARGET_US worth (up to MAX_GRAPH_CALLS) of back-to-back calls
-(on rotating input copies) into one CUDA graph (sized again from the replays' own time when a
+(on rotating input copies) into one CUDA graph, or into up to MAX_GRAPHS that take turns when
+a graph holds fewer calls than there are copies (sized again from the replays' own time when a
 launch-bound estimate made it too small), flushes L2 before each replay and reports replay
 time divided by the calls in it: the steady state of a captured decode step, with launch
 latency amortised as it is when an engine replays graphs. Small kernels get many calls per
@@ -440,11 +441,19 @@ copy estimated at 9-14 us on the H200, which left its graph at 140 calls and its
 1.087x CUPTI where 256 calls read 1.073x)."""
 
 
+def graph_count(copies: int, calls: int) -> int:
+    """Graphs to capture: enough for the replays to take turns over the input copies (up to
+    MAX_GRAPHS), and one where a graph's own calls already go round every copy: more would
+    only cost their capture (a 256-call graph of a Triton kernel takes tens of milliseconds to
+    capture from Python) and the upload replay of each."""
+    return 1 if calls >= copies else min(copies, MAX_GRAPHS)
+
+
 def _capture(launch: Launch, copies: int, calls: int, device: torch.device) -> list[Any]:
-    """Up to MAX_GRAPHS graphs of `calls` back-to-back calls each, on rotating input copies."""
+    """graph_count graphs of `calls` back-to-back calls each, on rotating input copies."""
     try:
         graphs = []
-        for g in range(min(copies, MAX_GRAPHS)):
+        for g in range(graph_count(copies, calls)):
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 for j in range(calls):
