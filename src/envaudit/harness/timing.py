@@ -23,7 +23,12 @@ The record says why measuring stopped, how tight the median was and the range of
 Before every timed iteration the L2 cache is flushed by writing a buffer of twice its size, and
 the launch reads the next of several rotating input copies, so no iteration finds its operands
 in cache. The flush also gives the host time to queue the launch before the start event fires,
-so launch latency is not counted as kernel time.
+so launch latency is not counted as kernel time, as long as the host queues a call faster than
+the GPU flushes (tens of microseconds on the H200). A call whose host side takes longer (the
+Python wrapper of a Triton kernel, say) leaves the GPU waiting between the start event and the
+kernel: its eager figure is then mostly host time, varies with the host's load and tends to run
+to MAX_ITERS (GDN decode's smallest workload on the H200: 0.054 ms eager, 0.0025 ms per call in
+a graph; s62 in docs/benchmarks.md). The graph figure is the device's.
 Graph mode captures GRAPH_CALLS_TARGET_US worth (up to MAX_GRAPH_CALLS) of back-to-back calls
 (on rotating input copies) into one CUDA graph, or into up to MAX_GRAPHS that take turns when
 a graph holds fewer calls than there are copies (sized again from the replays' own time when a
