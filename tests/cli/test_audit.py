@@ -215,3 +215,27 @@ def test_the_repository_s_library_solutions_are_those_that_import_a_library_firs
     libraries = ("-fa4", "-flashinfer", "-flashmla", "-tilelang", "-natten")
     assert found == {n for n in names if n.endswith(libraries)}
     assert all(any(n.endswith(suffix) for n in found) for suffix in libraries)
+
+
+def test_a_plan_parses_each_solution_once_and_never_keeps_a_missing_one(tmp_path: Path) -> None:
+    """The plan's checks, order and staging share one parse per solution; a name that is not
+    there stays an error (RunRequestError, exit 2) every time it is asked for."""
+    from envaudit.runtime.audit import AuditPlan
+    from envaudit.runtime.jobs import RunRequestError
+
+    solutions = tmp_path / "solutions"
+    write_solution(solutions, "correct")
+    plan = AuditPlan(
+        ["correct"], [(None, "cpu")], tmp_path / "out", "host", solutions_root=solutions
+    )
+    first = plan.solution("correct")
+    (solutions / "correct" / "solution.json").write_text("{ not json")
+    assert plan.solution("correct") is first
+    assert first[1].name == "correct"
+    for _ in range(2):
+        with pytest.raises(RunRequestError, match="no solution"):
+            plan.solution("absent")
+    (solutions / "absent").mkdir()
+    (solutions / "absent" / "solution.json").write_text("{}")
+    with pytest.raises(RunRequestError, match=r"not a valid solution\.json"):
+        plan.solution("absent")

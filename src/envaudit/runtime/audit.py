@@ -106,9 +106,20 @@ class AuditPlan:
     cpu_jobs: int = 1
     """CPU audits: jobs at once (their timings then share the CPU)."""
 
+    _parsed: dict[str, tuple[Path, Solution]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
     def suite_for(self, gpu: bool) -> str:
         """The suite asked for, else dev on a GPU and smoke on the CPU."""
         return self.suite or ("dev" if gpu else "smoke")
+
+    def solution(self, name: str) -> tuple[Path, Solution]:
+        """find_solution's answer for `name`, parsed once per audit: the plan's checks, its
+        order and its staging all ask for it (each job's plan still reads its own copy)."""
+        if name not in self._parsed:
+            self._parsed[name] = find_solution(name, self.solutions_root)
+        return self._parsed[name]
 
 
 @dataclass
@@ -133,7 +144,7 @@ def envs_of(plan: AuditPlan) -> dict[str, str | None]:
     """solution -> the env it will run in (the override, else its declared env)."""
     found = {}
     for name in plan.solutions:
-        _, solution = find_solution(name, plan.solutions_root)
+        _, solution = plan.solution(name)
         found[name] = plan.options.env or solution.env
     return found
 
@@ -260,9 +271,7 @@ def place_compiler_jobs(plan: AuditPlan, names: list[str], depth: int) -> list[s
     forks = get_runtime(plan.runtime).forks_workers
     if not forks and depth == 0:
         return names
-    compilers = {
-        n for n in names if names_compiler(find_solution(n, plan.solutions_root)[0].parent)
-    }
+    compilers = {n for n in names if names_compiler(plan.solution(n)[0].parent)}
     others = [n for n in names if n not in compilers]
     placed = [n for n in names if n in compilers]
     if forks:
@@ -304,9 +313,7 @@ def run_audit(
     ready = longest_first(plan, _ready(plan, prepare_env, result), report)
     depth = stage_ahead(
         plan.runtime,
-        any(
-            solution_imports_libraries_first(*find_solution(n, plan.solutions_root)) for n in ready
-        ),
+        any(solution_imports_libraries_first(*plan.solution(n)) for n in ready),
     )
     ordered = place_compiler_jobs(plan, ready, depth)
     mark("jobs_ready")
@@ -425,7 +432,7 @@ def _counted(result: AuditResult) -> AuditResult:
 
 def _selected(plan: AuditPlan, ts: TraceSet, name: str, suite: str) -> list[str]:
     """The workloads of solution `name` in `suite`."""
-    _, solution = find_solution(name, plan.solutions_root)
+    _, solution = plan.solution(name)
     return select_workloads(ts, solution.definition, RunRequest(name, suite=suite))
 
 
