@@ -269,6 +269,35 @@ def test_job_paths_map_into_the_container_beside_gpu_mounts(
     assert launcher.seen_as(job.solution_file) == "/envaudit/solution/solution.json"
 
 
+def test_a_container_the_engine_cannot_start_is_not_left_behind(
+    engine_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The engine creates a container before it starts it; a start it refuses (here: a device
+    node that does not exist) is a usage error, and the created container is removed."""
+    from envaudit.errors import EnvauditError
+    from envaudit.runtime.docker import JOB_LABEL, ContainerLauncher, GpuPassing
+    from envaudit.runtime.jobs import RunRequest, plan_job
+
+    root = write_toy_root(tmp_path / "data")
+    write_solution(tmp_path / "solutions", "correct")
+    request = RunRequest(
+        solution="correct", data_root=root, solutions_root=tmp_path / "solutions", device="cpu"
+    )
+    job = plan_job(request, "docker")
+    passing = GpuPassing("device-nodes", options={"devices": ["/dev/envaudit-absent:/dev/gpu"]})
+    engine = Engine.connect()
+    image = engine.image(plan_build("torch-cpu").image.tag)
+    assert image is not None
+    launcher = ContainerLauncher(engine, image.id, job, {}, passing)
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    with pytest.raises(EnvauditError, match="refused to start") as caught:
+        launcher.start(job_dir, tmp_path / "worker.log")
+    assert caught.value.exit_code == 2
+    left = engine.client.containers.list(all=True, filters={"label": f"{JOB_LABEL}={job_dir}"})
+    assert not left, [c.status for c in left]
+
+
 def test_flashmla_build_says_everything_it_cannot_reach(engine_env: dict[str, str]) -> None:
     """Its wheel is built (the lock records it): what the image needs is the base and the
     store's wheels, named at once; no git source (the built wheel stands for it)."""

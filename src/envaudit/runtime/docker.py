@@ -48,6 +48,8 @@ JOB_LABEL = "dev.envaudit.job"
 TMPFS_SIZE = os.environ.get("ENVAUDIT_CONTAINER_TMPFS", "8g")
 PIDS_LIMIT = 8192
 POLL_INTERVAL_S = 0.5
+REMOVE_TRIES = 5
+REMOVE_RETRY_S = 0.2
 DRIVER_DIR_DEFAULT = "/usr/local/nvidia"
 
 
@@ -108,8 +110,21 @@ class ContainerHandle:
         if self.oom:
             output += b"\n(the container was killed for exceeding its memory limit)\n"
         log.write_bytes(output[-LOG_CAP_BYTES:])
-        with contextlib.suppress(docker.errors.DockerException):
-            self.container.remove(force=True)
+        remove_container(self.container)
+
+
+def remove_container(container: Any) -> None:
+    """Remove a worker's container, asking again for a few seconds where the engine refuses for
+    a moment (its removal already under way, a mount still busy, a slow answer): a container
+    left behind holds its job folder's label and its filesystem until someone removes it."""
+    for attempt in range(REMOVE_TRIES):
+        try:
+            container.remove(force=True)
+            return
+        except docker.errors.NotFound:
+            return
+        except (docker.errors.DockerException, requests.exceptions.RequestException):
+            time.sleep(REMOVE_RETRY_S * 2**attempt)
 
 
 class ContainerLauncher:
@@ -164,6 +179,17 @@ class ContainerLauncher:
                 " FOLDER); the worker runs as a non-root user with read-only mounts",
             )
 
+    def _remove_created(self, job_dir: Path) -> None:
+        """The engine creates a container before it starts it, and a start that fails leaves
+        the created one behind: remove it."""
+        with contextlib.suppress(
+            docker.errors.DockerException, requests.exceptions.RequestException
+        ):
+            for container in self.engine.client.containers.list(
+                all=True, filters={"label": f"{JOB_LABEL}={job_dir}"}
+            ):
+                remove_container(container)
+
     def start(self, job_dir: Path, log: Path) -> WorkerHandle:
         mounts = [*self.mounts, *self.gpu.mounts]
         volumes = {str(h): {"bind": c, "mode": "rw" if rw else "ro"} for h, c, rw in mounts}
@@ -190,6 +216,7 @@ class ContainerLauncher:
                 **self.gpu.options,
             )
         except docker.errors.APIError as exc:
+            self._remove_created(job_dir)
             raise _start_error(exc, self.gpu) from None
         log.touch()
         return ContainerHandle(container)
@@ -251,7 +278,7 @@ def remove_orphaned_containers(engine: Engine) -> None:
             all=True, filters={"label": JOB_LABEL, "status": "exited"}
         ):
             if not Path(container.labels.get(JOB_LABEL, "")).exists():
-                container.remove(force=True)
+                remove_container(container)
 
 
 @dataclass
