@@ -115,16 +115,20 @@ class ContainerHandle:
 
 def remove_container(container: Any) -> None:
     """Remove a worker's container, asking again for a few seconds where the engine refuses for
-    a moment (its removal already under way, a mount still busy, a slow answer): a container
-    left behind holds its job folder's label and its filesystem until someone removes it."""
+    a moment (its removal already under way, a mount still busy): a container left behind holds
+    its job folder's label and its filesystem until someone removes it. An engine that does not
+    answer at all is not asked again (each request waits for the client's timeout); the audit
+    goes on."""
     for attempt in range(REMOVE_TRIES):
         try:
             container.remove(force=True)
             return
         except docker.errors.NotFound:
             return
-        except (docker.errors.DockerException, requests.exceptions.RequestException):
+        except docker.errors.DockerException:
             time.sleep(REMOVE_RETRY_S * 2**attempt)
+        except requests.exceptions.RequestException:
+            return
 
 
 class ContainerLauncher:
