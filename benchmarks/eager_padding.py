@@ -139,6 +139,11 @@ def methods(
     }
 
 
+def median_us(records: list[dict[str, Any]], key: str) -> float | None:
+    """The median of a per-measurement figure in ms, as us (None where the method has none)."""
+    return statistics.median(r[key] * 1e3 for r in records) if key in records[0] else None
+
+
 def rows_for(name: str, launch: Callable[[int], Any], device: torch.device) -> list[dict[str, Any]]:
     names = kernel_names(launch)
     out = []
@@ -162,12 +167,8 @@ def rows_for(name: str, launch: Callable[[int], Any], device: torch.device) -> l
                 "wall_median_s": statistics.median(walls),
                 "iterations": statistics.median(r["iterations"] for r in records),
                 "stops": sorted({str(r["stop"]) for r in records}),
-                "pad_us": statistics.median(r["pad_ms"] * 1e3 for r in records)
-                if "pad_ms" in records[0]
-                else None,
-                "host_us": statistics.median(r["host_ms"] * 1e3 for r in records)
-                if "host_ms" in records[0]
-                else None,
+                "pad_us": median_us(records, "pad_ms"),
+                "host_us": median_us(records, "host_ms"),
                 "records": records,
             }
         )

@@ -240,12 +240,10 @@ def test_no_worker_container_is_left_behind(fault_lines: dict) -> None:
     assert not left, [c.labels for c in left]
 
 
-def test_job_paths_map_into_the_container_beside_gpu_mounts(
-    engine_env: dict[str, str], tmp_path: Path
-) -> None:
-    """The reference cache and dataset paths map to their mounts when a GPU adds mounts of its
-    own (a driver folder): the H200 run found the cache mapped to nothing."""
-    from envaudit.runtime.docker import ContainerLauncher, GpuPassing
+def toy_launcher(tmp_path: Path, passing: Any) -> tuple[Any, Any]:
+    """(the torch-cpu image's launcher, the job) for the toy `correct` solution on the CPU,
+    with a reference cache, and the GPU passed as `passing` says."""
+    from envaudit.runtime.docker import ContainerLauncher
     from envaudit.runtime.jobs import RunRequest, plan_job
 
     root = write_toy_root(tmp_path / "data")
@@ -258,12 +256,22 @@ def test_job_paths_map_into_the_container_beside_gpu_mounts(
         reference_cache=tmp_path / "refcache",
     )
     job = plan_job(request, "docker")
+    image = Engine.connect().image(plan_build("torch-cpu").image.tag)
+    assert image is not None
+    return ContainerLauncher(Engine.connect(), image.id, job, {}, passing), job
+
+
+def test_job_paths_map_into_the_container_beside_gpu_mounts(
+    engine_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The reference cache and dataset paths map to their mounts when a GPU adds mounts of its
+    own (a driver folder): the H200 run found the cache mapped to nothing."""
+    from envaudit.runtime.docker import GpuPassing
+
     driver = tmp_path / "driver"
     (driver / "lib64").mkdir(parents=True)
     passing = GpuPassing("device-nodes", mounts=[(driver, "/usr/local/nvidia", False)])
-    image = Engine.connect().image(plan_build("torch-cpu").image.tag)
-    assert image is not None
-    launcher = ContainerLauncher(Engine.connect(), image.id, job, {}, passing)
+    launcher, job = toy_launcher(tmp_path, passing)
     assert launcher.seen_as(tmp_path / "refcache") == "/envaudit/reference-cache"
     assert launcher.seen_as(job.definition_file).startswith("/envaudit/data/definitions/")
     assert launcher.seen_as(job.solution_file) == "/envaudit/solution/solution.json"
@@ -275,20 +283,11 @@ def test_a_container_the_engine_cannot_start_is_not_left_behind(
     """The engine creates a container before it starts it; a start it refuses (here: a device
     node that does not exist) is a usage error, and the created container is removed."""
     from envaudit.errors import EnvauditError
-    from envaudit.runtime.docker import JOB_LABEL, ContainerLauncher, GpuPassing
-    from envaudit.runtime.jobs import RunRequest, plan_job
+    from envaudit.runtime.docker import JOB_LABEL, GpuPassing
 
-    root = write_toy_root(tmp_path / "data")
-    write_solution(tmp_path / "solutions", "correct")
-    request = RunRequest(
-        solution="correct", data_root=root, solutions_root=tmp_path / "solutions", device="cpu"
-    )
-    job = plan_job(request, "docker")
     passing = GpuPassing("device-nodes", options={"devices": ["/dev/envaudit-absent:/dev/gpu"]})
+    launcher, _ = toy_launcher(tmp_path, passing)
     engine = Engine.connect()
-    image = engine.image(plan_build("torch-cpu").image.tag)
-    assert image is not None
-    launcher = ContainerLauncher(engine, image.id, job, {}, passing)
     job_dir = tmp_path / "job"
     job_dir.mkdir()
     with pytest.raises(EnvauditError, match="refused to start") as caught:

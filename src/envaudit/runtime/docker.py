@@ -126,7 +126,8 @@ def remove_container(container: Any) -> None:
         except docker.errors.NotFound:
             return
         except docker.errors.DockerException:
-            time.sleep(REMOVE_RETRY_S * 2**attempt)
+            if attempt + 1 < REMOVE_TRIES:
+                time.sleep(REMOVE_RETRY_S * 2**attempt)
         except requests.exceptions.RequestException:
             return
 
