@@ -97,6 +97,7 @@ def child(jobs_file: Path, result_file: Path) -> None:
     from envaudit.harness.context import context_beside
     from envaudit.harness.environment import SmClock, environment_record
     from envaudit.harness.evaluate import EvalContext, EvalOptions, evaluate_workload
+    from envaudit.harness.judge import Judge, LocalJudge
     from envaudit.harness.preload import import_modules
     from envaudit.harness.reference import ReferenceCache
     from envaudit.harness.solution import load_solution, source_files
@@ -129,7 +130,16 @@ def child(jobs_file: Path, result_file: Path) -> None:
             solution=solution,
             root=Path(view["data_root"]),
             device=device,
-            cache=ReferenceCache(Path(view["reference_cache"])),
+            judge=LocalJudge(
+                Path(view["reference_cache"]),
+                Judge(
+                    definition=json.loads(Path(view["definition_file"]).read_text()),
+                    workloads=by_uuid,
+                    root=Path(view["data_root"]),
+                    device=device,
+                    cache=ReferenceCache(Path(view["reference_cache"])),
+                ),
+            ),
             options=EvalOptions(False, view["graph_timing"], False, False, view["measure_ms"]),
             clock=clock,
         )

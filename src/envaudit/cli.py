@@ -50,8 +50,21 @@ MeasureOption = Annotated[
         " in each line (timing.*.budget_ms).",
     ),
 ]
+
+
+def _path(value: str) -> Path:
+    """A path option's value; the empty string is refused (exit 2), not read as '.' (which
+    would put a report, or an export, into whatever folder the command runs in)."""
+    if not value:
+        raise typer.BadParameter("the empty path names nothing; name a file or folder")
+    return Path(value)
+
+
 DataRoot = Annotated[
-    Path, typer.Option("--data-root", help="TraceSet root (definitions/, workloads/, blob/).")
+    Path,
+    typer.Option(
+        "--data-root", help="TraceSet root (definitions/, workloads/, blob/).", parser=_path
+    ),
 ]
 
 
@@ -78,6 +91,18 @@ def _reported() -> Iterator[None]:
 
 def _error(message: str, hint: str | None = None) -> NoReturn:
     _render(EnvauditError(message, EXIT_USAGE, hint))
+
+
+def _names(values: list[str] | None, option: str, plain: bool = True) -> list[str]:
+    """`values` once each, in order (a repeated --solution or --workload runs once); with
+    `plain`, each must be a plain name (schema.names): `../solutions/X` is a path, not one."""
+    from envaudit.schema.names import name_problem, shown
+
+    for value in values or []:
+        problem = name_problem(value) if plain else None
+        if problem is not None:
+            _error(f"{option} {shown(value)} is not a name: {problem}", f"give {option} a name")
+    return list(dict.fromkeys(values or []))
 
 
 def _version(value: bool) -> None:
@@ -145,7 +170,9 @@ def doctor(
     raise typer.Exit(EXIT_FAILED if any(c.severity == "error" for c in checks) else EXIT_OK)
 
 
-LocksDir = Annotated[Path, typer.Option("--locks-dir", help="Folder of <env>/env.toml.")]
+LocksDir = Annotated[
+    Path, typer.Option("--locks-dir", help="Folder of <env>/env.toml.", parser=_path)
+]
 
 
 @app.command()
@@ -348,12 +375,15 @@ def build(
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Rebuild every step.")] = False,
     over: OverOption = None,
     locks_dir: LocksDir = Path("locks"),
-    solutions_root: Annotated[Path, typer.Option("--solutions-root")] = Path("solutions"),
+    solutions_root: Annotated[Path, typer.Option("--solutions-root", parser=_path)] = Path(
+        "solutions"
+    ),
 ) -> None:
     """Build one image per lock, tagged by closure hash; a no-op when it exists."""
     from envaudit.image.build import build_image, build_overlay, plan_build
     from envaudit.runtime.selection import envs_to_build
 
+    _names([solution] if solution is not None else [], "--solution")
     with _reported():
         envs = envs_to_build(solution, env, all_envs, locks_dir, solutions_root)
         plans = [plan_build(name, locks_dir) for name in envs]
@@ -418,6 +448,14 @@ RuntimeOption = Annotated[
         "--runtime",
         help="docker, podman (the env's image), local (uv venv from the lock) or host (this"
         " interpreter). Default: docker when an engine answers, else local, else host.",
+    ),
+]
+RunRuntimeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--runtime",
+        help="docker, podman (the env's image), local (uv venv from the lock) or host (this"
+        " interpreter). Default: host (`audit` picks the best one here instead).",
     ),
 ]
 OverOption = Annotated[
@@ -498,7 +536,7 @@ def run(
     suite: Annotated[str | None, typer.Option("--suite", help="smoke, dev, all, ...")] = None,
     gpu: Annotated[str | None, typer.Option("--gpu", help="GPU UUID (GPU-...).")] = None,
     device: Annotated[str | None, typer.Option("--device", help="`cpu`.")] = None,
-    runtime: RuntimeOption = None,
+    runtime: RunRuntimeOption = None,
     env: EnvOption = None,
     over: OverOption = None,
     validation_only: Annotated[bool, typer.Option("--validation-only")] = False,
@@ -506,8 +544,10 @@ def run(
     strict_diagnostic: StrictOption = False,
     scale_probe: ScaleProbeOption = False,
     measure_ms: MeasureOption = None,
-    reference_cache: Annotated[Path | None, typer.Option("--reference-cache")] = None,
-    report: Annotated[Path | None, typer.Option("--report", help="Result lines file.")] = None,
+    reference_cache: Annotated[Path | None, typer.Option("--reference-cache", parser=_path)] = None,
+    report: Annotated[
+        Path | None, typer.Option("--report", help="Result lines file.", parser=_path)
+    ] = None,
     resume: Annotated[
         bool,
         typer.Option(
@@ -517,7 +557,9 @@ def run(
     ] = False,
     timeout: TimeoutOption = 300.0,
     data_root: DataRoot = Path("workloads"),
-    solutions_root: Annotated[Path, typer.Option("--solutions-root")] = Path("solutions"),
+    solutions_root: Annotated[Path, typer.Option("--solutions-root", parser=_path)] = Path(
+        "solutions"
+    ),
 ) -> None:
     """Validate and time one solution on its definition's workloads (default runtime: host)."""
     from envaudit.report.console import print_run_summary
@@ -525,6 +567,8 @@ def run(
     from envaudit.runtime.registry import RunOptions, plan_run, run_planned
 
     chosen = _runtime_choice(runtime, "host")
+    _names([solution] if solution is not None else [], "--solution")
+    workload = _names(workload, "--workload", plain=False)
     if (solution is None) == (candidate is None):
         _error("give either --solution NAME or --candidate PATH --definition NAME")
     if candidate is not None:
@@ -590,12 +634,15 @@ def reproduce(
     runtime: RuntimeOption = None,
     over: OverOption = None,
     out: Annotated[
-        Path, typer.Option("--out", help="Folder for the new line (reproduce.jsonl).")
+        Path,
+        typer.Option("--out", help="Folder for the new line (reproduce.jsonl).", parser=_path),
     ] = Path("results/reproduce"),
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
     timeout: TimeoutOption = 300.0,
     data_root: DataRoot = Path("workloads"),
-    solutions_root: Annotated[Path, typer.Option("--solutions-root")] = Path("solutions"),
+    solutions_root: Annotated[Path, typer.Option("--solutions-root", parser=_path)] = Path(
+        "solutions"
+    ),
     locks_dir: LocksDir = Path("locks"),
 ) -> None:
     """Run a recorded line again in what it records (its lock by closure hash and its solution
@@ -685,7 +732,7 @@ def audit(
     suite: Annotated[
         str | None, typer.Option("--suite", help="Default: dev on a GPU, smoke on the CPU.")
     ] = None,
-    out: Annotated[Path, typer.Option("--out")] = Path("results/audit"),
+    out: Annotated[Path, typer.Option("--out", parser=_path)] = Path("results/audit"),
     resume: Annotated[bool, typer.Option("--resume")] = False,
     strict_diagnostic: StrictOption = False,
     scale_probe: ScaleProbeOption = False,
@@ -709,7 +756,9 @@ def audit(
     ] = 0.0,
     timeout: TimeoutOption = 300.0,
     data_root: DataRoot = Path("workloads"),
-    solutions_root: Annotated[Path, typer.Option("--solutions-root")] = Path("solutions"),
+    solutions_root: Annotated[Path, typer.Option("--solutions-root", parser=_path)] = Path(
+        "solutions"
+    ),
 ) -> None:
     """Run every solution on the chosen GPUs (or the CPU); all lines go to OUT/results.jsonl.
     GPUs of one model share the jobs, one at a time each, longest first (--each-gpu: every
@@ -732,7 +781,7 @@ def audit(
         resume=resume,
         gpu_wait_s=gpu_wait,
     )
-    names = solution or []
+    names = _names(solution, "--solution")
     if (candidate is None) != (definition is None):
         _error("--candidate PATH and --definition NAME go together")
     if candidate is not None and definition is not None:
@@ -782,9 +831,13 @@ def audit(
 @app.command()
 def merge(
     files: Annotated[list[Path], typer.Argument(help="Result files to merge.")],
-    out: Annotated[Path, typer.Option("--out", help="Folder for the report.")] = Path("docs"),
+    out: Annotated[Path, typer.Option("--out", help="Folder for the report.", parser=_path)] = Path(
+        "docs"
+    ),
     data_root: DataRoot = Path("workloads"),
-    solutions_root: Annotated[Path, typer.Option("--solutions-root")] = Path("solutions"),
+    solutions_root: Annotated[Path, typer.Option("--solutions-root", parser=_path)] = Path(
+        "solutions"
+    ),
 ) -> None:
     """Merge result files (ours or FlashInfer-Bench traces) into results.jsonl, summary.json,
     performance.md, preferred-solutions.json, interfaces.json, plots/ and traces/."""
@@ -814,9 +867,13 @@ def merge(
 
 @app.command("export-solutions")
 def export_solutions_command(
-    out: Annotated[Path, typer.Option("--out", help="Root to write solutions/ under.")],
+    out: Annotated[
+        Path, typer.Option("--out", help="Root to write solutions/ under.", parser=_path)
+    ],
     data_root: DataRoot = Path("workloads"),
-    solutions_root: Annotated[Path, typer.Option("--solutions-root")] = Path("solutions"),
+    solutions_root: Annotated[Path, typer.Option("--solutions-root", parser=_path)] = Path(
+        "solutions"
+    ),
 ) -> None:
     """Write every solution as a FlashInfer-Bench Solution, sources inlined, under
     OUT/solutions/<author>/<op_type>/<definition>/<name>.json."""
@@ -835,7 +892,7 @@ def upstreams(
     locks_dir: Annotated[Path, typer.Option("--locks-dir", help="Folder of lock dirs.")] = Path(
         "locks"
     ),
-    out: Annotated[Path, typer.Option("--out", help="Report file (JSON).")] = Path(
+    out: Annotated[Path, typer.Option("--out", help="Report file (JSON).", parser=_path)] = Path(
         "docs/upstreams.json"
     ),
 ) -> None:

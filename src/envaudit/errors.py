@@ -3,9 +3,14 @@
 An `EnvauditError` carries what failed (naming the file, field, solution or workload), a hint
 with the command or field to change, and the exit code of the command contract. The CLI renders
 it in one place (`error: ...` / `hint: ...`); no foreseeable error reaches a user as a traceback.
+
+Standard library only: it is a declared harness file (schema/results.py raises it).
 """
 
 from __future__ import annotations
+
+import shutil
+from pathlib import Path
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -23,3 +28,34 @@ class EnvauditError(Exception):
     @property
     def message(self) -> str:
         return str(self)
+
+
+class WriteFailed(EnvauditError):
+    """A file envaudit writes (a report, a result line) could not be written whole: the
+    environment's fault, and one that ends an audit (every job after it would fail the same
+    way, and the report's old lines must not be counted as this run's)."""
+
+
+def free_bytes(path: Path) -> str:
+    """What is free on the file system that holds `path` (or its nearest existing folder), in
+    words; a disk-full message names it so the user knows how much to free."""
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        return f"{shutil.disk_usage(probe).free} bytes free on its file system"
+    except OSError:
+        return "free space unknown"
+
+
+def write_failed(
+    path: Path, exc: OSError, what: str = "write", then: str = "run the command again"
+) -> WriteFailed:
+    """The environment error for a file that could not be written (full disk, quota, I/O):
+    exit 2, naming the file, the cause and the free space, never the audited thing's fault."""
+    cause = exc.strerror or str(exc)
+    return WriteFailed(
+        f"{path}: could not {what}: {cause}; {free_bytes(path)}",
+        EXIT_USAGE,
+        hint=f"free space on that file system (or write elsewhere), then {then}",
+    )

@@ -7,13 +7,22 @@ paths (missing, a folder where a file is expected, a binary file, a file where a
 expected, a place under a file), numbers (-1, 0, nan, inf, huge, text), names (unknown, with
 slashes or '..') and devices. Cases stay cheap: no network (--offline where a command has it),
 no build (--dry-run), no workload run (each is refused before any work).
+
+Then hostile files and data, each case in its own process with a time limit: devices
+(/dev/zero, /dev/full, /dev/null), a FIFO, the empty path, JSON nested 100,000 deep, binary
+bytes, and names in data that climb out of their folder (a definition's op_type, a result
+line's definition). Each is refused (exit 2) or reported (exit 1) in bounded time.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -217,3 +226,91 @@ def test_bad_arguments_are_refused_without_a_traceback(
     )
     assert "Traceback" not in result.output, shown
     assert result.exit_code in (1, 2), shown
+
+
+# ---------------------------------------------------------------- hostile files and data
+# Each in its own process with a time limit: before they were refused, a device was read to
+# the end (memory) and a FIFO blocked forever, which in-process would hang the suite.
+
+HOSTILE = "{hostile}"
+DEEP = "[" * 100_000 + "]" * 100_000
+ESCAPING = "../../../../escaped"
+
+
+def _hostile_cases() -> list[object]:
+    """(argv with {hostile}, the hostile values, the exit code expected)."""
+    out = ("--out", "{out}")
+    run = (*RUN, *RUN_PLACES, "--validation-only")
+    table = [
+        (("merge", HOSTILE, *out), ["/dev/zero", "/dev/null", "{fifo}", ""], 2),
+        (("merge", "{deep}", *out), [""], 1),  # a finding per line; no usable line
+        ((*run, "--report", HOSTILE), ["/dev/full", "/dev/null", "{fifo}", ""], 2),
+        (("reproduce", HOSTILE), ["/dev/zero:1", "{fifo}:1", "{deep}:1", "{binary}:1"], 2),
+        (("diff-env", HOSTILE, "torch-cpu", *LOCKS), ["{deep}", "{binary}"], 2),
+        (("export-solutions", "--out", HOSTILE, "--data-root", "{root}"), [""], 2),
+        (("check-inputs", "--data-root", HOSTILE), ["{deep_root}", "{escaping_root}"], 1),
+    ]
+    cases = []
+    for argv, values, code in table:
+        for value in values:
+            name = f"{argv[0]} {value[:24]!r}"
+            cases.append(pytest.param(argv, value, code, id=name))
+    return cases
+
+
+@pytest.fixture(scope="module")
+def hostile(places: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    base = tmp_path_factory.mktemp("hostile")
+    os.mkfifo(base / "fifo")
+    (base / "deep.jsonl").write_text(DEEP + "\n")
+    deep_root = write_toy_root(base / "deep-root")
+    (deep_root / "definitions" / "toy" / "deep.json").write_text(DEEP)
+    escaping_root = write_toy_root(base / "escaping-root")
+    definition = escaping_root / "definitions" / "toy" / "toy_scale.json"
+    definition.write_text(json.dumps({**json.loads(definition.read_text()), "op_type": ESCAPING}))
+    return {
+        **places,
+        "{fifo}": str(base / "fifo"),
+        "{deep}": str(base / "deep.jsonl"),
+        "{deep_root}": str(deep_root),
+        "{escaping_root}": str(escaping_root),
+    }
+
+
+def _fill(text: str, places: dict[str, str]) -> str:
+    for key, value in places.items():
+        if key.startswith("{"):
+            text = text.replace(key, value)
+    return text
+
+
+@pytest.mark.parametrize(("argv", "value", "code"), _hostile_cases())
+def test_hostile_files_are_refused_in_bounded_time(
+    argv: tuple[str, ...], value: str, code: int, hostile: dict[str, str]
+) -> None:
+    filled = [_fill(value if a == HOSTILE else a, hostile) for a in argv]
+    variables = {**os.environ, "ENVAUDIT_CACHE": hostile["{cache}"]}
+    done = subprocess.run(
+        [sys.executable, "-m", "envaudit", *filled],
+        capture_output=True, text=True, timeout=120, cwd=REPO, env=variables,
+    )  # fmt: skip
+    shown = f"envaudit {' '.join(filled)}\n{done.stdout}{done.stderr}"
+    assert done.returncode == code, shown
+    assert "Traceback" not in done.stderr, shown
+    assert "error" in (done.stdout + done.stderr).lower(), shown  # said, not only exited
+
+
+def test_a_result_line_cannot_write_outside_out(places: dict[str, str], tmp_path: Path) -> None:
+    """A result line's definition is a path component of traces/: one that climbs is skipped
+    with a warning naming it, and nothing lands outside --out."""
+    line = json.loads(Path(places["{results}"]).read_text())
+    bad = {**line, "definition": ESCAPING, "workload": {"uuid": "w-escaping"}}
+    results = tmp_path / "results.jsonl"
+    results.write_text(json.dumps(line) + "\n" + json.dumps(bad) + "\n")
+    out = tmp_path / "a" / "b" / "c" / "out"
+    argv = ["merge", str(results), "--out", str(out), *RUN_PLACES]
+    result = CliRunner().invoke(app, [places.get(a, a) for a in argv])
+    assert result.exit_code == 0, result.output
+    assert repr(ESCAPING) in result.output, result.output
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and not p.is_relative_to(out)]
+    assert written == [results], written

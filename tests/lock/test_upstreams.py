@@ -170,6 +170,23 @@ def test_offline_asks_nothing(locks: Path, tmp_path: Path, monkeypatch: pytest.M
     _assert_names_no_host(out.read_text(), "127.0.0.1", ":9")
 
 
+def test_offline_does_not_overwrite_checked_results(locks: Path, tmp_path: Path) -> None:
+    """A report that holds answers (docs/upstreams.json) is not replaced by one that asked
+    nothing: refused, exit 2, naming the file; an offline report may replace an offline one."""
+    out = tmp_path / "upstreams.json"
+    checked = {"offline": False, "pins": [{"name": "six", "status": "current"}], "summary": {}}
+    out.write_text(json.dumps(checked))
+    before = out.read_bytes()
+    code, output = _run(locks, out, "--offline")
+    assert code == 2, output
+    assert str(out) in output and "checked results" in output and "--out" in output, output
+    assert out.read_bytes() == before
+    out.write_text(json.dumps({**checked, "offline": True}))
+    code, output = _run(locks, out, "--offline")
+    assert code == 0, output
+    assert json.loads(out.read_text())["summary"] == {"not checked (offline)": 5}
+
+
 def test_unreachable_index_is_reported_not_an_error(
     locks: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -20,6 +20,8 @@ from envaudit.schema.models import EvaluationStatus
 from tests.conftest import write_toy_root
 from tests.harness.test_faults import EXPECTED, write_solution
 
+HUGE = "00000000-0000-4000-8000-0000000000a1"
+
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
@@ -34,6 +36,15 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]
         argv = ["run", "--solution", name, "--device", "cpu", "--data-root", str(root)]
         argv += ["--solutions-root", str(solutions), "--report", str(report), "--timeout", "20"]
         CliRunner().invoke(app, argv)
+    # WORKLOAD_ERROR: a workload whose inputs are larger than any device (the dataset's fault)
+    huge = {"uuid": HUGE, "axes": {"B": 10**6, "S": 10**6}, "seed": 1}
+    huge["inputs"] = {"x": {"type": "random"}, "lengths": {"type": "random"}}
+    huge["inputs"]["scale"] = {"type": "scalar", "value": 1.0}
+    with (root / "workloads/toy/toy_scale.jsonl").open("a") as handle:
+        handle.write(json.dumps({"definition": "toy_scale", "workload": huge}) + "\n")
+    argv = ["run", "--solution", "correct", "--device", "cpu", "--data-root", str(root)]
+    argv += ["--solutions-root", str(solutions), "--report", str(report), "--workload", HUGE]
+    CliRunner().invoke(app, argv)
     lines = [json.loads(x) for x in report.read_text().splitlines()]
     out = base / "out"
     argv = ["merge", str(report), "--out", str(out), "--data-root", str(root)]

@@ -234,6 +234,87 @@ def test_a_gpu_that_does_not_exist_is_a_usage_error(
     assert not (tmp_path / "r.jsonl").exists()
 
 
+# Reads the reference cache the audit mounts: by listing it, and by the names an entry would
+# have if they were the plain cache key (flat, or under a folder per definition as before).
+CACHE_READER = """
+import json as _json
+from pathlib import Path as _Path
+from safetensors.torch import load_file as _load
+from envaudit.harness.reference import cache_key as _cache_key
+
+def _candidates(folder, definition, workload):
+    paths = []
+    for draw in (0, 1):
+        key = _cache_key(definition, workload, draw, "cpu")
+        paths += [folder / f"{key}.safetensors", folder / definition["name"] / f"{key}.safetensors"]
+    try:
+        paths += sorted(folder.iterdir())
+    except OSError:
+        pass
+    return paths
+
+def run(x, lengths, scale):
+    job = _json.loads((job_folder() / "job.json").read_text())
+    folder = _Path(job["reference_cache"])
+    definition = _json.loads(_Path(job["definition_file"]).read_text())
+    lines = _Path(job["workload_file"]).read_text().splitlines()
+    for workload in [_json.loads(raw)["workload"] for raw in lines if raw.strip()]:
+        for path in _candidates(folder, definition, workload):
+            try:
+                stored = _load(str(path))
+            except Exception:
+                continue
+            for tensor in stored.values():
+                if is_answer(tensor, x, lengths, scale):
+                    return tensor.clone()
+    return torch.zeros_like(x)
+"""
+
+
+def test_no_cheat_passes_in_a_container(engine_env: dict[str, str], tmp_path: Path) -> None:
+    """The cheats of tests/harness/test_reach.py, and one that reads the mounted reference
+    cache, run in containers after a correct solution filled that cache: none passes, and the
+    worker's user cannot list the cache folder."""
+    import textwrap
+
+    from tests.harness.test_faults import SOLUTIONS as FAULTS
+    from tests.harness.test_reach import CHEATS, FIND
+
+    root = write_toy_root(tmp_path / "data")
+    suite = {
+        "schema_version": 1,
+        "name": "all",
+        "workloads": {"toy_scale": [UUID_BLOB, UUID_RANDOM]},
+    }
+    (root / "suites" / "all.json").write_text(json.dumps(suite))
+    cheats = {**CHEATS, "cache_reader": CACHE_READER}
+    bodies = {"correct": FAULTS["correct"]}
+    bodies |= {name: (FIND + textwrap.dedent(body), False) for name, body in cheats.items()}
+    for name in bodies:
+        write_solution(tmp_path / "solutions", name, bodies)
+    common = ["audit", "--runtime", "docker", "--device", "cpu", "--data-root", str(root)]
+    common += ["--solutions-root", str(tmp_path / "solutions"), "--out", str(tmp_path / "out")]
+    common += ["--suite", "all", "--timeout", "30"]
+    code, out = invoke([*common, "--solution", "correct"], engine_env)
+    assert code == 0, out
+    entries = list((tmp_path / "out" / "reference-cache").iterdir())
+    assert len(entries) == 4, entries  # two workloads, two draws: what the cheat looks for
+    argv = list(common)
+    for name in cheats:
+        argv += ["--solution", name]
+    code, out = invoke([*argv, "--resume"], engine_env)
+    assert code == 1, out
+    found: dict[str, list[str]] = {}
+    for _, line in read_lines(tmp_path / "out" / "results.jsonl"):
+        assert line is not None
+        found.setdefault(line["solution"], []).append(line["status"])
+    assert found.pop("correct") == ["PASSED", "PASSED"]
+    assert set(found) == set(cheats)
+    for name, statuses in found.items():
+        assert len(statuses) == 2 and "PASSED" not in statuses, (name, statuses)
+        assert "COMPILE_ERROR" not in statuses, (name, statuses)
+
+
 def test_no_worker_container_is_left_behind(fault_lines: dict) -> None:
     engine = Engine.connect()
     left = engine.client.containers.list(all=True, filters={"label": "dev.envaudit.job"})

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from envaudit.dataset.traceset import DefinitionFile, load_traceset
 from envaudit.schema.findings import Finding
 from envaudit.schema.interfaces import Interface
+from envaudit.schema.reading import UnreadableFile, load_json
 
 INTERFACES_DIR = "interfaces"
 
@@ -95,11 +96,11 @@ def _check_file(
 
 def _read_json(findings: list[Finding], path: Path, rel: str) -> Any:
     try:
-        return json.loads(path.read_text())
+        return load_json(path)
     except json.JSONDecodeError as exc:
         msg = f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         findings.append(Finding("error", "malformed-json", rel, msg))
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, UnreadableFile) as exc:
         findings.append(Finding("error", "unreadable", rel, str(exc)))
     return None
 

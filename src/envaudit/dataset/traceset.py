@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from envaudit.schema.findings import Finding
 from envaudit.schema.models import Definition, Suite, Trace, unknown_keys
+from envaudit.schema.reading import JsonLine, UnreadableFile, json_lines, load_json, loads_json
 
 
 class DatasetRootError(OSError):
@@ -110,11 +111,11 @@ def _parse(
 
 def _read_json(ts: TraceSet, path: Path) -> Any:
     try:
-        return json.loads(path.read_text())
+        return load_json(path)
     except json.JSONDecodeError as exc:
         msg = f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ts.findings.append(Finding("error", "malformed-json", _rel(ts, path), msg))
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, UnreadableFile) as exc:  # a device, a FIFO, binary, nested too deeply
         ts.findings.append(Finding("error", "unreadable", _rel(ts, path), str(exc)))
     return None
 
@@ -141,22 +142,28 @@ def _load_definition(ts: TraceSet, path: Path) -> None:
 def _load_workload_file(ts: TraceSet, path: Path) -> None:
     rel = _rel(ts, path)
     try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
+        lines = list(json_lines(path))
+    except (OSError, UnreadableFile) as exc:  # a device, a FIFO, binary, a line without end
         ts.findings.append(Finding("error", "unreadable", rel, str(exc)))
         return
-    for number, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            data = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            msg = f"malformed JSON: {exc.msg} at column {exc.colno}"
-            ts.findings.append(Finding("error", "malformed-json", rel, msg, line=number))
-            continue
-        trace = _parse(ts, Trace, data, rel, number)
-        if isinstance(trace, Trace):
-            ts.workloads.append(WorkloadLine(rel, number, trace))
+    for line in lines:
+        if line.text.strip():
+            _load_workload_line(ts, rel, line)
+
+
+def _load_workload_line(ts: TraceSet, rel: str, line: JsonLine) -> None:
+    try:
+        data = loads_json(line.text, f"{rel}:{line.number}")
+    except json.JSONDecodeError as exc:
+        msg = f"malformed JSON: {exc.msg} at column {exc.colno}"
+        ts.findings.append(Finding("error", "malformed-json", rel, msg, line=line.number))
+        return
+    except UnreadableFile as exc:
+        ts.findings.append(Finding("error", "unreadable", rel, str(exc), line=line.number))
+        return
+    trace = _parse(ts, Trace, data, rel, line.number)
+    if isinstance(trace, Trace):
+        ts.workloads.append(WorkloadLine(rel, line.number, trace))
 
 
 def _load_suite(ts: TraceSet, path: Path) -> None:

@@ -1,8 +1,11 @@
 """Judge one solution on one workload: validate, then time, then re-check on fresh inputs.
 
 Order and rules (DESIGN.md, "Harness rules"):
-1. Inputs are materialised and the workload's constraints evaluated; the reference comes from
-   the cache. Tensor inputs are snapshotted so any write to them is caught.
+1. Inputs are materialised and the workload's constraints evaluated (whatever keeps them from
+   being drawn is the workload's fault: WORKLOAD_ERROR). Tensor inputs are snapshotted so any
+   write to them is caught. No reference exists in this process: each judged call's outputs,
+   fixed as it returns, go to the judge (envaudit.harness.judge), which only then computes or
+   loads the reference in a process of its own and answers with a verdict.
 2. On a GPU the solution is called once unjudged (module loads, JIT), then once judged.
    Destination-passing outputs are poisoned first (NaN for floats;
    for integer and boolean outputs the call is repeated with a second poison value and both
@@ -15,7 +18,8 @@ Order and rules (DESIGN.md, "Harness rules"):
    on its GPU times nothing before that job's process has gone (EvalContext.quiet); an
    out-of-memory error met before then (memory that process still held) is not the solution's:
    the workload is evaluated again once it has gone.
-4. After timing, the solution runs once more on a fresh draw of the inputs and must pass again.
+4. After timing, the solution runs once more on a fresh draw of the inputs, written into the
+   tensors it was timed on, and must pass again.
 """
 
 from __future__ import annotations
@@ -31,24 +35,17 @@ from typing import Any
 
 import torch
 
-from envaudit.harness.compare import (
-    OutputComparison,
-    compare_outputs,
-    overall_status,
-    strict_diagnostic,
-)
 from envaudit.harness.environment import SmClock, clock_state
 from envaudit.harness.inputs import (
     InputError,
     axis_values,
     check_constraints,
     concrete_shape,
-    materialize_inputs,
-    run_reference,
+    draw_checked,
     scalable_inputs,
     torch_dtype,
 )
-from envaudit.harness.reference import ReferenceCache
+from envaudit.harness.judge import Submitter, correctness, probe_point, scaled
 from envaudit.harness.solution import LoadedSolution
 from envaudit.harness.timing import (
     CPU_TARGET_MEASURE_MS,
@@ -93,7 +90,9 @@ class EvalContext:
     solution: LoadedSolution
     root: Path
     device: torch.device
-    cache: ReferenceCache
+    judge: Submitter
+    """Where each call's fixed outputs go to be judged: the expected answers live there, out
+    of this process (envaudit.harness.judge)."""
     options: EvalOptions = field(default_factory=EvalOptions)
     clock: SmClock | None = None
     """The GPU's SM clock (NVML), read while timing warms up."""
@@ -128,6 +127,12 @@ class PhaseClock:
             spent = time.perf_counter() - start
             self.seconds[name] = self.seconds.get(name, 0.0) + spent
 
+    def reassign(self, seconds: float, source: str, target: str) -> None:
+        """Count `seconds` spent inside `source` as `target`'s (the judge's share of a phase)."""
+        seconds = min(seconds, self.seconds.get(source, 0.0))
+        self.seconds[source] = self.seconds.get(source, 0.0) - seconds
+        self.seconds[target] = self.seconds.get(target, 0.0) + seconds
+
     def as_dict(self) -> dict[str, float]:
         return {name: round(spent, 6) for name, spent in self.seconds.items()}
 
@@ -158,7 +163,7 @@ def _attempt(
         outcome.update(status=failure.status, message=failure.message)
         return outcome, failure.out_of_memory
     except InputError as exc:
-        outcome.update(status="RUNTIME_ERROR", message=f"workload inputs: {exc}")
+        outcome.update(status="WORKLOAD_ERROR", message=f"workload inputs: {exc}")
     except torch.cuda.OutOfMemoryError as exc:  # drawing inputs, the reference
         outcome.update(status="RUNTIME_ERROR", message=f"out of memory: {exc}")
         return outcome, True
@@ -175,43 +180,66 @@ def _await_quiet(ctx: EvalContext, clock: PhaseClock) -> None:
 def _evaluate(
     ctx: EvalContext, workload: Mapping[str, Any], outcome: dict[str, Any], clock: PhaseClock
 ) -> None:
-    hits = ctx.cache.hits
     with clock.phase("inputs"):
         inputs = _inputs(ctx, workload, seed_offset=0)
-    with clock.phase("reference"):
-        refs = ctx.cache.outputs(ctx.definition, workload, inputs, 0, ctx.device)
-    outcome["reference_cached"] = ctx.cache.hits > hits
     with clock.phase("validation"):
-        comparisons, prepare_ms, strict = _validate(ctx, workload, inputs, refs)
+        verdict, prepare_ms = _validate(ctx, workload, inputs, "validation")
+    clock.reassign(_judged_s(verdict), "validation", "reference")
     outcome["prepare_ms"] = prepare_ms
-    outcome["correctness"] = _correctness(comparisons)
-    if strict is not None:
-        outcome["strict_diagnostic"] = strict
-    status = overall_status(comparisons)
+    outcome["reference_cached"] = bool(verdict.get("reference_cached"))
+    if "comparisons" in verdict:
+        outcome["correctness"] = correctness(verdict["comparisons"])
+    if verdict.get("strict") is not None:
+        outcome["strict_diagnostic"] = verdict["strict"]
     if ctx.options.scale_probe:
         with clock.phase("scale_probe"):
-            outcome["scale_probe"] = _scale_probe(ctx, workload, comparisons)
-    if status != "PASSED":
-        failing = next(c for c in comparisons if c.status == status)
-        raise SolutionFailure(status, f"{failing.output}: {failing.message}")
+            outcome["scale_probe"] = _scale_probe(ctx, workload, verdict)
+    _raise_unless_passed(verdict)
     if ctx.options.validation_only:
         return
     outcome["timing"] = _time(ctx, workload, inputs, clock)
     outcome["achieved"] = _achieved(ctx.definition, workload, inputs, outcome["timing"])
     with clock.phase("recheck"):
-        fresh = _inputs(ctx, workload, seed_offset=1)
-        fresh_refs = ctx.cache.outputs(ctx.definition, workload, fresh, 1, ctx.device)
-        recheck = _validate(ctx, workload, fresh, fresh_refs)[0]
-    outcome["recheck"] = _correctness(recheck)
-    status = overall_status(recheck)
+        _redraw_in_place(ctx, workload, inputs)
+        recheck, _ = _validate(ctx, workload, inputs, "recheck")
+    clock.reassign(_judged_s(recheck), "recheck", "reference")
+    if "comparisons" in recheck:
+        outcome["recheck"] = correctness(recheck["comparisons"])
+    _raise_unless_passed(recheck, "post-timing re-check on fresh inputs: ")
+
+
+def _judged_s(verdict: Mapping[str, Any]) -> float:
+    """The seconds the judge spent on a verdict (drawing, the reference, comparing)."""
+    spent = verdict.get("judge_s")
+    return float(spent) if isinstance(spent, int | float) else 0.0
+
+
+def _raise_unless_passed(verdict: Mapping[str, Any], prefix: str = "") -> None:
+    status = str(verdict.get("status"))
     if status != "PASSED":
-        failing = next(c for c in recheck if c.status == status)
-        msg = f"post-timing re-check on fresh inputs: {failing.output}: {failing.message}"
-        raise SolutionFailure(status, msg)
+        oom = bool(verdict.get("out_of_memory"))
+        raise SolutionFailure(status, prefix + str(verdict.get("message", "")), oom)
+
+
+def _redraw_in_place(ctx: EvalContext, workload: Mapping[str, Any], inputs: dict[str, Any]) -> None:
+    """The re-check's fresh draw, written into the very tensors the solution was validated and
+    timed on: a solution that caches its answer by an input's storage address (or anything
+    else that stays with the tensor) returns a stale answer here, on every device, whatever
+    the allocator does with fresh memory."""
+    fresh = _inputs(ctx, workload, seed_offset=1)
+    for name, value in fresh.items():
+        old = inputs.get(name)
+        same = isinstance(old, torch.Tensor) and isinstance(value, torch.Tensor)
+        if same and (old.shape, old.dtype) == (value.shape, value.dtype):  # type: ignore[union-attr]
+            old.copy_(value)  # type: ignore[union-attr]
+        else:
+            inputs[name] = value
+    if ctx.device.type == "cuda":
+        torch.cuda.synchronize(ctx.device)
 
 
 def _inputs(ctx: EvalContext, workload: Mapping[str, Any], seed_offset: int) -> dict[str, Any]:
-    inputs = materialize_inputs(ctx.definition, workload, ctx.root, ctx.device, seed_offset)
+    inputs = draw_checked(ctx.definition, workload, ctx.root, ctx.device, seed_offset)
     broken = check_constraints(ctx.definition, workload, inputs)
     if broken:
         raise InputError(f"constraint {broken[0]!r} does not hold for these inputs")
@@ -219,7 +247,7 @@ def _inputs(ctx: EvalContext, workload: Mapping[str, Any], seed_offset: int) -> 
 
 
 def _scale_probe(
-    ctx: EvalContext, workload: Mapping[str, Any], formal: list[OutputComparison]
+    ctx: EvalContext, workload: Mapping[str, Any], formal: Mapping[str, Any]
 ) -> dict[str, Any]:
     """Validation repeated with the scalable inputs (`scalable_inputs`) multiplied by each of
     SCALE_FACTORS, against the reference on the same scaled inputs, under the formal tolerance:
@@ -227,47 +255,31 @@ def _scale_probe(
     error grows. x1 is the formal validation. A factor whose inputs break a constraint, or on
     which the solution fails outright, is recorded as such; nothing here changes the status."""
     names = scalable_inputs(ctx.definition, workload)
-    probe: dict[str, Any] = {"inputs": names, "points": [_probe_point(1.0, formal)]}
+    probe: dict[str, Any] = {"inputs": names, "points": [_verdict_point(1.0, formal)]}
     if not names:
         probe["note"] = "no input to scale (only zero-mean normal random floats are scaled)"
         return probe
     for factor in SCALE_FACTORS:
-        inputs = materialize_inputs(ctx.definition, workload, ctx.root, ctx.device)
-        for name in names:
-            inputs[name] = (inputs[name].float() * factor).to(inputs[name].dtype)
+        drawn = draw_checked(ctx.definition, workload, ctx.root, ctx.device, 0)
+        inputs = scaled(ctx.definition, workload, drawn, factor)
         broken = check_constraints(ctx.definition, workload, inputs)
         if broken:
             probe["points"].append({"factor": factor, "skipped": f"constraint {broken[0]!r}"})
             continue
         try:
-            with torch.no_grad():
-                refs = run_reference(ctx.definition, inputs)
-            comparisons = _validate(ctx, workload, inputs, refs)[0]
+            verdict, _ = _validate(ctx, workload, inputs, "scale", factor)
         except SolutionFailure as failure:
             point = {"factor": factor, "status": failure.status, "message": failure.message[:300]}
             probe["points"].append(point)
             continue
-        probe["points"].append(_probe_point(factor, comparisons))
+        probe["points"].append(_verdict_point(factor, verdict))
     return probe
 
 
-def _probe_point(factor: float, comparisons: list[OutputComparison]) -> dict[str, Any]:
-    return {
-        "factor": factor,
-        "status": overall_status(comparisons),
-        "max_absolute_error": max((c.max_abs for c in comparisons), default=0.0),
-        "max_relative_error": max((c.max_rel for c in comparisons), default=0.0),
-        "outputs": [
-            {
-                "output": c.output,
-                "status": c.status,
-                "max_abs": c.max_abs,
-                "matched": c.matched,
-                "total": c.total,
-            }
-            for c in comparisons
-        ],
-    }
+def _verdict_point(factor: float, verdict: Mapping[str, Any]) -> dict[str, Any]:
+    if "comparisons" in verdict:
+        return probe_point(factor, verdict["comparisons"])
+    return {"factor": factor, "status": verdict.get("status"), "message": verdict.get("message")}
 
 
 def _output_dtypes(definition: Mapping[str, Any]) -> list[torch.dtype]:
@@ -447,8 +459,12 @@ def _validate(
     ctx: EvalContext,
     workload: Mapping[str, Any],
     inputs: dict[str, Any],
-    refs: tuple[torch.Tensor, ...],
-) -> tuple[list[OutputComparison], float | None, dict[str, Any] | None]:
+    purpose: str,
+    factor: float | None = None,
+) -> tuple[dict[str, Any], float | None]:
+    """Call the solution once, judged: its outputs, fixed as the call returns, go to the judge,
+    which only then computes or loads the reference (envaudit.harness.judge). (The verdict,
+    prepare's milliseconds.)"""
     before = {k: v.clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)}
     prepared, prepare_ms = _prepare(ctx, inputs)
     dps = ctx.solution.destination_passing
@@ -458,13 +474,9 @@ def _validate(
     if not dps:
         _poison_allocator(ctx, workload, 0)
     outputs = _call(ctx, inputs, given, prepared, buffers)
-    dtypes = _output_dtypes(ctx.definition)
-    comparisons = compare_outputs(ctx.definition, outputs, refs, dtypes)
-    strict = None
-    if ctx.options.strict_diagnostic:
-        strict = strict_diagnostic(ctx.definition, outputs, refs, dtypes)
+    verdict = ctx.judge.submit(str(workload["uuid"]), purpose, factor, outputs)
     _fail_if_mutated(ctx.definition, before, inputs)
-    if overall_status(comparisons) == "PASSED" and not _all_float(ctx.definition):
+    if verdict.get("status") == "PASSED" and not _all_float(ctx.definition):
         given = _allocate_outputs(ctx, workload, 1) if dps else None
         buffers = _snapshot_buffers(ctx, workload)
         if not dps:
@@ -474,7 +486,7 @@ def _validate(
             if not torch.equal(first, second):
                 msg = f"{name}: result depends on the preallocated output's contents"
                 raise SolutionFailure("INCORRECT_NUMERICAL", msg + " (elements left unwritten)")
-    return comparisons, prepare_ms, strict
+    return verdict, prepare_ms
 
 
 def _all_float(definition: Mapping[str, Any]) -> bool:
@@ -500,14 +512,6 @@ def _mutated_inputs(
         if not _bits_equal(old, new) and name not in allowed:
             changed.append(name)
     return changed
-
-
-def _correctness(comparisons: list[OutputComparison]) -> dict[str, Any]:
-    return {
-        "max_absolute_error": max((c.max_abs for c in comparisons), default=0.0),
-        "max_relative_error": max((c.max_rel for c in comparisons), default=0.0),
-        "outputs": [c.as_dict() for c in comparisons],
-    }
 
 
 def _input_copies(inputs: dict[str, Any], device: torch.device) -> list[dict[str, Any]]:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import types
 from collections.abc import Callable, Mapping
 from functools import lru_cache
@@ -374,6 +375,55 @@ def materialize_inputs(
             )
         values[name] = tensor.to(device)
     return values
+
+
+def input_bytes(definition: Mapping[str, Any], workload: Mapping[str, Any]) -> int:
+    """Bytes the workload's tensor inputs take, from the definition's shapes and dtypes; an
+    InputError for an axis that is negative (no tensor has such a shape)."""
+    axes = axis_values(definition, workload)
+    for name, value in axes.items():
+        if isinstance(value, int) and value < 0:
+            raise InputError(f"workload {workload.get('uuid')}: axis {name} is {value}")
+    total = 0
+    for spec in definition["inputs"].values():
+        shape = concrete_shape(spec, axes)
+        if shape is not None:
+            element = torch.empty((), dtype=torch_dtype(spec["dtype"])).element_size()
+            total += math.prod(shape) * element
+    return total
+
+
+def device_memory_bytes(device: torch.device) -> int:
+    """What one device holds: the GPU's memory, or this machine's."""
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def draw_checked(
+    definition: Mapping[str, Any],
+    workload: Mapping[str, Any],
+    root: Path,
+    device: torch.device,
+    seed_offset: int,
+) -> dict[str, Any]:
+    """materialize_inputs, where whatever keeps the inputs from being drawn is an InputError
+    (the dataset's fault, WORKLOAD_ERROR), never the solution's: a negative axis, inputs larger
+    than the device's whole memory, any error while drawing but running out of GPU memory
+    (which may be another job's, and is retried)."""
+    needed = input_bytes(definition, workload)
+    held = device_memory_bytes(torch.device(device))
+    if needed > held:
+        raise InputError(
+            f"workload {workload.get('uuid')}: its inputs need {needed / 2**30:.1f} GiB,"
+            f" more than the {held / 2**30:.1f} GiB of {device}"
+        )
+    try:
+        return materialize_inputs(definition, workload, root, device, seed_offset)
+    except (InputError, torch.cuda.OutOfMemoryError):
+        raise
+    except Exception as exc:
+        raise InputError(f"workload {workload.get('uuid')}: {type(exc).__name__}: {exc}") from exc
 
 
 def scalable_inputs(definition: Mapping[str, Any], workload: Mapping[str, Any]) -> list[str]:

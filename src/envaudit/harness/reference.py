@@ -3,16 +3,22 @@
 The key covers the definition's full JSON (so a changed reference or tolerance-independent
 field invalidates it), the workload's JSON, the input draw (seed offset) and the device type.
 Entries are safetensors files written to a temporary name and renamed, so an interrupted run
-never leaves a half-written entry.
+never leaves a half-written entry; readable by every user (a container's worker is not the user
+who made the folder). With a key (the job's seal: envaudit.schema.progress), an entry's name is
+the HMAC of its cache key, so a process that cannot list the folder and has no key cannot find
+the entry for a workload: the container runtimes mount the folder without read permission for
+the worker's user (docs/harness.md, "What a solution can reach"). Only the judge reads it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import hmac
 import json
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,29 +38,46 @@ def cache_key(
 class ReferenceCache:
     """Reference outputs on disk (when a directory is given) or only in memory."""
 
-    def __init__(self, directory: Path | None) -> None:
+    def __init__(self, directory: Path | None, key: str | None = None) -> None:
         self.directory = directory
+        self.key = key
         self.hits = 0
+
+    def entry(self, cache_key_hex: str) -> Path:
+        """Where one entry lives: flat in the folder, named by the key's HMAC when keyed."""
+        assert self.directory is not None
+        name = cache_key_hex
+        if self.key is not None:
+            name = hmac.new(self.key.encode(), name.encode(), hashlib.sha256).hexdigest()
+        return self.directory / f"{name}.safetensors"
 
     def outputs(
         self,
         definition: Mapping[str, Any],
         workload: Mapping[str, Any],
-        inputs: Mapping[str, Any],
+        draw: Callable[[], Mapping[str, Any]],
         seed_offset: int,
         device: torch.device,
     ) -> tuple[torch.Tensor, ...]:
+        """The reference outputs of one draw; `draw` makes the inputs, asked only when the
+        entry is not in the cache (a hit reads no blob and draws nothing)."""
         key = cache_key(definition, workload, seed_offset, device.type)
-        path = None
-        if self.directory is not None:
-            path = self.directory / definition["name"] / f"{key}.safetensors"
-            if path.is_file():
-                self.hits += 1
-                return read_outputs(path, device)
-        with torch.no_grad():
-            outputs = run_reference(definition, inputs)
+        path = self.entry(key) if self.directory is not None else None
         if path is not None:
-            _write_atomically(path, {f"out{i}": t.contiguous() for i, t in enumerate(outputs)})
+            try:
+                found = read_outputs(path, device)
+            except torch.cuda.OutOfMemoryError:
+                raise
+            except Exception:
+                found = None  # absent, or unreadable here: computed again and replaced
+            if found is not None:
+                self.hits += 1
+                return found
+        with torch.no_grad():
+            outputs = run_reference(definition, draw())
+        if path is not None:
+            with contextlib.suppress(OSError):  # a cache that cannot be written is no cache
+                _write_atomically(path, {f"out{i}": t.contiguous() for i, t in enumerate(outputs)})
         return outputs
 
 
@@ -73,6 +96,7 @@ def _write_atomically(path: Path, tensors: dict[str, torch.Tensor]) -> None:
     os.close(fd)
     try:
         save_file(tensors, tmp)
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would shut out a container's user
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

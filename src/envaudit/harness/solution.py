@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envaudit.schema.sources import source_outside
+
 
 class SolutionLoadError(RuntimeError):
     """The solution's sources could not be found, compiled or imported (COMPILE_ERROR)."""
@@ -46,8 +48,9 @@ def source_files(solution: Mapping[str, Any], solution_dir: Path) -> dict[str, b
     files: dict[str, bytes] = {}
     for source in solution["sources"]:
         rel = source["path"]
-        if Path(rel).is_absolute() or ".." in Path(rel).parts:
-            raise SolutionLoadError(f"source path {rel} must stay inside the solution folder")
+        outside = source_outside(solution_dir, rel)
+        if outside is not None:
+            raise SolutionLoadError(outside)
         if source.get("content") is not None:
             files[rel] = source["content"].encode()
         else:
@@ -56,6 +59,13 @@ def source_files(solution: Mapping[str, Any], solution_dir: Path) -> dict[str, b
                 raise SolutionLoadError(f"source {rel} is missing from {solution_dir}")
             files[rel] = path.read_bytes()
     return files
+
+
+def _prefix(name: str) -> str:
+    """A short, plain form of a solution's name for a folder name: a name may be as long as a
+    whole path component, and the folder's name adds to it."""
+    kept = "".join(c if c.isalnum() or c in "._-" else "_" for c in name[:40])
+    return kept or "solution"
 
 
 def hash_sources(files: Mapping[str, bytes]) -> str:
@@ -71,7 +81,7 @@ def load_solution(solution: Mapping[str, Any], files: Mapping[str, bytes]) -> Lo
     entry_file, func_name = solution["spec"]["entry_point"].split("::")
     if entry_file not in files:
         raise SolutionLoadError(f"entry file {entry_file} is not among the sources")
-    workdir = Path(tempfile.mkdtemp(prefix=f"envaudit-{solution['name']}-"))
+    workdir = Path(tempfile.mkdtemp(prefix=f"envaudit-{_prefix(str(solution['name']))}-"))
     atexit.register(shutil.rmtree, workdir, True)
     for rel, data in files.items():
         (workdir / rel).parent.mkdir(parents=True, exist_ok=True)

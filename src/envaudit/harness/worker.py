@@ -1,5 +1,10 @@
 """The child process that evaluates one solution on a batch of workloads.
 
+It is two processes (envaudit.harness.judge): this one, the judge, forks the solution's
+process first thing and keeps the expected answers, the job's seal and the progress file to
+itself; everything below that loads, calls and times the solution runs in the other one
+(solution_main), whose events reach the supervisor only through the judge.
+
 `python -m envaudit.harness.worker JOB_DIR`. It reads `JOB_DIR/job.json` and reports through
 `JOB_DIR/progress.jsonl` (envaudit.schema.progress): its environment, `begin` before each
 workload, so the supervisor knows which workload was in flight if this process dies or hangs,
@@ -36,15 +41,28 @@ import torch
 from envaudit.harness.context import context_beside
 from envaudit.harness.environment import SmClock, environment_record
 from envaudit.harness.evaluate import EvalContext, EvalOptions, evaluate_workload
+from envaudit.harness.judge import (
+    Judge,
+    Link,
+    LinkClosed,
+    RemoteJudge,
+    exit_like,
+    fork_solution_process,
+    seal_judge,
+)
 from envaudit.harness.preload import preload_for
 from envaudit.harness.reference import ReferenceCache
 from envaudit.harness.solution import SolutionLoadError, hash_sources, load_solution, source_files
 from envaudit.schema.progress import (
     BYTECODE_CACHE_ENV,
     CONTEXT_LOST,
+    GATE_FILE,
     JOB_FILE,
+    OUTPUTS_FOLDER,
     ProgressWriter,
     QuietGate,
+    take_seal,
+    wait_for_file,
 )
 from envaudit.schema.results import result_line, workloads_by_uuid
 from envaudit.schema.sources import leading_imports
@@ -87,9 +105,108 @@ def context_alive(device: torch.device) -> bool:
 
 
 def main(job_dir: Path) -> int:
+    """Split into the judge (this process) and the solution's process (envaudit.harness.judge),
+    before anything else happens."""
     faulthandler.enable()  # a segfault prints the Python stack into the log the line quotes
-    progress = ProgressWriter(job_dir)
+    split = fork_solution_process()
+    if split.is_judge:
+        assert split.solution_pid is not None
+        return judge_main(job_dir, split.link, split.solution_pid)
+    split.link.receive()  # released: the seal is read and gone, the judge sealed
+    return solution_main(job_dir, split.link)
+
+
+class Relay:
+    """The solution process's way to the supervisor: every event goes through the judge,
+    which alone writes (and seals) the job's progress."""
+
+    def __init__(self, link: Link) -> None:
+        self.link = link
+
+    def send(self, event: str, **fields: Any) -> None:
+        self.link.send("event", event=event, fields=fields)
+
+
+def judge_main(job_dir: Path, link: Link, child: int) -> int:
+    """The judge: takes the seal, lets the solution's process go, then relays its events,
+    judges its outputs and settles each result line, until that process ends."""
+    seal = take_seal(job_dir)
+    seal_judge()
+    outputs_dir = job_dir / OUTPUTS_FOLDER
+    outputs_dir.mkdir(exist_ok=True)
+    outputs_dir.chmod(0o700)
+    link.send("go")
+    progress = ProgressWriter(job_dir, seal.progress_key if seal else None)
     progress.watch_supervisor()
+    job = json.loads((job_dir / JOB_FILE).read_text())
+    device = torch.device(job["device"])
+    making = context_beside(device)
+    definition = json.loads(Path(job["definition_file"]).read_text())
+    by_uuid = workloads_by_uuid(Path(job["workload_file"]))
+    solution_json = json.loads(Path(job["solution_file"]).read_text())
+    try:
+        own_hash: str | None = hash_sources(
+            source_files(solution_json, Path(job["solution_file"]).parent)
+        )
+    except SolutionLoadError:
+        own_hash = None
+    cache_dir = job.get("reference_cache")
+    judge = Judge(
+        definition=definition,
+        workloads={u: by_uuid[u] for u in job["workloads"]},
+        root=Path(job["data_root"]),
+        device=device,
+        cache=ReferenceCache(
+            Path(cache_dir) if cache_dir else None, seal.cache_key if seal else None
+        ),
+        strict=bool(job.get("strict_diagnostic", False)),
+    )
+    if making is not None:
+        making.join()
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    env: dict[str, Any] = {}
+    while True:
+        try:
+            message = link.receive()
+        except LinkClosed:
+            break
+        kind = message.get("kind")
+        if kind == "judge" and isinstance(message.get("request"), dict):
+            progress.send("judging", uuid=str(message["request"].get("uuid")))
+            verdict = judge.verdict(message["request"], outputs_dir)
+            progress.send("judged")
+            link.send("verdict", verdict=verdict)
+        elif kind == "event":
+            event, fields = str(message.get("event")), message.get("fields")
+            fields = fields if isinstance(fields, dict) else {}
+            if event == "env":
+                env = dict(fields.get("environment") or {})
+                progress.send(event, **fields)
+            elif event in ("ready", "begin"):
+                if event == "begin":
+                    judge.begin(str(fields.get("uuid")))
+                progress.send(event, **{k: v for k, v in fields.items() if k != "t"})
+        elif kind == "result":
+            uuid = str(message.get("uuid"))
+            if uuid not in judge.workloads:
+                continue
+            outcome = message.get("outcome")
+            outcome = dict(outcome) if isinstance(outcome, dict) else {"status": "RUNTIME_ERROR"}
+            outcome = judge.settle(uuid, outcome, bool(job.get("validation_only", False)))
+            seconds = message.get("seconds")
+            seconds = float(seconds) if isinstance(seconds, int | float) else 0.0
+            line = result_line(job, judge.workloads[uuid], outcome, env, own_hash, seconds)
+            progress.send("result", uuid=uuid, line=line)
+    _, status = os.waitpid(child, 0)
+    exit_like(status)
+    return 1
+
+
+def solution_main(job_dir: Path, link: Link) -> int:
+    """The solution's process: everything a worker did before the judge was split off, except
+    computing references, judging, and writing progress."""
+    progress = Relay(link)
     job = json.loads((job_dir / JOB_FILE).read_text())
     device = torch.device(job["device"])
     making = context_beside(device)
@@ -119,7 +236,7 @@ def main(job_dir: Path) -> int:
     if preload_s:
         startup["worker_preload"] = preload_s
     progress.send("env", environment=env, distributions=dists, startup=startup)
-    gate_wait = progress.wait_for_gate() if job.get("gated") else 0.0
+    gate_wait = wait_for_file(job_dir / GATE_FILE) if job.get("gated") else 0.0
     definition = json.loads(Path(job["definition_file"]).read_text())
     by_uuid = workloads_by_uuid(Path(job["workload_file"]))
     workloads = [by_uuid[u] for u in job["workloads"]]
@@ -130,8 +247,8 @@ def main(job_dir: Path) -> int:
         source_hash: str | None,
         started: float,
     ) -> None:
-        line = result_line(job, workload, outcome, env, source_hash, time.perf_counter() - started)
-        progress.send("result", uuid=workload["uuid"], line=line)
+        seconds = time.perf_counter() - started
+        link.send("result", uuid=workload["uuid"], outcome=dict(outcome), seconds=seconds)
 
     solution_hash = hash_sources(files) if files is not None else None
     start = time.perf_counter()
@@ -154,13 +271,12 @@ def main(job_dir: Path) -> int:
         for workload in workloads:
             finish(workload, outcome, solution_hash, start)
         return 0
-    cache_dir = job.get("reference_cache")
     ctx = EvalContext(
         definition=definition,
         solution=solution,
         root=Path(job["data_root"]),
         device=device,
-        cache=ReferenceCache(Path(cache_dir) if cache_dir else None),
+        judge=RemoteJudge(job_dir / OUTPUTS_FOLDER, link),
         options=EvalOptions(
             job.get("validation_only", False),
             job.get("graph_timing", False),

@@ -23,7 +23,9 @@ from pathlib import Path
 from envaudit.errors import EXIT_USAGE, EnvauditError
 from envaudit.image.engine import Engine, ImageInfo
 from envaudit.image.plan import LABEL_PREFIX, base_tag
+from envaudit.schema.names import name_problem, shown
 from envaudit.schema.paths import sha256_file
+from envaudit.schema.reading import UnreadableFile, loads_toml, read_text
 
 BASES_DIR = Path("containers/bases")
 MANIFEST_PATH = "etc/envaudit-base-manifest"
@@ -70,6 +72,12 @@ class BaseRecipe:
 
 
 def load_recipe(name: str, bases_dir: Path = BASES_DIR) -> BaseRecipe:
+    problem = name_problem(name)
+    if problem is not None:
+        raise EnvauditError(
+            f"{shown(name)} is not a base recipe name: {problem}",
+            hint=f"name a recipe of {bases_dir}/ (its file name without .toml)",
+        )
     path = bases_dir / f"{name}.toml"
     if not path.is_file():
         known = sorted(p.stem for p in bases_dir.glob("*.toml"))
@@ -78,7 +86,7 @@ def load_recipe(name: str, bases_dir: Path = BASES_DIR) -> BaseRecipe:
             hint=f"known recipes: {', '.join(known) or 'none'}",
         )
     try:
-        raw = tomllib.loads(path.read_text())
+        raw = loads_toml(read_text(path), str(path))
         kind = str(raw.get("kind", "debootstrap"))
         if kind == "import":
             return BaseRecipe(
@@ -103,6 +111,8 @@ def load_recipe(name: str, bases_dir: Path = BASES_DIR) -> BaseRecipe:
         )
     except (tomllib.TOMLDecodeError, KeyError) as exc:
         raise EnvauditError(f"{path}: not a base recipe: {exc}", 1) from None
+    except UnreadableFile as exc:  # binary bytes, a device, nested too deeply
+        raise EnvauditError(f"{exc}; not a base recipe") from None
 
 
 def base_labels(recipe: BaseRecipe, manifest_sha256: str) -> dict[str, str]:

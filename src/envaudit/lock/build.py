@@ -271,7 +271,9 @@ def _builder(
     env = offline.uv_environment()
     failure = f"making the builder for source {source.name} failed"
     python = offline.create_venv(tmp / "builder", lock.python, env, failure)
-    offline.install_from_store(python, store, _pinned(source.build_requires), env, failure)
+    offline.install_from_store(
+        python, store, _pinned(source.build_requires), env, failure, lock_env=lock.env
+    )
     if not toolchain or lock.cuda is None:
         return python, None
     home = offline.install_toolchain(

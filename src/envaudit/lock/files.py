@@ -11,7 +11,8 @@ from pydantic import ValidationError
 from envaudit.errors import EXIT_FAILED, EnvauditError
 from envaudit.schema.locks import EnvSpec, Lock
 from envaudit.schema.names import name_problem, shown
-from envaudit.schema.paths import write_text_atomically
+from envaudit.schema.reading import UnreadableFile, load_json, loads_toml, read_text
+from envaudit.schema.writes import replace_text
 
 LOCKS_DIR = Path("locks")
 
@@ -38,15 +39,17 @@ def env_dir(env: str, locks_dir: Path = LOCKS_DIR) -> Path:
 
 
 def load_spec(folder: Path) -> EnvSpec:
+    """env.toml; an unreadable or unparsable one is an environment error (exit 2, no lock can
+    be made or checked from it), one that breaks the schema the env's own fault (exit 1)."""
     path = folder / "env.toml"
     try:
-        raw = tomllib.loads(path.read_bytes().decode("utf-8"))
+        raw = loads_toml(read_text(path), str(path))
     except OSError as exc:
-        raise LockError(f"{path}: cannot read: {exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise LockError(f"{path}: not UTF-8 text: {exc}", exit_code=EXIT_FAILED) from exc
+        raise LockError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except UnreadableFile as exc:  # a device, binary bytes, nested too deeply
+        raise LockError(str(exc), hint=f"{path} must be a TOML text file") from exc
     except tomllib.TOMLDecodeError as exc:
-        raise LockError(f"{path}: not valid TOML: {exc}", exit_code=EXIT_FAILED) from exc
+        raise LockError(f"{path}: not valid TOML: {exc}") from exc
     try:
         return EnvSpec.model_validate(raw)
     except ValidationError as exc:
@@ -54,19 +57,22 @@ def load_spec(folder: Path) -> EnvSpec:
 
 
 def load_lock(folder: Path) -> Lock:
-    """lock.json, refused when its closure_hash does not match its content (edited by hand)."""
+    """lock.json, refused when its closure_hash does not match its content (edited by hand:
+    exit 1); a missing, unreadable or unparsable one is an environment error (exit 2)."""
     path = folder / "lock.json"
     if not path.is_file():
-        raise LockError(
-            f"{path} does not exist",
-            exit_code=EXIT_FAILED,
-            hint=f"run `envaudit lock {folder.name}`",
-        )
+        raise LockError(f"{path} does not exist", hint=f"run `envaudit lock {folder.name}`")
     try:
-        lock = Lock.model_validate(json.loads(path.read_text()))
-    except (OSError, ValueError) as exc:
-        detail = _describe(exc) if isinstance(exc, ValidationError) else str(exc)
-        raise LockError(f"{path}: {detail}", exit_code=EXIT_FAILED) from exc
+        raw = load_json(path)
+    except OSError as exc:
+        raise LockError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except ValueError as exc:  # not UTF-8, not JSON, nested too deeply
+        hint = f"regenerate it with `envaudit lock {folder.name}`"
+        raise LockError(f"{path}: not a lock.json: {exc}", hint=hint) from exc
+    try:
+        lock = Lock.model_validate(raw)
+    except ValidationError as exc:
+        raise LockError(f"{path}: {_describe(exc)}", exit_code=EXIT_FAILED) from exc
     actual = lock.computed_closure_hash()
     if actual != lock.closure_hash:
         raise LockError(
@@ -81,7 +87,7 @@ def load_lock(folder: Path) -> Lock:
 def write_lock(folder: Path, lock: Lock) -> Path:
     """Atomically replace lock.json (temp file in the same folder, then rename)."""
     text = json.dumps(lock.model_dump(mode="json"), indent=1, sort_keys=True) + "\n"
-    return write_text_atomically(folder / "lock.json", text)
+    return replace_text(folder / "lock.json", text)
 
 
 def _describe(exc: ValidationError) -> str:

@@ -10,7 +10,6 @@ finds the commits that added or removed the hash without reading every revision.
 from __future__ import annotations
 
 import io
-import json
 import re
 import subprocess
 import tarfile
@@ -21,6 +20,7 @@ from pydantic import ValidationError
 
 from envaudit.errors import EXIT_USAGE, EnvauditError
 from envaudit.schema.locks import Lock
+from envaudit.schema.reading import UnreadableFile, loads_json, read_text
 
 HASH_PREFIX = re.compile(r"^[0-9a-f]{8,64}$")
 
@@ -56,16 +56,22 @@ def find_lock(ref: str, locks_dir: Path = Path("locks")) -> FoundLock:
 
 
 def _from_file(path: Path) -> FoundLock:
-    text = path.read_text()
+    """A lock.json given as a file (and its env.toml beside it); LockNotFound (exit 2) naming
+    the file when it is no text (binary bytes, a device) or no lock."""
     toml = path.parent / "env.toml"
-    return FoundLock(
-        _parse(text, str(path)), str(path), toml.read_text() if toml.is_file() else None
-    )
+    try:
+        text = read_text(path)
+        env_toml = read_text(toml) if toml.is_file() else None
+    except UnreadableFile as exc:
+        raise LockNotFound(f"{exc}; not a lock.json", hint="name a lock.json file") from None
+    except OSError as exc:
+        raise LockNotFound(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    return FoundLock(_parse(text, str(path)), str(path), env_toml)
 
 
 def _parse(text: str, origin: str) -> Lock:
     try:
-        return Lock.model_validate(json.loads(text))
+        return Lock.model_validate(loads_json(text, origin))
     except (ValueError, ValidationError) as exc:
         raise LockNotFound(f"{origin} is not a lock.json: {str(exc).splitlines()[0]}") from None
 

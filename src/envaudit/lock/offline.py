@@ -16,7 +16,7 @@ from pathlib import Path
 from envaudit.errors import EXIT_FAILED
 from envaudit.lock.config import uv_binary
 from envaudit.lock.files import LockError
-from envaudit.lock.store import Store
+from envaudit.lock.store import Store, damaged_entry_hint
 from envaudit.schema.locks import Artifact
 
 Pinned = tuple[str, str, Artifact]  # (name, version, artifact)
@@ -55,6 +55,7 @@ def install_from_store(
     env: dict[str, str],
     failure: str,
     target: Path | None = None,
+    lock_env: str | None = None,
 ) -> None:
     """Install exactly these artifacts (no dependencies, no index, every hash required) into
     python's environment, or with `target` into that folder (`--target`: files land at
@@ -80,7 +81,12 @@ def install_from_store(
             argv += ["--compile-bytecode"]
         argv += ["--offline", "--no-index", "--find-links", str(house), "--require-hashes"]
         argv += ["--no-deps", "-r", str(requirements)]
-        run_uv(argv, env, failure)
+        try:
+            run_uv(argv, env, failure)
+        except LockError as exc:
+            raise LockError(
+                str(exc), exc.exit_code, damaged_entry_hint(str(exc), lock_env)
+            ) from None
 
 
 def install_toolchain(

@@ -11,6 +11,7 @@ size; wrong sha256 when rehashed) is moved aside into `<store>/quarantine/`, not
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -22,6 +23,43 @@ from envaudit.errors import EXIT_FAILED
 from envaudit.lock.files import LockError
 from envaudit.schema.locks import Artifact
 from envaudit.schema.paths import exclusive_lock, sha256_file
+
+SHARED_FILE = 0o644
+SHARED_FOLDER = 0o755
+
+
+def shared_folder(folder: Path) -> Path:
+    """Make `folder` (and any missing parents) and open it to every user: the store's entries
+    and wheelhouses are read by a container's non-root user and by installers run as another
+    user, so the fetching user's umask must not make them private. A folder of another
+    owner (a store shared by a group) is left as its owner set it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(PermissionError):
+        folder.chmod(SHARED_FOLDER)
+    return folder
+
+
+DAMAGE_SIGNS = (
+    "uncompressed size",
+    "failed to extract",
+    "decompression",
+    "hash mismatch",
+    "crc",
+    "invalid zip",
+)
+"""How uv words an archive that is not what it should be, in lower case."""
+
+
+def damaged_entry_hint(text: str, env: str | None) -> str | None:
+    """The hint for an installer failure that reads like a damaged archive: a store entry of
+    the right size and other bytes (sizes are checked on every use, content only by
+    `fetch --verify`, which rehashes every entry and moves damaged ones aside)."""
+    if not any(sign in text.lower() for sign in DAMAGE_SIGNS):
+        return None
+    return (
+        f"a store entry may be damaged (right size, other bytes): run `envaudit fetch"
+        f" {env or 'ENV'} --verify` to rehash its entries and fetch damaged ones again"
+    )
 
 
 class HashMismatch(LockError):
@@ -83,7 +121,9 @@ class Store:
         if actual != artifact.sha256:
             raise HashMismatch(what, artifact, actual, origin)
         target = self.path_of(artifact)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        shared_folder(self.root)
+        shared_folder(target.parent)
+        os.chmod(candidate, SHARED_FILE)  # mkstemp and a strict umask make it private
         os.replace(candidate, target)
         return target
 
@@ -102,7 +142,7 @@ class Store:
 
     def wheelhouse(self, artifacts: list[Artifact], folder: Path) -> Path:
         """A folder of links named by file name, for installers that want names, not hashes."""
-        folder.mkdir(parents=True, exist_ok=True)
+        shared_folder(folder)
         for artifact in artifacts:
             link = folder / artifact.filename
             if not link.exists():

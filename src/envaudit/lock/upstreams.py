@@ -30,6 +30,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
+from envaudit.errors import free_bytes
 from envaudit.lock.config import DEFAULT_INDEX, FetchConfig
 from envaudit.lock.files import LockError, load_lock, load_spec
 from envaudit.schema.locks import EnvSpec, HistoricalPin, normalize_name, split_pin
@@ -39,6 +40,7 @@ INDEX_TIMEOUT_S = 10.0
 GIT_TIMEOUT_S = 15.0
 WORKERS = 8
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
+MAX_REPORT_BYTES = 64 << 20
 
 CURRENT, BEHIND, AHEAD = "current", "behind", "ahead"
 UNREACHABLE, NOT_FOUND = "unreachable", "not found"
@@ -399,12 +401,34 @@ def _join(*parts: str | None) -> str | None:
 
 
 def write_upstreams(report: dict[str, Any], path: Path) -> Path:
-    """Atomically replace the report file (temp file in the same folder, then rename)."""
+    """Atomically replace the report file (temp file in the same folder, then rename). An
+    offline report, which asked nothing, never replaces one that holds answers (the committed
+    docs/upstreams.json): that is refused, exit 2, and the file is left as it was."""
+    if report.get("offline") and _holds_checked_results(path):
+        raise LockError(
+            f"{path} holds checked results (offline: false); --offline asked nothing and is"
+            " refused rather than overwrite them (the file is left as it was)",
+            hint=f"give --offline another file (--out {path.with_suffix('.offline.json').name}),"
+            " or run without --offline where the index and remotes can be reached",
+        )
     text = json.dumps(report, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
     try:
         return write_text_atomically(path, text)
     except OSError as exc:
-        raise LockError(f"cannot write {path}: {exc}") from exc
+        raise LockError(f"cannot write {path}: {exc}; {free_bytes(path)}") from exc
+
+
+def _holds_checked_results(path: Path) -> bool:
+    """Whether `path` is an upstreams report made online (its `offline` is false). Only a
+    regular file is read (a FIFO would block), and only its first MAX_REPORT_BYTES."""
+    if not path.is_file():
+        return False
+    try:
+        with path.open("rb") as handle:
+            found = json.loads(handle.read(MAX_REPORT_BYTES))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(found, dict) and found.get("offline") is False
 
 
 def render(report: dict[str, Any]) -> str:

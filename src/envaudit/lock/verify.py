@@ -311,12 +311,14 @@ def file_drift(want: LockedDist, have: InstalledDist, expected: dict[str, str]) 
 
     The installed RECORD tells what the installer unpacked; hashing the file on disk catches
     edits made after installation. Files under `*.data/` are relocated by installers (scripts,
-    headers) and are skipped."""
+    headers) and are skipped, and so is bytecode the installer compiles from a source of the
+    same wheel (`--compile-bytecode` rewrites a shipped `__pycache__/*.pyc`): the source it is
+    compiled from is compared, and an edit to it still fails."""
     recorded = dict(have.record or ())
     differing: list[str] = []
     compared = 0
     for path, digest in sorted(expected.items()):
-        if path.split("/", 1)[0].endswith(".data"):
+        if path.split("/", 1)[0].endswith(".data") or compiled_from(path) in expected:
             continue
         compared += 1
         if recorded.get(path) != digest or _on_disk(have.location / path) != digest:
@@ -324,6 +326,17 @@ def file_drift(want: LockedDist, have: InstalledDist, expected: dict[str, str]) 
     if not differing:
         return None
     return FileDrift(want.name, want.version, len(differing), compared, tuple(differing[:EXAMPLES]))
+
+
+def compiled_from(path: str) -> str | None:
+    """The source a `__pycache__/NAME.TAG[.opt-N].pyc` path is compiled from (`NAME.py` one
+    folder up); None for any other path (a sourceless `.pyc` is a file like any other)."""
+    folder, _, name = path.rpartition("/")
+    parent, _, cache = folder.rpartition("/")
+    if cache != "__pycache__" or not name.endswith(".pyc") or name.count(".") < 2:
+        return None
+    source = name.split(".", 1)[0] + ".py"
+    return f"{parent}/{source}" if parent else source
 
 
 def _on_disk(path: Path) -> str | None:

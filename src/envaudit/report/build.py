@@ -21,6 +21,7 @@ from typing import Any
 
 from envaudit.dataset.interfaces import load_interfaces
 from envaudit.dataset.traceset import DatasetRootError, load_traceset
+from envaudit.errors import free_bytes
 from envaudit.report.markdown import render_markdown
 from envaudit.report.merge import (
     MergeResult,
@@ -32,7 +33,9 @@ from envaudit.report.plots import render_plots
 from envaudit.report.summary import SolutionInfo, build_summary, preferred_solutions
 from envaudit.report.traces import render_traces, trace_to_line
 from envaudit.schema.locks import Lock
-from envaudit.schema.paths import write_bytes_atomically, write_text_atomically
+from envaudit.schema.names import check_under, name_problem, shown
+from envaudit.schema.paths import PathOutsideRoot, write_bytes_atomically, write_text_atomically
+from envaudit.schema.reading import load_json
 from envaudit.schema.results import now_iso
 
 INPUTS_HINT = (
@@ -90,6 +93,7 @@ def build_report(
             findings=[f.render() for f in merged.findings],
         )
     files = render_report(merged, out, data_root, solutions_root, command)
+    _confine(files, out)
     for path, content in files.items():
         try:
             if isinstance(content, bytes):
@@ -98,7 +102,7 @@ def build_report(
                 write_text_atomically(path, content)
         except OSError as exc:
             raise ReportError(
-                f"cannot write {path}: {exc.strerror or exc}",
+                f"cannot write {path}: {exc.strerror or exc}; {free_bytes(path)}",
                 hint=f"make {out} writable and merge again (files before {path.name} are new)",
             ) from exc
     return ReportOutcome(merged=merged, written=list(files))
@@ -133,7 +137,8 @@ def render_report(
     except ValueError as exc:
         raise ReportError(str(exc), exit_code=1, hint="nothing was written") from exc
     generated_at = now_iso()
-    files: dict[Path, str | bytes] = {out / "results.jsonl": render_results(merged.lines)}
+    results = render_results(merged.lines, merged.runs)
+    files: dict[Path, str | bytes] = {out / "results.jsonl": results}
     for name, payload in (
         ("summary.json", {"generated_at": generated_at, **summary}),
         ("preferred-solutions.json", {"generated_at": generated_at, **preferred}),
@@ -145,6 +150,19 @@ def render_report(
     files.update(render_plots(summary, out))
     files.update(traces)
     return files
+
+
+def _confine(files: Mapping[Path, object], out: Path) -> None:
+    """ReportError (exit 2) before anything is written when a file of the report would land
+    outside --out: a folder in it that is a symbolic link elsewhere (traces/, plots/)."""
+    for path in files:
+        try:
+            check_under(out, path)
+        except PathOutsideRoot as exc:
+            raise ReportError(
+                f"--out {out}: {exc}",
+                hint="remove the symbolic link from the report folder, or merge into another",
+            ) from None
 
 
 def check_out(out: Path) -> None:
@@ -172,11 +190,12 @@ def load_solutions(root: Path) -> dict[str, SolutionInfo]:
     found: dict[str, SolutionInfo] = {}
     for path in sorted(root.rglob("*.json")):
         try:
-            raw: Mapping[str, Any] = json.loads(path.read_text())
+            raw: Mapping[str, Any] = load_json(path)
         except (OSError, ValueError):
             continue  # check-inputs reports broken solution files; the report goes on without
         if not isinstance(raw, Mapping) or not {"name", "definition", "spec"} <= raw.keys():
             continue  # not a solution (a source file's data, a definition, ...)
+        _require_names(path, raw)
         found[str(raw["name"])] = SolutionInfo(
             name=str(raw["name"]),
             definition=str(raw.get("definition")),
@@ -187,6 +206,25 @@ def load_solutions(root: Path) -> dict[str, SolutionInfo]:
     return found
 
 
+def _require_names(path: Path, raw: Mapping[str, Any]) -> None:
+    """ReportError (exit 1: bad input) when a solution's name or author, which name folders of
+    the report (traces/<author>/...), is no plain name: the report is not written at all rather
+    than written somewhere else."""
+    for field in ("name", "author"):
+        value = raw.get(field)
+        if value is None and field == "author":
+            continue  # "unknown"
+        problem = name_problem(value) if isinstance(value, str) else "it is not a string"
+        if problem is not None:
+            shown_value = shown(value) if isinstance(value, str) else repr(value)[:60]
+            raise ReportError(
+                f"{path}: {field} {shown_value} is not a plain name ({problem})",
+                exit_code=1,
+                hint=f"fix the solution's {field} (it names a folder of the report) and merge"
+                " again; nothing was written",
+            )
+
+
 def stand_in_notes(locks_root: Path) -> dict[str, list[str]]:
     """closure hash -> what its lock builds in place of unreachable historical pins (FlashMLA
     9241ae3e for the audit's 0f11e178), so the report says whose figures these are. Locks that
@@ -194,7 +232,7 @@ def stand_in_notes(locks_root: Path) -> dict[str, list[str]]:
     notes: dict[str, list[str]] = {}
     for path in sorted(locks_root.glob("*/lock.json")):
         try:
-            lock = Lock.model_validate(json.loads(path.read_text()))
+            lock = Lock.model_validate(load_json(path))
         except (OSError, ValueError):
             continue
         found = [n for n in (s.stand_in() for s in lock.sources) if n is not None]

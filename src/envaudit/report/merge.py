@@ -22,10 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from envaudit.schema.models import EvaluationStatus
+from envaudit.schema.names import name_problem, shown
+from envaudit.schema.reading import JsonLine, UnreadableFile, json_lines, loads_json
 from envaudit.schema.results import RESULT_SCHEMA_VERSION, line_instant
 
 KNOWN_STATUSES = {s.value for s in EvaluationStatus}
 REQUIRED = ("definition", "solution", "status")
+PATH_FIELDS = ("definition", "solution")
+"""Fields of a line that name files or folders (a trace file, a solution's folder)."""
 
 Key = tuple[str, str, str, str, str]  # solution, workload uuid, env, closure hash, device
 
@@ -125,70 +129,73 @@ def line_key(line: Mapping[str, Any]) -> Key:
 
 def merge_files(paths: Iterable[Path], convert: Converter | None = None) -> MergeResult:
     """Every input read first (UnreadableInputs naming each bad one), then merged in order."""
-    texts = read_inputs(paths)
+    inputs = read_inputs(paths)
     result = MergeResult()
     kept: dict[Key, dict[str, Any]] = {}
-    for path, text in texts:
+    for path, lines in inputs:
         summary = InputFile(file=str(path))
         result.inputs.append(summary)
-        for line in _read(path, text, summary, result, convert):
+        for line in _read(path, lines, summary, result, convert):
             _admit(line, kept, result)
     result.lines = sorted(kept.values(), key=lambda line: line_key(line))
     return result
 
 
-def read_inputs(paths: Iterable[Path]) -> list[tuple[Path, str]]:
-    """(path, text) of every input; UnreadableInputs naming all that are no text file."""
-    texts: list[tuple[Path, str]] = []
+def read_inputs(paths: Iterable[Path]) -> list[tuple[Path, list[JsonLine]]]:
+    """(path, lines) of every input, each line bounded (schema.reading); UnreadableInputs
+    naming all that are no regular text file (a device, a FIFO, a folder, binary bytes)."""
+    read: list[tuple[Path, list[JsonLine]]] = []
     problems: list[str] = []
     for path in paths:
         try:
-            texts.append((path, path.read_bytes().decode("utf-8-sig")))
+            read.append((path, list(json_lines(path))))
         except FileNotFoundError:
             problems.append(f"{path}: no such file")
         except IsADirectoryError:
             problems.append(f"{path}: a folder, not a result file")
         except OSError as exc:
             problems.append(f"{path}: cannot be read ({exc.strerror or exc})")
-        except UnicodeDecodeError as exc:
-            problems.append(
-                f"{path}: not UTF-8 JSON lines (byte {exc.start} is"
-                f" 0x{exc.object[exc.start]:02x}); is it a result file?"
-            )
+        except UnreadableFile as exc:
+            problems.append(f"{exc}; is it a result file?")
     if problems:
         raise UnreadableInputs(problems)
-    return texts
+    return read
 
 
 def _read(
-    path: Path, text: str, summary: InputFile, result: MergeResult, convert: Converter | None
+    path: Path,
+    lines: list[JsonLine],
+    summary: InputFile,
+    result: MergeResult,
+    convert: Converter | None,
 ) -> Iterable[dict[str, Any]]:
     def finding(number: int | None, message: str) -> None:
         result.findings.append(InputFinding(str(path), number, message))
 
-    if not text.strip():
+    if not any(line.text.strip() for line in lines):
         finding(None, "empty input: no result lines")
         return
-    raw_lines = text.split("\n")
-    for number, raw in enumerate(raw_lines, start=1):
-        if not raw.strip():
+    for raw in lines:
+        if not raw.text.strip():
             continue
         summary.lines += 1
         try:
-            parsed = json.loads(raw)
+            parsed = loads_json(raw.text, f"{path}:{raw.number}")
+        except UnreadableFile as exc:
+            finding(raw.number, f"{str(exc).split(': ', 1)[-1]}; skipped")
+            continue
         except json.JSONDecodeError as exc:
-            last = number == len(raw_lines) and not text.endswith("\n")
             message = (
                 "truncated last line (an interrupted run?); skipped"
-                if last
+                if not raw.complete
                 else f"not JSON ({exc.msg}); skipped"
             )
-            finding(number, message)
+            finding(raw.number, message)
             continue
-        line = _classify(parsed, path, number, summary, result, convert, finding)
+        line = _classify(parsed, path, raw.number, summary, result, convert, finding)
         if line is not None:
             summary.results += 1
-            line["_source"] = f"{path}:{number}"
+            line["_source"] = f"{path}:{raw.number}"
             yield line
 
 
@@ -229,12 +236,29 @@ def _classify(
         )
     elif missing:
         finding(number, f"not a result line ({', '.join(missing)} missing); skipped")
-    if missing:
+    if missing or _bad_names(parsed, number, finding):
         return None
     if parsed["status"] not in KNOWN_STATUSES:
         finding(number, f"unknown status {parsed['status']!r}; merged, counted as not passed")
     line: dict[str, Any] = parsed
     return line
+
+
+def _bad_names(
+    parsed: Mapping[str, Any], number: int, finding: Callable[[int | None, str], None]
+) -> bool:
+    """Whether a field that names a file of the report (its definition names a trace file, its
+    solution a solution's folder) is no plain name; each is a finding, and the line is skipped
+    so that no writer builds a path from it."""
+    bad = False
+    for name in PATH_FIELDS:
+        value = parsed.get(name)
+        problem = name_problem(value) if isinstance(value, str) else "it is not a string"
+        if problem is not None:
+            shown_value = shown(value) if isinstance(value, str) else repr(value)[:60]
+            finding(number, f"{name} {shown_value} is not a plain name ({problem}); skipped")
+            bad = True
+    return bad
 
 
 def _admit(line: dict[str, Any], kept: dict[Key, dict[str, Any]], result: MergeResult) -> None:
@@ -256,9 +280,29 @@ def _admit(line: dict[str, Any], kept: dict[Key, dict[str, Any]], result: MergeR
         result.conflicts.append(Conflict(key=key, kept=newer, dropped=older))
 
 
-def render_results(lines: Iterable[Mapping[str, Any]]) -> str:
-    """results.jsonl: the merged lines, without our bookkeeping keys, in a stable order."""
-    return "".join(
+def render_results(
+    lines: Iterable[Mapping[str, Any]], runs: Iterable[Mapping[str, Any]] = ()
+) -> str:
+    """results.jsonl: the merged lines, without our bookkeeping keys, in a stable order. The
+    repeats among `runs` (same key, status and solution revision as the kept line: what
+    env_compare puts intervals on) go just before their kept line, so that merging this file
+    again keeps the same lines and the same repeats, and the report, its environment
+    comparisons included, comes out the same. A conflict's dropped line is not written."""
+    kept = {line_key(line): line for line in lines}
+    repeats: dict[Key, list[Mapping[str, Any]]] = {}
+    for run in runs:
+        key = line_key(run)
+        line = kept.get(key)
+        if line is not None and run is not line and _same_run(run, line):
+            repeats.setdefault(key, []).append(run)
+    return "".join(_result_text(run) for key in kept for run in [*repeats.get(key, []), kept[key]])
+
+
+def _same_run(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return (a.get("status"), a.get("solution_hash")) == (b.get("status"), b.get("solution_hash"))
+
+
+def _result_text(line: Mapping[str, Any]) -> str:
+    return (
         json.dumps({k: v for k, v in line.items() if not k.startswith("_")}, sort_keys=True) + "\n"
-        for line in lines
     )

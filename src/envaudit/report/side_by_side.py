@@ -10,13 +10,14 @@ failed the same way, when only the status can be compared).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from envaudit.errors import EXIT_FAILED, EXIT_OK, EnvauditError
 from envaudit.report.intervals import speedup_interval
 from envaudit.report.traces import trace_to_line
+from envaudit.schema.reading import UnreadableFile, json_lines, loads_json
 
 
 def compare_runs(then: Mapping[str, Any], now: Mapping[str, Any]) -> dict[str, Any]:
@@ -145,22 +146,9 @@ def read_recorded(
     if not number.isdigit() or not path_text:
         path_text, number = spec, ""
     path = Path(path_text)
-    try:
-        raws = path.read_text().splitlines()
-    except OSError as exc:
-        raise EnvauditError(f"{path}: cannot be read: {exc.strerror or exc}") from None
-    numbered = [(i, raw) for i, raw in enumerate(raws, 1) if raw.strip()]
-    if number:
-        numbered = [(i, raw) for i, raw in numbered if i == int(number)]
-        if not numbered:
-            raise EnvauditError(f"{path} has no line {number} ({len(raws)} lines)")
     found = []
-    for index, raw in numbered:
-        try:
-            parsed = json.loads(raw)
-        except ValueError:
-            if number:
-                raise EnvauditError(f"{path}:{index} is not JSON") from None
+    for index, parsed in _parsed_lines(path, int(number) if number else None):
+        if not isinstance(parsed, dict):
             continue
         line = trace_to_line(parsed) if "evaluation" in parsed else parsed
         if not isinstance(line, dict) or "solution" not in line:
@@ -174,6 +162,8 @@ def read_recorded(
         if workload and workload not in (uuid, label):
             continue
         found.append((str(line.get("timestamp") or ""), index, line))
+    if not found and number:
+        raise EnvauditError(f"{path} has no line {number} that is a result line")
     if not found:
         wanted = ", ".join(x for x in (solution, workload) if x) or "a result line"
         raise EnvauditError(f"{spec}: no line matches ({wanted})")
@@ -184,3 +174,26 @@ def read_recorded(
         )
     _, index, line = max(found, key=lambda item: (item[0], item[1]))
     return line, f"{path}:{index}"
+
+
+def _parsed_lines(path: Path, number: int | None) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed JSON) of each non-empty line, or of line `number` only (reading
+    stops there); bounded lines of a regular file (schema.reading), an EnvauditError (exit 2)
+    naming the file for anything else. A line that is not JSON is skipped, unless it is the
+    one named."""
+    try:
+        for line in json_lines(path):
+            if number is not None and line.number != number:
+                continue
+            if line.text.strip():
+                try:
+                    yield line.number, loads_json(line.text, f"{path}:{line.number}")
+                except json.JSONDecodeError:
+                    if number is not None:
+                        raise EnvauditError(f"{path}:{line.number} is not JSON") from None
+            if number is not None:
+                return
+    except UnreadableFile as exc:
+        raise EnvauditError(str(exc), hint="name a result or trace file") from None
+    except OSError as exc:
+        raise EnvauditError(f"{path}: cannot be read: {exc.strerror or exc}") from None

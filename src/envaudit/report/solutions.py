@@ -19,7 +19,9 @@ from pydantic import ValidationError
 from envaudit.dataset.traceset import DatasetRootError, load_traceset
 from envaudit.errors import EnvauditError
 from envaudit.schema.models import Solution
-from envaudit.schema.paths import write_text_atomically
+from envaudit.schema.names import check_under, named_path
+from envaudit.schema.paths import PathOutsideRoot, write_text_atomically
+from envaudit.schema.sources import source_outside
 
 
 class ExportError(EnvauditError):
@@ -43,9 +45,18 @@ def render_solutions(solutions_root: Path, op_types: dict[str, str], out: Path) 
             {"path": s.path, "content": s.content or _read_source(path.parent, s.path)}
             for s in solution.sources
         ]
-        target = out / "solutions" / solution.author / op_type / solution.definition
-        files[target / f"{solution.name}.json"] = json.dumps(body, indent=2) + "\n"
+        files[_target(path, out, solution, op_type)] = json.dumps(body, indent=2) + "\n"
     return files
+
+
+def _target(path: Path, out: Path, solution: Solution, op_type: str) -> Path:
+    """out/solutions/<author>/<op_type>/<definition>/<name>.json, proven to stay under
+    out/solutions (the models check these names; this is the writer's own proof)."""
+    parts = (solution.author, op_type, solution.definition, f"{solution.name}.json")
+    try:
+        return check_under(out, named_path(out / "solutions", *parts, what="path part"))
+    except PathOutsideRoot as exc:
+        raise ExportError(f"{path}: {exc}", hint="nothing was written") from None
 
 
 def export_solutions(solutions_root: Path, data_root: Path, out: Path) -> list[Path]:
@@ -70,9 +81,10 @@ def _load(path: Path) -> Solution:
 
 
 def _read_source(folder: Path, relative: str) -> str:
-    source = (folder / relative).resolve()
-    if not source.is_relative_to(folder.resolve()):
-        raise ExportError(f"{folder / 'solution.json'}: source {relative} is outside its folder")
+    problem = source_outside(folder, relative)
+    if problem is not None:
+        raise ExportError(f"{folder / 'solution.json'}: {problem}")
+    source = folder / relative
     try:
         return source.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

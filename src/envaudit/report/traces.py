@@ -38,6 +38,7 @@ from pydantic import ValidationError
 
 from envaudit.report.summary import SolutionInfo, device_of, env_of
 from envaudit.schema.models import Trace
+from envaudit.schema.names import named_path
 from envaudit.schema.paths import write_text_atomically
 from envaudit.schema.results import RESULT_SCHEMA_VERSION
 
@@ -65,7 +66,11 @@ STATUS_LIB = "envaudit_status"
 FOREIGN = "flashinfer_bench"
 PER_OUTPUT_KEYS = ("output", "status", "matched", "total", "required", "nonfinite", "max_rel")
 # Ours -> FlashInfer-Bench's, where it has no such status (module docstring).
-THEIR_STATUS = {"INPUT_MUTATED": "RUNTIME_ERROR", "UNSUPPORTED_DEVICE": "COMPILE_ERROR"}
+THEIR_STATUS = {
+    "INPUT_MUTATED": "RUNTIME_ERROR",
+    "UNSUPPORTED_DEVICE": "COMPILE_ERROR",
+    "WORKLOAD_ERROR": "RUNTIME_ERROR",
+}
 WITH_CORRECTNESS = ("PASSED", "INCORRECT_NUMERICAL")
 NOT_MEASURED = {"max_relative_error": math.nan, "max_absolute_error": math.nan}
 
@@ -146,7 +151,7 @@ def _trace_path(
     author = info.author if info else UNKNOWN
     definition = str(line["definition"])
     op_type = str((definitions.get(definition) or {}).get("op_type") or UNKNOWN)
-    return out / "traces" / author / op_type / f"{definition}.jsonl"
+    return named_path(out / "traces", author, op_type, f"{definition}.jsonl", what="path part")
 
 
 def _sort_key(line: Mapping[str, Any]) -> tuple[str, ...]:

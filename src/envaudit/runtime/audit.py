@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from envaudit.dataset.traceset import DatasetRootError, TraceSet, load_traceset
-from envaudit.errors import EnvauditError
+from envaudit.errors import EnvauditError, WriteFailed
 from envaudit.runtime.devices import gpus, require_gpu
 from envaudit.runtime.jobs import (
     RunRequest,
@@ -130,6 +130,8 @@ class AuditResult:
     superseded: int = 0
     """Lines of a key that has a newer line in the report: not counted."""
     errors: list[str] = field(default_factory=list)
+    fatal: WriteFailed | None = None
+    """The report could not be written: the audit stops and ends with this error (exit 2)."""
 
     @property
     def failed(self) -> bool:
@@ -151,7 +153,7 @@ def envs_of(plan: AuditPlan) -> dict[str, str | None]:
 
 def check_audit(plan: AuditPlan) -> None:
     """Everything that would fail every job, refused before the first one (exit 2)."""
-    get_runtime(plan.runtime, plan.options.env).require()
+    get_runtime(plan.runtime, plan.options.env, plan.options.over).require()
     if not plan.solutions:
         raise EnvauditError(
             f"no solutions to audit: no {plan.solutions_root}/*/solution.json",
@@ -356,6 +358,10 @@ def run_audit(
                     else:
                         request = _request(plan, name, gpu, device, report)
                         run_job(request, plan.runtime, plan.options, handoff)
+                except WriteFailed as exc:
+                    with guard:
+                        result.fatal = result.fatal or exc
+                    _drain(pool)
                 except EnvauditError as exc:
                     hint = f" (hint: {exc.hint})" if exc.hint else ""
                     with guard:
@@ -385,6 +391,8 @@ def run_audit(
         thread.start()
     for thread in threads:
         thread.join()
+    if result.fatal is not None:
+        raise result.fatal  # the report's lines are not this run's: count none of them
     counted = _counted(result)
     mark("audit_end")
     return counted
@@ -395,6 +403,12 @@ def _take(pool: queue.SimpleQueue[str]) -> str | None:
         return pool.get_nowait()
     except queue.Empty:
         return None
+
+
+def _drain(pool: queue.SimpleQueue[str]) -> None:
+    """Take every job left in the pool: after a report write failed, none may start."""
+    while _take(pool) is not None:
+        pass
 
 
 def _discard_staged(staged: Future[PreparedJob]) -> None:

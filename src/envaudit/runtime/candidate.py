@@ -16,7 +16,8 @@ from pathlib import Path
 
 from envaudit.dataset.traceset import DatasetRootError, load_traceset
 from envaudit.errors import EnvauditError
-from envaudit.schema.paths import write_text_atomically
+from envaudit.schema.reading import load_json
+from envaudit.schema.writes import replace_text
 from envaudit.settings import cache_root
 
 
@@ -65,7 +66,7 @@ def stage_candidate(
         "sources": [{"path": "main.py"}],
         "env": chosen,
     }
-    write_text_atomically(folder / "solution.json", json.dumps(solution, indent=2) + "\n")
+    replace_text(folder / "solution.json", json.dumps(solution, indent=2) + "\n")
     return name, root
 
 
@@ -90,10 +91,10 @@ def link_definition_solutions(root: Path, solutions_root: Path, definition: str)
     names = []
     for path in sorted(solutions_root.glob("*/solution.json")):
         try:
-            raw = json.loads(path.read_text())
-        except (OSError, ValueError):
+            raw = load_json(path)
+        except (OSError, ValueError):  # a FIFO, binary, not JSON, nested too deeply
             continue
-        if raw.get("definition") != definition:
+        if not isinstance(raw, dict) or raw.get("definition") != definition:
             continue
         link = root / path.parent.name
         if not link.exists():
@@ -106,9 +107,14 @@ def baseline_env(solutions_root: Path, definition: str) -> str | None:
     """The env the definition's baseline solution declares (None without one)."""
     for path in sorted(solutions_root.glob("*/solution.json")):
         try:
-            raw = json.loads(path.read_text())
+            raw = load_json(path)
         except (OSError, ValueError):
             continue
-        if raw.get("definition") == definition and raw.get("baseline") and raw.get("env"):
+        if (
+            isinstance(raw, dict)
+            and raw.get("definition") == definition
+            and raw.get("baseline")
+            and raw.get("env")
+        ):
             return str(raw["env"])
     return None

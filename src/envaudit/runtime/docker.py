@@ -22,7 +22,7 @@ import docker.errors
 import docker.types
 import requests.exceptions
 
-from envaudit.errors import EXIT_USAGE, EnvauditError
+from envaudit.errors import EXIT_USAGE, EnvauditError, write_failed
 from envaudit.image.base import why_not_buildable
 from envaudit.image.build import (
     build_image,
@@ -38,8 +38,10 @@ from envaudit.runtime.devices import Gpu, device_nodes, require_gpu
 from envaudit.runtime.jit import jit_cache_folder, jit_environment, prepare_jit_cache
 from envaudit.runtime.jobs import Job
 from envaudit.runtime.launchers import Launcher, WorkerHandle
+from envaudit.runtime.reaper import Reaper, reaper_for
 from envaudit.runtime.registry import Progress, RunOptions, Runtime, fetch_env
 from envaudit.runtime.staging import staged_harness
+from envaudit.schema.progress import seal_reference_folder
 
 MOUNT = "/envaudit"
 JIT_MOUNT = f"{MOUNT}/jit"
@@ -60,8 +62,9 @@ class ContainerHandle:
     engine restarted, say), the state is asked for instead, at most every POLL_INTERVAL_S, so a
     timed kernel does not share the host with a stream of engine requests."""
 
-    def __init__(self, container: Any) -> None:
+    def __init__(self, container: Any, reaper: Reaper | None = None) -> None:
         self.container = container
+        self.reaper = reaper
         self.oom = False
         self.asked = 0.0
         self.stopped = threading.Event()
@@ -109,8 +112,14 @@ class ContainerHandle:
             output = f"(container logs unavailable: {exc})\n".encode()
         if self.oom:
             output += b"\n(the container was killed for exceeding its memory limit)\n"
-        log.write_bytes(output[-LOG_CAP_BYTES:])
-        remove_container(self.container)
+        try:
+            log.write_bytes(output[-LOG_CAP_BYTES:])
+        except OSError as exc:
+            raise write_failed(log, exc, "keep the worker's log") from None
+        finally:
+            remove_container(self.container)
+            if self.reaper is not None:
+                self.reaper.forget(self.container.id)
 
 
 def remove_container(container: Any) -> None:
@@ -152,9 +161,7 @@ class ContainerLauncher:
             (job.solution_file.parent, f"{MOUNT}/solution", False),
         ]
         if job.reference_cache is not None:
-            job.reference_cache.mkdir(parents=True, exist_ok=True)
-            with contextlib.suppress(PermissionError):
-                job.reference_cache.chmod(0o777)  # the worker is not the host's user
+            seal_reference_folder(job.reference_cache)  # usable, never listable, by the worker
             self.mounts.append((job.reference_cache, f"{MOUNT}/reference-cache", True))
         if jit_folder is not None:
             self.mounts.append((jit_folder, JIT_MOUNT, True))
@@ -223,8 +230,10 @@ class ContainerLauncher:
         except docker.errors.APIError as exc:
             self._remove_created(job_dir)
             raise _start_error(exc, self.gpu) from None
+        reaper = reaper_for(self.engine.kind)
+        reaper.watch(str(container.id))  # killed and removed should this process die first
         log.touch()
-        return ContainerHandle(container)
+        return ContainerHandle(container, reaper)
 
 
 def container_user() -> str:
@@ -332,6 +341,7 @@ def gpu_passing(engine: Engine, gpu: Gpu) -> GpuPassing:
 
 class ContainerRuntime(Runtime):
     summary = "the env's image, built from the lock (docker SDK)"
+    takes_over = True
     stage_ahead = 2
     """A container's worker took 3.5-4.4 s to start and import torch on the H200 machine, and
     a FlexAttention one 4.6 s more for the compiler: longer than many jobs of the dev suite

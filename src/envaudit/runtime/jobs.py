@@ -7,7 +7,7 @@ names the solution, definition, suite or workload at fault.
 
 from __future__ import annotations
 
-import json
+import hashlib
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -21,12 +21,14 @@ from envaudit.errors import EnvauditError
 from envaudit.runtime.devices import require_gpu
 from envaudit.schema.models import Solution
 from envaudit.schema.names import shown
+from envaudit.schema.reading import UnreadableFile, load_json, non_regular
 from envaudit.schema.results import (
     NotResultLines,
     check_result_file,
     distributions_path,
     logs_folder,
 )
+from envaudit.schema.sources import source_outside
 from envaudit.settings import cache_root
 
 
@@ -64,11 +66,26 @@ def find_solution(name: str, solutions_root: Path) -> tuple[Path, Solution]:
             hint=f"known solutions: {', '.join(known)}" if known else None,
         )
     try:
-        return path.resolve(), Solution.model_validate(json.loads(path.read_bytes()))
-    except (ValueError, ValidationError) as exc:  # not UTF-8, not JSON, not a solution
+        solution = Solution.model_validate(load_json(path))
+    except UnreadableFile as exc:  # a device, not UTF-8, nested too deeply
+        raise RunRequestError(f"{exc}; not a solution.json") from None
+    except (ValueError, ValidationError) as exc:  # not JSON, not a solution
         raise RunRequestError(f"{path}: not a valid solution.json: {exc}"[:2000]) from None
     except OSError as exc:
         raise RunRequestError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    _require_sources_inside(path, solution)
+    return path.resolve(), solution
+
+
+def _require_sources_inside(path: Path, solution: Solution) -> None:
+    """RunRequestError (exit 2) for a source file read from outside the solution's folder (a
+    symbolic link out of it, '..'): what runs must be what its hash and export see."""
+    for source in solution.sources:
+        problem = None if source.content is not None else source_outside(path.parent, source.path)
+        if problem is not None:
+            raise RunRequestError(
+                f"{path}: {problem}", hint="copy the file into the solution's folder"
+            )
 
 
 def _is_file(path: Path) -> bool:
@@ -125,6 +142,12 @@ def check_output(path: Path, what: str, folder: bool = False) -> None:
         if not folder and path.is_dir():
             raise RunRequestError(
                 f"{what} {path} is a folder", hint="name a file (it is created when absent)"
+            )
+        kind = None if folder else non_regular(path)
+        if kind is not None:  # /dev/null, /dev/full, a FIFO: read whole, or hang, or lose lines
+            raise RunRequestError(
+                f"{what} {path} is {kind}, not a regular file",
+                hint="name a regular file (it is created when absent)",
             )
         if not os.access(path, os.W_OK | (os.X_OK if folder else 0)):
             raise RunRequestError(f"{what} {path} is not writable", hint="name another place")
@@ -280,6 +303,24 @@ def check_measure_ms(value: float | None) -> None:
         )
 
 
+REPORT_STEM_MAX = 160
+"""Bytes of a default report's stem: its side files add up to ".distributions.jsonl" to it,
+and a file name may have 255 bytes."""
+
+
+def default_report(solution: str, tag: str) -> Path:
+    """results/SOLUTION.TAG.jsonl; a stem too long for its side files (a solution name may
+    have 255 bytes, a GPU tag 40 more) keeps a prefix of the name and a hash of the whole, so
+    two long names never share a report."""
+    stem = f"{solution}.{tag}"
+    if len(stem.encode()) > REPORT_STEM_MAX:
+        digest = hashlib.sha256(stem.encode()).hexdigest()[:16]
+        keep = REPORT_STEM_MAX - len(tag.encode()) - len(digest) - 2
+        prefix = solution.encode()[:keep].decode(errors="ignore")
+        stem = f"{prefix}-{digest}.{tag}"
+    return Path("results") / f"{stem}.jsonl"
+
+
 def plan_job(req: RunRequest, runtime: str) -> Job:
     """The job for this request, before the runtime fills in its part of the context. Every
     part of the request is checked here, before any work: the solution, data and workloads, the
@@ -304,7 +345,7 @@ def plan_job(req: RunRequest, runtime: str) -> Job:
     if req.gpu:
         require_gpu(req.gpu)
     tag = "cpu" if device == "cpu" else device_id
-    report = req.report or Path("results") / f"{solution.name}.{tag}.jsonl"
+    report = req.report or default_report(solution.name, tag)
     check_report(report, "--report" if req.report else "the report")
     check_cache()
     if req.reference_cache is not None:

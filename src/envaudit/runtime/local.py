@@ -108,7 +108,7 @@ def _build(lock: Lock, store: Store, root: Path) -> None:
     env = uv_environment()
     failure = f"building the local environment of {lock.env} failed"
     python = create_venv(root, lock.python, env, failure)
-    install_from_store(python, store, packages, env, failure)
+    install_from_store(python, store, packages, env, failure, lock_env=lock.env)
     if toolchain and lock.cuda is not None:
         prefix = root / TOOLCHAIN
         install_toolchain(prefix, lock.cuda.prefix_subdir, python, store, toolchain, env, failure)

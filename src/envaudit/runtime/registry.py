@@ -58,6 +58,8 @@ class Runtime(ABC):
     name: str
     summary: str
     takes_env: bool = True
+    takes_over: bool = False
+    """Whether `--over` (the env's image over an imported stack) means anything to it."""
     forks_workers: bool = False
     """Whether its workers are forked from a fork server with a preload (docs/harness.md)."""
     stage_ahead: int = 1
@@ -123,7 +125,8 @@ def runtimes() -> dict[str, Runtime]:
     return {name: make_runtime(name) for name in RUNTIME_NAMES}
 
 
-def get_runtime(name: str, env: str | None = None) -> Runtime:
+def get_runtime(name: str, env: str | None = None, over: str | None = None) -> Runtime:
+    """The runtime `name`, refusing (exit 2) an --env or --over it would silently ignore."""
     if name not in RUNTIME_NAMES:
         raise RunRequestError(
             f"no runtime {shown(name)}", hint=f"choose one of: {', '.join(RUNTIME_NAMES)}"
@@ -138,6 +141,12 @@ def get_runtime(name: str, env: str | None = None) -> Runtime:
         raise RunRequestError(
             f"--env does not apply to the {name} runtime (it runs this interpreter as it is)",
             hint="use --runtime local or docker to run a solution in another lock",
+        )
+    if over is not None and not runtime.takes_over:
+        raise RunRequestError(
+            f"--over {shown(over)} does not apply to the {name} runtime (it has no image to"
+            " lay over an imported stack)",
+            hint="use --runtime docker (or podman) with --over, or leave --over out",
         )
     return runtime
 
@@ -158,7 +167,7 @@ def pick_runtime() -> tuple[str, str]:
 def plan_run(request: RunRequest, runtime_name: str, options: RunOptions) -> Job:
     """The job, with everything that would stop it checked before any work: the runtime works
     here, and the request (solution, workloads, device, output places) holds."""
-    runtime = get_runtime(runtime_name, options.env)
+    runtime = get_runtime(runtime_name, options.env, options.over)
     runtime.require()
     return plan_job(request, runtime.name)
 

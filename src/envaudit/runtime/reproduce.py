@@ -11,7 +11,6 @@ declared env instead, and the plan says so.
 
 from __future__ import annotations
 
-import json
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -33,6 +32,8 @@ from envaudit.runtime.devices import gpus
 from envaudit.runtime.jobs import RunRequest
 from envaudit.runtime.registry import RunOptions, run_job
 from envaudit.schema.models import solution_revision
+from envaudit.schema.names import name_problem, shown
+from envaudit.schema.reading import json_lines, load_json, loads_json
 
 
 class CannotReproduce(EnvauditError):
@@ -77,6 +78,9 @@ def plan_reproduction(
     """The run that repeats `line`, or CannotReproduce saying why there is none."""
     notes: list[str] = []
     solution = str(line.get("solution") or "")
+    problem = name_problem(solution)
+    if problem is not None:  # it names the folder read (and exported from git history)
+        raise CannotReproduce(f"the line's solution {shown(solution)} is not a name: {problem}")
     workload = str((line.get("workload") or {}).get("uuid") or "")
     _require_workload(data_root, line, workload)
     root, origin = _solution_revision(line, solution, solutions_root, scratch / "solutions")
@@ -115,8 +119,12 @@ def run_reproduction(
         measure_ms=plan.measure_ms,
     )
     run_job(request, runtime, replace(options, env=plan.env, locks_dir=plan.locks_dir))
-    lines = [json.loads(raw) for raw in report.read_text().splitlines() if raw.strip()]
-    found = [x for x in lines if (x.get("workload") or {}).get("uuid") == plan.workload]
+    lines = [loads_json(x.text, str(report)) for x in json_lines(report) if x.text.strip()]
+    found = [
+        x
+        for x in lines
+        if isinstance(x, dict) and (x.get("workload") or {}).get("uuid") == plan.workload
+    ]
     if not found:
         raise CannotReproduce(f"the run wrote no line for workload {plan.workload} to {report}")
     newest: dict[str, Any] = found[-1]
@@ -170,7 +178,7 @@ def _solution_revision(
 
 def _folder_hash(folder: Path) -> str | None:
     try:
-        spec = json.loads((folder / "solution.json").read_text())
+        spec = load_json(folder / "solution.json")
         return solution_revision(spec, lambda rel: (folder / rel).read_bytes())
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -184,7 +192,7 @@ def _commits_touching(repo: Path, rel: str) -> list[str]:
 def _revision_hash(repo: Path, commit: str, rel: str) -> str | None:
     text = git_show(commit, f"{rel}/solution.json", repo, missing_ok=True)
     try:
-        spec = json.loads(text)
+        spec = loads_json(text, f"{commit}:{rel}/solution.json")
         return solution_revision(spec, lambda path: git_bytes(commit, f"{rel}/{path}", repo))
     except (ValueError, KeyError, TypeError, LockNotFound):
         return None
@@ -227,8 +235,8 @@ def _environment(
 
 def _declared_env(folder: Path) -> str | None:
     try:
-        env = json.loads((folder / "solution.json").read_text()).get("env")
-    except (OSError, ValueError):
+        env = load_json(folder / "solution.json").get("env")
+    except (OSError, ValueError, AttributeError):  # AttributeError: not a JSON object
         return None
     return str(env) if env else None
 

@@ -52,11 +52,14 @@ from envaudit.runtime.launchers import Launcher, WorkerHandle
 from envaudit.runtime.timeline import mark
 from envaudit.schema.progress import (
     CONTEXT_LOST,
+    FORGED,
     HEARTBEAT_INTERVAL_S,
     JOB_FILE,
     ProgressReader,
+    Seal,
     open_gate,
     open_quiet,
+    reference_cache_key,
     touch_heartbeat,
 )
 from envaudit.schema.results import (
@@ -113,6 +116,12 @@ class _Watch:
     startup: dict[str, float] = field(default_factory=dict)
     """Seconds from the launch to the worker's environment record (process and container
     start, imports) and from there to its solution loaded; added to the worker's first line."""
+    seal: Seal | None = None
+    """The job's keys (envaudit.schema.progress): only lines sealed with them are events."""
+    forged: bool = False
+    """A line in the progress file did not carry the seal: written by the solution's process."""
+    judging: bool = False
+    """The judge is computing or loading a reference (between `judging` and `judged`)."""
 
 
 @dataclass
@@ -385,8 +394,11 @@ def _start_worker(
     always gated. (The job as the worker sees it, the watch of its events, its handle.)"""
     view = {**job.worker_view(launcher.seen_as, uuids), "gated": gated or staged}
     (folder / JOB_FILE).write_text(json.dumps(view))
+    cache_key = reference_cache_key(job.reference_cache) if job.reference_cache else None
+    seal = Seal.fresh(cache_key)
+    seal.write(folder)
     touch_heartbeat(folder)
-    watch = _Watch(staged=staged)
+    watch = _Watch(staged=staged, seal=seal)
     mark("worker_staged" if staged else "worker_launch", job.solution)
     return view, watch, launcher.start(folder, log)
 
@@ -440,8 +452,21 @@ def _run_worker(
             append_line(job.report, line)
             watch.finished.add(uuid)
 
+    if outcome == "forged":
+        message = (
+            "a line without the harness's seal was written into the worker's progress file:"
+            " written by the solution's process, not by the harness; the worker was killed"
+        )
+        fail([u for u in uuids if u not in watch.finished], "RUNTIME_ERROR", message)
+        return watch.finished
     if watch.current is not None:
-        if outcome == "timeout":
+        if outcome == "timeout" and watch.judging:
+            message = (
+                f"the definition's reference did not return within {workload_timeout_s:.0f} s"
+                " (the solution's call had returned; the harness was computing the reference)"
+            )
+            fail([watch.current], "WORKLOAD_ERROR", message)
+        elif outcome == "timeout":
             message = f"no result within {workload_timeout_s:.0f} s; killed"
             fail([watch.current], "TIMEOUT", message)
         else:
@@ -478,7 +503,8 @@ def _follow(
     if gated:
         open_gate(folder)
         watch.gate_opened = time.time()
-    with contextlib.closing(ProgressReader(folder)) as reader:
+    key = watch.seal.progress_key if watch.seal is not None else None
+    with contextlib.closing(ProgressReader(folder, key)) as reader:
         deadline = time.monotonic() + load_timeout_s
         touched = 0.0
         while True:
@@ -494,6 +520,9 @@ def _follow(
             for event in reader.events():  # after poll: an ended worker's last events are read
                 if _apply(job, event, watch):
                     deadline = time.monotonic() + workload_timeout_s
+                if watch.forged:
+                    handle.kill()
+                    return "forged", handle.poll()
             if returncode is not None:
                 return "exited", returncode
             if handoff is not None and uuids <= watch.finished:
@@ -508,6 +537,9 @@ def _follow(
 def _apply(job: Job, event: Mapping[str, Any], watch: _Watch) -> bool:
     """Act on one event; True when it restarts the workload clock."""
     kind = event.get("event")
+    if kind == FORGED:
+        watch.forged = True
+        return False
     sent = event.get("t")
     at = float(sent) if isinstance(sent, int | float) else time.time()
     if kind == "env":
@@ -532,6 +564,9 @@ def _apply(job: Job, event: Mapping[str, Any], watch: _Watch) -> bool:
         if watch.staged and watch.gate_opened:
             watch.startup["worker_staged"] = watch.gate_opened - watch.launched
         watch.loading = False
+        return False
+    if kind in ("judging", "judged"):
+        watch.judging = kind == "judging"
         return False
     if kind == "begin":
         watch.loading = False

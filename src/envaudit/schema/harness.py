@@ -14,6 +14,7 @@ from pathlib import Path
 # Paths relative to the folder that holds the `envaudit` package (src/).
 HARNESS_FILES = (
     "envaudit/__init__.py",
+    "envaudit/errors.py",
     "envaudit/harness/__init__.py",
     "envaudit/harness/compare.py",
     "envaudit/harness/context.py",
@@ -21,6 +22,7 @@ HARNESS_FILES = (
     "envaudit/harness/evaluate.py",
     "envaudit/harness/forkserver.py",
     "envaudit/harness/inputs.py",
+    "envaudit/harness/judge.py",
     "envaudit/harness/preload.py",
     "envaudit/harness/reference.py",
     "envaudit/harness/solution.py",

@@ -16,9 +16,17 @@ from collections.abc import Callable, Mapping
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+)
 
 from envaudit.schema.dtypes import DTYPE_ALIASES, ITEMSIZE
+from envaudit.schema.names import name_problem
 from envaudit.schema.sources import source_bytes
 
 DType = Literal[
@@ -43,6 +51,20 @@ class Model(BaseModel):
     """Base: keep unknown keys for reporting, take docstrings into the JSON Schema."""
 
     model_config = ConfigDict(extra="allow", use_attribute_docstrings=True)
+
+
+def _plain_name(value: str) -> str:
+    """Refuse a name that is no plain path component (schema.names): definitions, op_types,
+    solutions and authors name folders and files that reports and exports write, so one with a
+    separator or '..' would write outside them. Checked here, once, for every loader."""
+    problem = name_problem(value)
+    if problem is not None:
+        raise ValueError(f"{value[:60]!r} is not a plain name: {problem}")
+    return value
+
+
+Name = Annotated[str, Field(min_length=1), AfterValidator(_plain_name)]
+"""A name that becomes one path component (a folder or file name) somewhere."""
 
 
 # ---------------------------------------------------------------- definitions
@@ -160,8 +182,8 @@ class Tolerance(ToleranceBase):
 class Definition(Model):
     """A kernel contract: axes, ordered inputs and outputs, constraints and a reference."""
 
-    name: Annotated[str, Field(min_length=1)]
-    op_type: Annotated[str, Field(min_length=1)]
+    name: Name
+    op_type: Name
     axes: dict[str, Axis]
     inputs: dict[str, TensorSpec]
     outputs: dict[str, TensorSpec]
@@ -305,13 +327,13 @@ def solution_source_hash(files: Mapping[str, bytes]) -> str:
 class Solution(Model):
     """An implementation of one definition."""
 
-    name: Annotated[str, Field(min_length=1)]
-    definition: Annotated[str, Field(min_length=1)]
-    author: Annotated[str, Field(min_length=1)]
+    name: Name
+    definition: Name
+    author: Name
     spec: BuildSpec
     sources: list[SourceFile]
     description: str | None = None
-    env: str | None = None
+    env: Name | None = None
     """envaudit: the lock directory (locks/<env>) the solution runs in."""
     baseline: bool = False
     """envaudit: the definition's baseline, against which speedups are reported."""
@@ -321,7 +343,9 @@ class Solution(Model):
 
 
 class EvaluationStatus(StrEnum):
-    """FlashInfer-Bench's statuses plus envaudit's INPUT_MUTATED and UNSUPPORTED_DEVICE."""
+    """FlashInfer-Bench's statuses plus envaudit's INPUT_MUTATED, UNSUPPORTED_DEVICE and
+    WORKLOAD_ERROR (the workload, not the solution, could not be evaluated: its inputs could
+    not be drawn, or the definition's reference raised)."""
 
     PASSED = "PASSED"
     INCORRECT_SHAPE = "INCORRECT_SHAPE"
@@ -332,6 +356,7 @@ class EvaluationStatus(StrEnum):
     TIMEOUT = "TIMEOUT"
     INPUT_MUTATED = "INPUT_MUTATED"
     UNSUPPORTED_DEVICE = "UNSUPPORTED_DEVICE"
+    WORKLOAD_ERROR = "WORKLOAD_ERROR"
 
 
 class Correctness(Model):
@@ -363,9 +388,9 @@ class Evaluation(Model):
 class Trace(Model):
     """A workload line (solution and evaluation null) or a result of one solution on it."""
 
-    definition: Annotated[str, Field(min_length=1)]
+    definition: Name
     workload: Workload
-    solution: str | None = None
+    solution: Name | None = None
     evaluation: Evaluation | None = None
 
 
@@ -376,7 +401,7 @@ class Suite(Model):
     """envaudit: a named selection of workloads, per definition."""
 
     schema_version: Literal[1] = 1
-    name: Annotated[str, Field(min_length=1)]
+    name: Name
     description: str | None = None
     workloads: dict[str, list[str]]
     """Definition name -> workload UUIDs."""

@@ -1,11 +1,16 @@
 """Names that become one path component: environments, solutions, suites, base recipes.
 
-Standard library only. A name is what a folder or file under a known root is called; anything
-that could lead elsewhere (a separator, '.', '..'), name nothing (empty) or cannot be a file
-name at all (a NUL byte, over NAME_MAX bytes) is not a name, whatever exists on disk.
+Standard library only (not a harness file: the harness builds no path from a name). A name is
+what a folder or file under a known root is called; anything that could lead elsewhere (a
+separator, '.', '..'), name nothing (empty) or cannot be a file name at all (a NUL byte, over
+NAME_MAX bytes) is not a name, whatever exists on disk.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
+
+from envaudit.schema.paths import PathOutsideRoot
 
 NAME_MAX = 255
 """Bytes in one path component on Linux file systems."""
@@ -29,3 +34,27 @@ def name_problem(value: str) -> str | None:
 def shown(value: str, limit: int = 60) -> str:
     """`value` quoted for a message, cut to `limit` characters."""
     return repr(value if len(value) <= limit else value[: limit - 3] + "...")
+
+
+def named_path(root: Path, *names: str, what: str = "name") -> Path:
+    """`root / names[0] / names[1] ...` where every part is a plain name (schema.names) and
+    the result, resolved, stays under `root` resolved (a symlink inside the root does not lead
+    it out either). PathOutsideRoot naming the bad part otherwise. Every writer whose path is
+    built from data (a result line's definition, a solution's author, a definition's op_type)
+    builds it here, so untrusted data cannot write outside its folder."""
+    for name in names:
+        problem = name_problem(name)
+        if problem is not None:
+            raise PathOutsideRoot(f"{what} {shown(name)} is not a plain name: {problem}")
+    path = root.joinpath(*names)
+    if not path.resolve().is_relative_to(root.resolve()):
+        raise PathOutsideRoot(f"{path} leads out of {root} (through a symbolic link)")
+    return path
+
+
+def check_under(root: Path, path: Path) -> Path:
+    """`path`, unless resolved it lies outside `root` resolved (PathOutsideRoot): the last
+    check of a writer before it replaces a file."""
+    if not path.resolve().is_relative_to(root.resolve()):
+        raise PathOutsideRoot(f"{path} is outside {root}; nothing was written")
+    return path

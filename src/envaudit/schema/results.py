@@ -14,6 +14,8 @@ older than every dated one), and on a tie the later line in the file.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -22,8 +24,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from envaudit.errors import write_failed
+
 RESULT_SCHEMA_VERSION = 1
 UNDATED = datetime.min.replace(tzinfo=UTC)
+
+RESUME = "run the same command again with --resume (lines already written are kept)"
 
 Key = tuple[str, str, str | None, str | None]
 """(solution, workload uuid, closure hash, device identity)."""
@@ -72,23 +78,49 @@ def result_line(
 
 
 def append_line(path: Path, line: Mapping[str, Any]) -> None:
-    """Append one line durably; start on a fresh line if a killed run left a partial one. An
-    exclusive flock covers the check and the write: jobs on several GPUs append to one file."""
+    """Append one line durably and all-or-nothing; start on a fresh line if a killed run left a
+    partial one. An exclusive flock covers the check and the write: jobs on several GPUs append
+    to one file. A write that does not land whole (a full disk writes part of a line and then
+    fails) is cut back to the old length and raised as an exit-2 EnvauditError naming the file
+    and the free space: a half-written line must never pass for this run's result."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(line, allow_nan=True) + "\n"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    data = (json.dumps(line, allow_nan=True) + "\n").encode()
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         size = os.fstat(fd).st_size
-        if size:
-            with path.open("rb") as handle:
-                handle.seek(size - 1)
-                if handle.read(1) != b"\n":
-                    text = "\n" + text
-        os.write(fd, text.encode())
-        os.fsync(fd)
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            data = b"\n" + data
+        try:
+            _write_whole(fd, data, size)
+        except OSError as exc:
+            _cut_back(fd, size)
+            what = f"append a line of {len(data)} bytes (the file is left as it was)"
+            raise write_failed(path, exc, what, RESUME) from None
     finally:
         os.close(fd)
+
+
+def _write_whole(fd: int, data: bytes, size: int) -> None:
+    """Write, fsync and check that the file grew by exactly `data` (OSError otherwise): os.write
+    may write only part of it, and only the length proves what reached the file."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:
+            raise OSError(errno.EIO, "the write made no progress")
+        view = view[written:]
+    os.fsync(fd)
+    grown = os.fstat(fd).st_size - size
+    if grown != len(data):
+        raise OSError(errno.EIO, f"the file grew by {grown} bytes, not {len(data)}")
+
+
+def _cut_back(fd: int, size: int) -> None:
+    """Truncate to the length before the append, so readers never see part of the line."""
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, size)
+        os.fsync(fd)
 
 
 class NotResultLines(ValueError):

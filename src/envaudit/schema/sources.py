@@ -73,6 +73,21 @@ def imports_libraries_first(
     )
 
 
+def source_outside(folder: Path, rel: str) -> str | None:
+    """Why the source file `rel` of the solution in `folder` would be read from outside that
+    folder (an absolute path, '..', or a symbolic link that leads out), or None. A solution
+    is its folder: a source read from elsewhere is not what its hash, export and review see."""
+    pure = PurePosixPath(rel)
+    if pure.is_absolute() or ".." in pure.parts:
+        return f"source {rel} must stay inside the solution folder {folder}"
+    resolved = (folder / rel).resolve()
+    if not resolved.is_relative_to(folder.resolve()):
+        return (
+            f"source {rel} is a symbolic link out of the solution folder {folder} (to {resolved})"
+        )
+    return None
+
+
 def source_bytes(source: Mapping[str, Any], read: Callable[[str], bytes]) -> bytes:
     """One solution.json source's bytes: its inline `content`, or `read(relative path)`."""
     content = source.get("content")
@@ -86,6 +101,8 @@ def _python_sources(sources: Sequence[Mapping[str, Any]], folder: Path) -> dict[
     for source in sources:
         rel = PurePosixPath(source["path"])
         if rel.suffix != ".py" or rel.is_absolute() or ".." in rel.parts:
+            continue
+        if source.get("content") is None and source_outside(folder, str(rel)) is not None:
             continue
         files[str(rel)] = source_bytes(source, lambda path: (folder / path).read_bytes())
         if len(files) >= MARKER_SCAN_FILES:

@@ -1,0 +1,428 @@
+"""The judge: the process that holds the expected answers, apart from the solution's.
+
+A worker is two processes (docs/harness.md, "What a solution can reach"). The one the
+supervisor started is the judge: it forks the solution's process before anything else has
+happened (no secret read, no CUDA context, no reference), reads the job's seal and deletes it,
+makes itself undumpable, and only then lets the solution's process go on. The judge never
+imports the solution. It materialises each workload's inputs itself, computes or loads the
+reference only when the solution's process hands it a call's outputs (already fixed: written
+to a file, the call returned), compares, frees the reference and answers with the verdict. It
+alone writes the job's progress, sealed (envaudit.schema.progress), and it builds each result
+line from its own verdicts: a line the solution's process asks for can say PASSED only where
+the judge has judged that workload's outputs and they passed.
+
+Messages between the two are JSON lines on a pipe, bounded in size; nothing from the solution's
+process is ever unpickled or evaluated. Standard library, torch and safetensors only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from envaudit.harness.compare import compare_outputs, overall_status, strict_diagnostic
+from envaudit.harness.inputs import (
+    InputError,
+    check_constraints,
+    draw_checked,
+    run_reference,
+    scalable_inputs,
+    torch_dtype,
+)
+from envaudit.harness.reference import ReferenceCache
+
+MESSAGE_LIMIT_BYTES = 64 << 20
+"""The longest message either process reads from the other (a result line is a few KB)."""
+PR_SET_DUMPABLE = 4
+PR_SET_PDEATHSIG = 1
+
+
+class LinkClosed(Exception):
+    """The other process closed its end of the link (it exited or died)."""
+
+
+class Link:
+    """One process's end of the two pipes between the judge and the solution's process."""
+
+    def __init__(self, reading: int, writing: int) -> None:
+        self._in: BinaryIO = os.fdopen(reading, "rb", buffering=1 << 16)
+        self._out: BinaryIO = os.fdopen(writing, "wb", buffering=0)
+
+    def send(self, kind: str, **fields: Any) -> None:
+        data = json.dumps({"kind": kind, **fields}, allow_nan=True).encode() + b"\n"
+        try:
+            self._out.write(data)
+        except (BrokenPipeError, OSError) as exc:
+            raise LinkClosed(str(exc)) from None
+
+    def receive(self) -> dict[str, Any]:
+        raw = self._in.readline(MESSAGE_LIMIT_BYTES + 1)
+        if not raw:
+            raise LinkClosed("end of file")
+        if len(raw) > MESSAGE_LIMIT_BYTES or not raw.endswith(b"\n"):
+            raise LinkClosed(f"a message longer than {MESSAGE_LIMIT_BYTES} bytes")
+        try:
+            message = json.loads(raw)
+        except (ValueError, RecursionError):
+            raise LinkClosed("a message that is not JSON") from None
+        if not isinstance(message, dict):
+            raise LinkClosed("a message that is not a JSON object")
+        return message
+
+
+@dataclass
+class Split:
+    """What fork_solution_process returns: this side's link, and the other's pid (judge)."""
+
+    link: Link
+    solution_pid: int | None
+    """The solution's process, in the judge; None in the solution's process itself."""
+
+    @property
+    def is_judge(self) -> bool:
+        return self.solution_pid is not None
+
+
+def _prctl(option: int, value: int) -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+
+
+def fork_solution_process() -> Split:
+    """Fork the solution's process. Call first thing in the worker: the child must inherit
+    nothing the judge learns later. The child dies with the judge (parent-death signal) and
+    waits for `released` before it does anything."""
+    to_child_r, to_child_w = os.pipe()
+    to_judge_r, to_judge_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(to_child_w)
+        os.close(to_judge_r)
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() == 1:  # the judge died before the signal was armed
+            os._exit(1)
+        return Split(Link(to_child_r, to_judge_w), None)
+    os.close(to_child_r)
+    os.close(to_judge_w)
+    return Split(Link(to_judge_r, to_child_w), pid)
+
+
+def seal_judge() -> None:
+    """Make this process undumpable: a process of the same user without CAP_SYS_PTRACE can no
+    longer read its memory (/proc/PID/mem, ptrace, process_vm_readv) nor its environment."""
+    _prctl(PR_SET_DUMPABLE, 0)
+
+
+def exit_like(status: int) -> None:
+    """End this process the way the solution's process ended (its wait status), so the
+    supervisor reads the same exit code or signal as from a single-process worker."""
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        import faulthandler
+
+        faulthandler.disable()
+        with contextlib.suppress(OSError, ValueError):
+            signal.signal(number, signal.SIG_DFL)
+        os.kill(os.getpid(), number)
+        os._exit(128 + number)
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
+
+
+def write_outputs(path: Path, produced: list[Any]) -> list[dict[str, Any]]:
+    """Write a call's outputs (the harness's own snapshot) for the judge; what each one is.
+    Tensors go into one safetensors file, written to a temporary name and renamed."""
+    tensors: dict[str, torch.Tensor] = {}
+    described: list[dict[str, Any]] = []
+    for index, value in enumerate(produced):
+        if isinstance(value, torch.Tensor):
+            key = f"out{index}"
+            tensors[key] = value.detach().to("cpu").contiguous()
+            described.append({"tensor": key})
+        else:
+            described.append({"other": type(value).__name__})
+    tmp = path.with_name(path.name + ".tmp")
+    save_file(tensors, str(tmp))
+    os.replace(tmp, path)
+    return described
+
+
+def _stand_in(type_name: str) -> Any:
+    """An object whose type is called like the value the solution returned (not a tensor), so
+    the comparison's message names it."""
+    return type(str(type_name)[:64] or "object", (), {})()
+
+
+def read_outputs(path: Path, described: list[Any], device: torch.device) -> list[Any]:
+    """The outputs the solution's process wrote, on `device`. What the file holds is, by
+    definition, the call's output: the judge reads it once and keeps its own copy."""
+    stored = load_file(str(path)) if path.is_file() else {}
+    outputs: list[Any] = []
+    for entry in described[:256]:
+        key = entry.get("tensor") if isinstance(entry, dict) else None
+        if isinstance(key, str) and key in stored:
+            outputs.append(stored[key].to(device))
+        else:
+            other = entry.get("other", "missing") if isinstance(entry, dict) else "missing"
+            outputs.append(_stand_in(str(other)))
+    return outputs
+
+
+def scaled(
+    definition: Mapping[str, Any],
+    workload: Mapping[str, Any],
+    inputs: dict[str, Any],
+    factor: float,
+) -> dict[str, Any]:
+    """The scale probe's inputs: the scalable ones multiplied by `factor` (in place of the
+    dict). Both processes build them the same way from the same draw."""
+    for name in scalable_inputs(definition, workload):
+        inputs[name] = (inputs[name].float() * factor).to(inputs[name].dtype)
+    return inputs
+
+
+@dataclass
+class Judge:
+    """The judge's state for one job: the workloads it may judge and its verdicts so far."""
+
+    definition: Mapping[str, Any]
+    workloads: Mapping[str, Mapping[str, Any]]
+    root: Path
+    device: torch.device
+    cache: ReferenceCache
+    strict: bool = False
+    verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def begin(self, uuid: str) -> None:
+        self.verdicts[uuid] = {"scale": {}}
+
+    def verdict(self, request: Mapping[str, Any], outputs_dir: Path) -> dict[str, Any]:
+        """Judge one call's outputs: the request names the workload, the input draw, the scale
+        factor (scale probe) and the file holding the outputs."""
+        uuid = str(request.get("uuid"))
+        workload = self.workloads.get(uuid)
+        if workload is None:
+            return _refused(f"workload {uuid!r} is not one of this job's")
+        purpose = str(request.get("purpose"))
+        if purpose not in ("validation", "recheck", "scale"):
+            return _refused(f"unknown purpose {purpose!r}")
+        draw = 1 if purpose == "recheck" else 0
+        factor = float(request.get("factor") or 1.0) if purpose == "scale" else None
+        name = Path(str(request.get("file", ""))).name
+        began = time.perf_counter()
+        try:
+            result = self._judge(workload, draw, factor, outputs_dir / name, request)
+        except torch.cuda.OutOfMemoryError as exc:
+            msg = f"out of memory while the harness computed the reference: {exc}"
+            result = {"status": "RUNTIME_ERROR", "message": msg, "out_of_memory": True}
+        except InputError as exc:
+            result = {"status": "WORKLOAD_ERROR", "message": f"workload inputs: {exc}"}
+        finally:
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+        result["judge_s"] = time.perf_counter() - began
+        record = self.verdicts.setdefault(uuid, {"scale": {}})
+        if purpose == "scale":
+            record["scale"][str(factor)] = result
+        else:
+            record[purpose] = result
+        return result
+
+    def _judge(
+        self,
+        workload: Mapping[str, Any],
+        draw: int,
+        factor: float | None,
+        path: Path,
+        request: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        def draw_inputs() -> dict[str, Any]:
+            return draw_checked(self.definition, workload, self.root, self.device, draw)
+
+        hits = self.cache.hits
+        inputs: dict[str, Any] = {}
+        if factor is not None:
+            inputs = scaled(self.definition, workload, draw_inputs(), factor)
+            broken = check_constraints(self.definition, workload, inputs)
+            if broken:
+                return {"status": "SKIPPED", "message": f"constraint {broken[0]!r}"}
+        described = request.get("outputs")
+        outputs = read_outputs(path, described if isinstance(described, list) else [], self.device)
+        with contextlib.suppress(OSError):
+            path.unlink()
+        try:
+            if factor is None:
+                refs = self.cache.outputs(self.definition, workload, draw_inputs, draw, self.device)
+            else:
+                with torch.no_grad():
+                    refs = run_reference(self.definition, inputs)
+        except torch.cuda.OutOfMemoryError:
+            raise
+        except Exception as exc:
+            msg = f"the definition's reference raised {type(exc).__name__}: {exc}"
+            return {"status": "WORKLOAD_ERROR", "message": msg[:4000]}
+        dtypes = [torch_dtype(spec["dtype"]) for spec in self.definition["outputs"].values()]
+        comparisons = compare_outputs(self.definition, outputs, refs, dtypes)
+        status = overall_status(comparisons)
+        failing = next((c for c in comparisons if c.status == status), None)
+        result: dict[str, Any] = {
+            "status": status,
+            "message": f"{failing.output}: {failing.message}"
+            if status != "PASSED" and failing
+            else "",
+            "comparisons": [c.as_dict() for c in comparisons],
+            "reference_cached": self.cache.hits > hits,
+        }
+        if self.strict and factor is None:
+            result["strict"] = strict_diagnostic(self.definition, outputs, refs, dtypes)
+        del refs, outputs, inputs
+        return result
+
+    def settle(self, uuid: str, outcome: dict[str, Any], validation_only: bool) -> dict[str, Any]:
+        """The outcome for the line, from the solution process's account and the judge's own
+        verdicts: what the judge measured (correctness, re-check, strict diagnostic, scale
+        probe) replaces what the account says, and PASSED stands only where the judge found
+        the validation, and unless validation-only the re-check, PASSED."""
+        record = self.verdicts.get(uuid, {"scale": {}})
+        validation, recheck = record.get("validation"), record.get("recheck")
+        for key, verdict in (("correctness", validation), ("recheck", recheck)):
+            if verdict is not None and "comparisons" in verdict:
+                outcome[key] = correctness(verdict["comparisons"])
+            else:
+                outcome.pop(key, None)
+        outcome.pop("strict_diagnostic", None)
+        if validation is not None and validation.get("strict") is not None:
+            outcome["strict_diagnostic"] = validation["strict"]
+        if validation is not None and "reference_cached" in validation:
+            outcome["reference_cached"] = validation["reference_cached"]
+        _settle_probe(outcome, {**record["scale"], "1.0": validation or {"status": "NONE"}})
+        if outcome.get("status") == "PASSED":
+            needed = [("validation", validation)]
+            if not validation_only:
+                needed.append(("post-timing re-check", recheck))
+            for what, verdict in needed:
+                if verdict is None:
+                    outcome.update(
+                        status="RUNTIME_ERROR",
+                        message=f"the harness never judged this workload's {what}"
+                        " (the solution's process claimed a pass it was not given)",
+                    )
+                    break
+                if verdict["status"] != "PASSED":
+                    prefix = "post-timing re-check on fresh inputs: " if verdict is recheck else ""
+                    outcome.update(status=verdict["status"], message=prefix + verdict["message"])
+                    break
+        return outcome
+
+
+def correctness(comparisons: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """A line's `correctness` (or `recheck`) from one verdict's comparisons."""
+    return {
+        "max_absolute_error": max((float(c["max_abs"]) for c in comparisons), default=0.0),
+        "max_relative_error": max((float(c["max_rel"]) for c in comparisons), default=0.0),
+        "outputs": [dict(c) for c in comparisons],
+    }
+
+
+def probe_point(factor: float, comparisons: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """One scale probe point from one verdict's comparisons."""
+    return {
+        "factor": factor,
+        "status": overall_status_of(comparisons),
+        "max_absolute_error": max((float(c["max_abs"]) for c in comparisons), default=0.0),
+        "max_relative_error": max((float(c["max_rel"]) for c in comparisons), default=0.0),
+        "outputs": [
+            {k: c[k] for k in ("output", "status", "max_abs", "matched", "total")}
+            for c in comparisons
+        ],
+    }
+
+
+def overall_status_of(comparisons: list[Mapping[str, Any]]) -> str:
+    """overall_status over comparisons as dicts."""
+    for c in comparisons:
+        if c["status"] != "PASSED":
+            return str(c["status"])
+    return "PASSED"
+
+
+def _settle_probe(outcome: dict[str, Any], judged: Mapping[str, Mapping[str, Any]]) -> None:
+    """Scale probe points the judge judged are its own; the others (a factor the solution's
+    process says it failed on outright) stay as that process wrote them."""
+    probe = outcome.get("scale_probe")
+    if not isinstance(probe, dict) or not isinstance(probe.get("points"), list):
+        return
+    points = []
+    for point in probe["points"]:
+        factor = point.get("factor") if isinstance(point, dict) else None
+        verdict = judged.get(str(float(factor))) if isinstance(factor, int | float) else None
+        if verdict is not None and "comparisons" in verdict:
+            points.append(probe_point(float(factor), verdict["comparisons"]))  # type: ignore[arg-type]
+        elif verdict is not None and verdict.get("status") == "SKIPPED":
+            points.append({"factor": factor, "skipped": verdict["message"]})
+        else:
+            points.append(point)
+    probe["points"] = points
+
+
+def _refused(message: str) -> dict[str, Any]:
+    return {"status": "RUNTIME_ERROR", "message": f"the harness refused to judge: {message}"}
+
+
+class Submitter:
+    """How the solution's process hands a call's outputs to a judge: written to a file in
+    `outputs_dir`, then a request over `ask`. The in-process form (LocalJudge) exists for
+    benchmarks and tests that judge without a second process."""
+
+    def __init__(self, outputs_dir: Path) -> None:
+        self.outputs_dir = outputs_dir
+        self._count = 0
+
+    def submit(
+        self, uuid: str, purpose: str, factor: float | None, produced: list[Any]
+    ) -> dict[str, Any]:
+        self._count += 1
+        name = f"outputs-{os.getpid()}-{self._count}.safetensors"
+        described = write_outputs(self.outputs_dir / name, produced)
+        request = {"uuid": uuid, "purpose": purpose, "factor": factor, "file": name}
+        return self.ask({**request, "outputs": described})
+
+    def ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+class RemoteJudge(Submitter):
+    """The judge in the parent process, over the link."""
+
+    def __init__(self, outputs_dir: Path, link: Link) -> None:
+        super().__init__(outputs_dir)
+        self.link = link
+
+    def ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.link.send("judge", request=request)
+        answer = self.link.receive()
+        verdict = answer.get("verdict")
+        if answer.get("kind") != "verdict" or not isinstance(verdict, dict):
+            raise LinkClosed("the judge answered something else than a verdict")
+        return verdict
+
+
+class LocalJudge(Submitter):
+    """A judge in this very process: no protection from the solution (benchmarks, tests)."""
+
+    def __init__(self, outputs_dir: Path, judge: Judge) -> None:
+        super().__init__(outputs_dir)
+        self.judge = judge
+
+    def ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        return self.judge.verdict(request, self.outputs_dir)

@@ -1,0 +1,100 @@
+"""On a GPU: the cheats of test_reach.py must fail there too, and no process gets memory that
+still holds another process's data (the judge's references live in a context of their own).
+
+Skipped where torch sees no CUDA device (CI); run on the GPU machine with `pytest -m gpu`
+(scripts/gpu/integrity.sh).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from envaudit.cli import app
+from tests.conftest import UUID_BLOB, UUID_RANDOM, write_toy_root
+from tests.harness.test_faults import write_solution
+from tests.harness.test_gpu_faults import gpu_uuid
+from tests.harness.test_reach import CHEATS, FIND
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+
+@pytest.fixture(scope="module")
+def gpu_cheat_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
+    from tests.harness.test_faults import SOLUTIONS
+
+    base = tmp_path_factory.mktemp("gpu-reach")
+    root = write_toy_root(base / "data")
+    bodies = {"correct": SOLUTIONS["correct"]}
+    bodies |= {name: (FIND + textwrap.dedent(body), False) for name, body in CHEATS.items()}
+    for name in bodies:
+        write_solution(base / "solutions", name, bodies)
+    report = base / "results.jsonl"
+    for name in bodies:
+        argv = ["run", "--solution", name, "--gpu", gpu_uuid(), "--data-root", str(root)]
+        argv += ["--solutions-root", str(base / "solutions"), "--report", str(report)]
+        argv += ["--timeout", "60", "--reference-cache", str(base / "refcache")]
+        CliRunner().invoke(app, argv)
+    lines: dict[str, list[dict]] = {}
+    for raw in report.read_text().splitlines():
+        line = json.loads(raw)
+        lines.setdefault(line["solution"], []).append(line)
+    return lines
+
+
+def test_the_correct_solution_passes_on_the_gpu(gpu_cheat_run: dict) -> None:
+    assert [line["status"] for line in gpu_cheat_run["correct"]] == ["PASSED", "PASSED"]
+
+
+@pytest.mark.parametrize("name", list(CHEATS))
+def test_no_cheat_passes_on_the_gpu(gpu_cheat_run: dict, name: str) -> None:
+    lines = gpu_cheat_run[name]
+    assert {line["workload"]["uuid"] for line in lines} == {UUID_BLOB, UUID_RANDOM}
+    for line in lines:
+        assert line["status"] not in ("PASSED", "COMPILE_ERROR"), line.get("message")
+
+
+FILL = """
+import sys, torch
+n = int(sys.argv[1])
+block = torch.full((n,), 0x5A, dtype=torch.uint8, device="cuda")
+torch.cuda.synchronize()
+print("filled", flush=True)
+sys.stdin.readline()
+"""
+
+SCAN = """
+import sys, torch
+n = int(sys.argv[1])
+block = torch.empty((n,), dtype=torch.uint8, device="cuda")
+print(int((block == 0x5A).sum()))
+"""
+
+
+def test_memory_another_process_freed_reads_clean(tmp_path: Path) -> None:
+    """A process fills most of the free memory with a pattern and exits; another then takes as
+    much with torch.empty: none of the pattern may show (what the judge frees, the solution's
+    process never reads)."""
+    free, _ = torch.cuda.mem_get_info()
+    n = int(free * 0.6)
+    filler = subprocess.Popen(
+        [sys.executable, "-c", FILL, str(n)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert filler.stdout is not None and filler.stdin is not None
+    assert filler.stdout.readline().strip() == b"filled"
+    filler.stdin.close()
+    assert filler.wait(60) == 0
+    done = subprocess.run(
+        [sys.executable, "-c", SCAN, str(n)], capture_output=True, text=True, check=True
+    )
+    assert int(done.stdout.strip()) == 0

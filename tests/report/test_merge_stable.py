@@ -1,0 +1,35 @@
+"""Merging the report's own results.jsonl gives the same report: the repeated runs that the
+environment comparisons put intervals on are kept in it, not only the newest line per key."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from envaudit.cli import app
+from tests.conftest import REPO
+
+DOCS = REPO / "docs"
+VOLATILE = re.compile(r"^.*(\"generated_at\"|Generated \d{4}-|envaudit merge ).*$", re.MULTILINE)
+
+
+def _masked(path: Path) -> str:
+    return VOLATILE.sub("<volatile>", path.read_text())
+
+
+def test_merging_the_reports_own_lines_keeps_the_environment_comparisons(
+    tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.chdir(REPO)
+    out = tmp_path / "again"
+    result = CliRunner().invoke(app, ["merge", "docs/results.jsonl", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "Environment comparisons" in (DOCS / "performance.md").read_text()
+    assert _masked(out / "performance.md") == _masked(DOCS / "performance.md")
+    again, committed = (json.loads((d / "summary.json").read_text()) for d in (out, DOCS))
+    assert committed["env_comparisons"] and again["env_comparisons"] == committed["env_comparisons"]
+    assert again["definitions"] == committed["definitions"]
+    assert (out / "results.jsonl").read_text() == (DOCS / "results.jsonl").read_text()

@@ -1,0 +1,87 @@
+"""A worker container dies with its supervisor: SIGKILL of `envaudit run --runtime docker`
+while the solution runs leaves neither a running nor an exited container of that job (the
+host runtime's worker dies with its supervisor the same way). Needs the real engine and the
+torch-cpu image, as tests/runtime/test_docker.py does (its fixture builds them)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import docker.errors
+
+from envaudit.image.engine import Engine
+from envaudit.runtime.docker import JOB_LABEL
+from tests.conftest import UUID_BLOB, write_toy_root
+from tests.harness.test_faults import write_solution
+from tests.runtime.test_docker import engine_env, pytestmark  # noqa: F401
+
+KILLED_WITHIN_S = 10.0
+
+
+def begun(job: Path) -> bool:
+    """Whether the worker has begun a workload (a `begin` event, sealed or not)."""
+    try:
+        text = (job / "progress.jsonl").read_text()
+    except OSError:
+        return False
+    return '"begin"' in text or '\\"begin\\"' in text
+
+
+def job_containers(engine: Engine, cache: Path) -> list[Any]:
+    """Worker containers (any state) whose job folder is under this test's cache."""
+    found = engine.client.containers.list(all=True, filters={"label": JOB_LABEL})
+    return [c for c in found if Path(c.labels[JOB_LABEL]).is_relative_to(cache)]
+
+
+def wait_for(what: str, test: Any, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = test()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"{what}: not within {timeout:.0f} s")
+
+
+def test_sigkill_of_the_supervisor_removes_its_worker_container(
+    engine_env: dict[str, str],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    root = write_toy_root(tmp_path / "data")
+    write_solution(tmp_path / "solutions", "hang")
+    cache = Path(engine_env["ENVAUDIT_CACHE"])
+    argv = [sys.executable, "-m", "envaudit", "run", "--solution", "hang", "--runtime", "docker"]
+    argv += ["--device", "cpu", "--data-root", str(root)]
+    argv += ["--solutions-root", str(tmp_path / "solutions"), "--workload", UUID_BLOB]
+    argv += ["--report", str(tmp_path / "r.jsonl"), "--timeout", "300"]
+    engine = Engine.connect()
+    supervisor = subprocess.Popen(
+        argv, env={**os.environ, **engine_env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        running = wait_for(
+            "the hanging solution's container runs its workload",
+            lambda: [c for c in job_containers(engine, cache) if begun(Path(c.labels[JOB_LABEL]))],
+            180,
+        )
+        assert len(running) == 1
+        supervisor.send_signal(signal.SIGKILL)
+        supervisor.wait(10)
+        wait_for(
+            "the worker container is gone after its supervisor was killed",
+            lambda: not job_containers(engine, cache),
+            KILLED_WITHIN_S,
+        )
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+        for container in job_containers(engine, cache):
+            with contextlib.suppress(docker.errors.APIError):  # the reaper may be at it too
+                container.remove(force=True)
