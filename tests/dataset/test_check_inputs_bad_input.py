@@ -131,6 +131,10 @@ def suite_names_missing_uuid(root: Path) -> None:
     (root / "suites/smoke.json").write_text(json.dumps(suite))
 
 
+def inputs_larger_than_any_gpu(root: Path) -> None:
+    edit_lines(root, lambda t: t[1]["workload"]["axes"].update(B=10**6, S=10**6))
+
+
 # (break, finding code, strings the message must contain: file, workload, field, detail)
 CASES = [
     (break_definition_json, "malformed-json", [DEFINITION, "malformed JSON"]),
@@ -150,6 +154,7 @@ CASES = [
     (missing_tensor_key, "missing-tensor", [UUID_BLOB, "'lens'", "has: lengths"]),
     (wrong_definition_field_type, "invalid-field", [DEFINITION, "tolerance.rule"]),
     (suite_names_missing_uuid, "unknown-workload", ["suites/smoke.json", "nope"]),
+    (inputs_larger_than_any_gpu, "inputs-too-large", [UUID_RANDOM, "16000.0 GB", "any GPU"]),
 ]
 
 

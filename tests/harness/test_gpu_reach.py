@@ -7,21 +7,16 @@ Skipped where torch sees no CUDA device (CI); run on the GPU machine with `pytes
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import torch
-from typer.testing import CliRunner
 
-from envaudit.cli import app
-from tests.conftest import UUID_BLOB, UUID_RANDOM, write_toy_root
-from tests.harness.test_faults import write_solution
+from tests.conftest import UUID_BLOB, UUID_RANDOM
 from tests.harness.test_gpu_faults import gpu_uuid
-from tests.harness.test_reach import CHEATS, FIND
+from tests.harness.test_reach import CHEATS, cheat_lines
 
 pytestmark = [
     pytest.mark.gpu,
@@ -31,25 +26,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def gpu_cheat_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
-    from tests.harness.test_faults import SOLUTIONS
-
-    base = tmp_path_factory.mktemp("gpu-reach")
-    root = write_toy_root(base / "data")
-    bodies = {"correct": SOLUTIONS["correct"]}
-    bodies |= {name: (FIND + textwrap.dedent(body), False) for name, body in CHEATS.items()}
-    for name in bodies:
-        write_solution(base / "solutions", name, bodies)
-    report = base / "results.jsonl"
-    for name in bodies:
-        argv = ["run", "--solution", name, "--gpu", gpu_uuid(), "--data-root", str(root)]
-        argv += ["--solutions-root", str(base / "solutions"), "--report", str(report)]
-        argv += ["--timeout", "60", "--reference-cache", str(base / "refcache")]
-        CliRunner().invoke(app, argv)
-    lines: dict[str, list[dict]] = {}
-    for raw in report.read_text().splitlines():
-        line = json.loads(raw)
-        lines.setdefault(line["solution"], []).append(line)
-    return lines
+    return cheat_lines(tmp_path_factory.mktemp("gpu-reach"), ["--gpu", gpu_uuid()])
 
 
 def test_the_correct_solution_passes_on_the_gpu(gpu_cheat_run: dict) -> None:

@@ -138,14 +138,12 @@ CHEATS = {
 }
 
 
-@pytest.fixture(scope="module")
-def cheat_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
-    """Every cheat once, after a correct solution filled the reference cache; solution ->
-    its lines in the report."""
+def cheat_lines(base: Path, where: list[str]) -> dict[str, list[dict]]:
+    """Every cheat once, after a correct solution filled the reference cache, on the device
+    `where` names; solution -> its lines in the report."""
     from tests.conftest import write_toy_root
     from tests.harness.test_faults import SOLUTIONS
 
-    base = tmp_path_factory.mktemp("reach")
     root = write_toy_root(base / "data")
     solutions = base / "solutions"
     bodies = {"correct": SOLUTIONS["correct"]}
@@ -154,8 +152,8 @@ def cheat_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]
         write_solution(solutions, name, bodies)
     report = base / "results.jsonl"
     for name in bodies:
-        argv = ["run", "--solution", name, "--device", "cpu", "--data-root", str(root)]
-        argv += ["--solutions-root", str(solutions), "--report", str(report), "--timeout", "30"]
+        argv = ["run", "--solution", name, *where, "--data-root", str(root)]
+        argv += ["--solutions-root", str(solutions), "--report", str(report), "--timeout", "60"]
         argv += ["--reference-cache", str(base / "refcache")]
         CliRunner().invoke(app, argv)
     lines: dict[str, list[dict]] = {}
@@ -163,6 +161,11 @@ def cheat_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]
         line = json.loads(raw)
         lines.setdefault(line["solution"], []).append(line)
     return lines
+
+
+@pytest.fixture(scope="module")
+def cheat_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
+    return cheat_lines(tmp_path_factory.mktemp("reach"), ["--device", "cpu"])
 
 
 def test_the_correct_solution_passes_beside_them(cheat_run: dict) -> None:

@@ -315,6 +315,33 @@ def test_no_cheat_passes_in_a_container(engine_env: dict[str, str], tmp_path: Pa
         assert "COMPILE_ERROR" not in statuses, (name, statuses)
 
 
+def test_a_newcomer_gets_the_same_statuses_without_and_with_an_engine(
+    engine_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`make audit` with no engine (the host runtime), then again once Docker is installed, into
+    the same folder: the reference cache the first wrote is read by the container's non-root
+    user, and every status is the same both times (they were RUNTIME_ERROR: a 0600 entry)."""
+    root = write_toy_root(tmp_path / "data")
+    names = ["correct", "correct_dps", "mutates_input"]
+    for name in names:
+        write_solution(tmp_path / "solutions", name)
+    common = ["audit", "--device", "cpu", "--data-root", str(root), "--timeout", "30"]
+    common += ["--solutions-root", str(tmp_path / "solutions"), "--out", str(tmp_path / "out")]
+    for name in names:
+        common += ["--solution", name]
+    statuses: dict[str, dict[str, list[str]]] = {}
+    for runtime in ("host", "docker"):
+        invoke([*common, "--runtime", runtime], engine_env)
+        for _, line in read_lines(tmp_path / "out" / "results.jsonl"):
+            assert line is not None
+            if line["context"]["runtime"] == runtime:
+                statuses.setdefault(runtime, {}).setdefault(line["solution"], []).append(
+                    line["status"]
+                )
+    assert statuses["host"] == statuses["docker"], statuses
+    assert statuses["docker"]["correct"] == ["PASSED"], statuses
+
+
 def test_no_worker_container_is_left_behind(fault_lines: dict) -> None:
     engine = Engine.connect()
     left = engine.client.containers.list(all=True, filters={"label": "dev.envaudit.job"})

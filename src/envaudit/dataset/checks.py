@@ -7,6 +7,7 @@ stopping at the first. Nothing under the root is written.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from envaudit.dataset.blobs import BlobError, BlobInfo, read_blob
 from envaudit.dataset.interfaces import check_interfaces
 from envaudit.dataset.traceset import DefinitionFile, TraceSet, WorkloadLine, load_traceset
 from envaudit.errors import EXIT_USAGE, EnvauditError
-from envaudit.schema.dtypes import FLOAT_DTYPES, canonical_dtype
+from envaudit.schema.dtypes import FLOAT_DTYPES, ITEMSIZE, canonical_dtype
 from envaudit.schema.expressions import (
     ExpressionError,
     UnresolvedName,
@@ -200,6 +201,27 @@ def _check_workload(ctx: _Context, wl: WorkloadLine) -> None:
             namespace[name] = _ShapeOnly(name, tuple(axes[a] for a in spec.shape if a in axes))
     if axes is not None:
         _check_constraints(ctx, wl, d, namespace)
+        _check_input_size(ctx, wl, d, axes)
+
+
+LARGEST_DEVICE_BYTES = 288 * 10**9
+"""The most memory one accelerator has (B300 and MI355X: 288 GB): inputs larger than this
+cannot be drawn on any GPU, so their workload could only ever read WORKLOAD_ERROR."""
+
+
+def _check_input_size(ctx: _Context, wl: WorkloadLine, d: Definition, axes: dict[str, int]) -> None:
+    total = 0
+    for spec in d.inputs.values():
+        if spec.shape is not None and all(a in axes for a in spec.shape):
+            elements = math.prod(axes[a] for a in spec.shape)
+            total += elements * ITEMSIZE.get(canonical_dtype(spec.dtype), 1)
+    if total > LARGEST_DEVICE_BYTES:
+        msg = (
+            f"its inputs need {total / 1e9:.1f} GB, more than any GPU holds"
+            f" ({LARGEST_DEVICE_BYTES / 1e9:.0f} GB)"
+        )
+        where = {"workload": wl.uuid, "line": wl.line, "field": "axes"}
+        ctx.add("error", "inputs-too-large", wl.path, msg, **where)
 
 
 def _check_axes(ctx: _Context, wl: WorkloadLine, d: Definition) -> dict[str, int] | None:

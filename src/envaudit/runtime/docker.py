@@ -160,8 +160,11 @@ class ContainerLauncher:
             (job.data_root, f"{MOUNT}/data", False),
             (job.solution_file.parent, f"{MOUNT}/solution", False),
         ]
-        if job.reference_cache is not None:
-            seal_reference_folder(job.reference_cache)  # usable, never listable, by the worker
+        if job.reference_cache is not None and os.getuid() == 0:
+            # The worker (USER) does not own the folder: it may open an entry whose name its
+            # judge gives it, never list them. A caller's own uid would own it, so for such a
+            # caller the container gets no cache and its judge computes every reference.
+            seal_reference_folder(job.reference_cache)
             self.mounts.append((job.reference_cache, f"{MOUNT}/reference-cache", True))
         if jit_folder is not None:
             self.mounts.append((jit_folder, JIT_MOUNT, True))

@@ -7,6 +7,7 @@ names the solution, definition, suite or workload at fault.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -269,8 +270,13 @@ class Job:
     def worker_view(
         self, seen_as: Callable[[Path], str], workloads: Sequence[str]
     ) -> dict[str, Any]:
-        """job.json for the worker: these workloads, paths as the worker sees them."""
-        cache = self.reference_cache
+        """job.json for the worker: these workloads, paths as the worker sees them. A launcher
+        that does not mount the reference cache (the docker runtime for a caller who is not
+        root: docs/harness.md, "What a solution can reach") gives its worker none."""
+        cache = None
+        if self.reference_cache is not None:
+            with contextlib.suppress(EnvauditError):
+                cache = seen_as(self.reference_cache)
         return {
             "definition": self.definition,
             "solution": self.solution,
@@ -285,7 +291,7 @@ class Job:
             "strict_diagnostic": self.strict_diagnostic,
             "scale_probe": self.scale_probe,
             "measure_ms": self.measure_ms,
-            "reference_cache": seen_as(cache) if cache is not None else None,
+            "reference_cache": cache,
             "context": self.context.record(),
         }
 
