@@ -112,6 +112,10 @@ def test_each_job_gets_a_clean_process(tmp_path: Path, forkserver: str) -> None:
 SERVER_FOLDER = """
 import os
 from pathlib import Path
+def server_pid():
+    # the worker's judge forked this process (harness/judge.py); the server forked the judge
+    stat = Path(f"/proc/{os.getppid()}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[1])
 def server_folder():
     # the socket is the last argument of the fork server that forked this worker
     args = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().split(b"\\0")
@@ -129,7 +133,7 @@ def run(x, lengths, scale):
     if "torch." + "_dynamo" in sys.modules:
         raise RuntimeError("the first job's worker waited for the preload")
     folder = server_folder()
-    (folder / "first-parent").write_text(str(os.getppid()))
+    (folder / "first-parent").write_text(str(server_pid()))
     deadline = time.monotonic() + 120
     while not (folder / "preloaded").exists():
         if time.monotonic() > deadline:
@@ -147,7 +151,7 @@ def run(x, lengths, scale):
     if "torch._dynamo" not in sys.modules:
         raise RuntimeError("torch._dynamo was not imported before this solution")
     first = (server_folder() / "first-parent").read_text()
-    if str(os.getppid()) == first:
+    if str(server_pid()) == first:
         raise RuntimeError("forked by the first server, not by the preloaded one")
     return scaled(x, lengths, scale)
 """,
@@ -337,7 +341,10 @@ ALONE_SOLUTIONS = {
         from pathlib import Path
         def run(x, lengths, scale):
             time.sleep(1.0)  # the preloaded server, beside jobs, is forked right after this one
-            server, me = os.getppid(), os.getpid()
+            # this process's parent is its worker's judge, which the server forked
+            judge = os.getppid()
+            stat = Path(f"/proc/{judge}/stat").read_text()
+            server, me = int(stat.rsplit(")", 1)[1].split()[1]), judge
             for status in Path("/proc").glob("[0-9]*/status"):
                 try:
                     fields = dict(

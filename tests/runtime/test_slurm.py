@@ -28,8 +28,8 @@ pytestmark = pytest.mark.skipif(
 )
 
 # Kills its task's `envaudit run` the first time it is imported (as a node failing would), and
-# computes the right answer from then on. The worker's parent is that run, or the fork server
-# the run started (then the run is the server's parent).
+# computes the right answer from then on. This process's parent is its worker's judge, whose
+# parent is that run, or the fork server the run started (then the run is the server's parent).
 DIES_ONCE = """
 import os, signal
 from pathlib import Path
@@ -40,8 +40,8 @@ def parent_of(pid):
 MARK = Path({mark!r})
 if not MARK.exists():
     MARK.write_text("died once")
-    run = os.getppid()
-    if b"envaudit.harness.forkserver" in Path(f"/proc/{{run}}/cmdline").read_bytes():
+    run = parent_of(os.getpid())  # the worker's judge; then its fork server, if any
+    while b"envaudit.harness" in Path(f"/proc/{{run}}/cmdline").read_bytes():
         run = parent_of(run)
     os.kill(run, signal.SIGKILL)
 

@@ -177,3 +177,12 @@ def test_merge_into_a_full_disk_names_the_file(tiny: Path, tmp_path: Path) -> No
     )
     assert code == EXIT_USAGE, out
     assert str(tiny / "out") in out and "bytes free" in out, out
+
+
+def test_export_into_a_full_disk_names_the_file(tiny: Path, tmp_path: Path) -> None:
+    toy_scene(tmp_path)
+    fill(tiny)
+    argv = ["export-solutions", "--solutions-root", str(tmp_path / "solutions")]
+    code, out = invoke([*argv, "--data-root", str(tmp_path / "data"), "--out", str(tiny / "fib")])
+    assert code == EXIT_USAGE, out
+    assert str(tiny / "fib") in out and "bytes free" in out, out

@@ -28,7 +28,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FormatStrFormatter, NullFormatter
 
-from envaudit.schema.paths import write_bytes_atomically
+from envaudit.schema.writes import replace_bytes
 
 DPI = 100
 SPEEDUP_SIZE = (11.0, 6.0)
@@ -58,7 +58,7 @@ def write_plots(summary: Mapping[str, Any], out: Path) -> list[Path]:
     PNG then SVG."""
     figures = render_plots(summary, out)
     for path, data in figures.items():
-        write_bytes_atomically(path, data)
+        replace_bytes(path, data)
     return list(figures)
 
 

@@ -20,8 +20,9 @@ from envaudit.dataset.traceset import DatasetRootError, load_traceset
 from envaudit.errors import EnvauditError
 from envaudit.schema.models import Solution
 from envaudit.schema.names import check_under, named_path
-from envaudit.schema.paths import PathOutsideRoot, write_text_atomically
+from envaudit.schema.paths import PathOutsideRoot
 from envaudit.schema.sources import source_outside
+from envaudit.schema.writes import replace_text
 
 
 class ExportError(EnvauditError):
@@ -69,7 +70,7 @@ def export_solutions(solutions_root: Path, data_root: Path, out: Path) -> list[P
     op_types = {name: d.definition.op_type for name, d in definitions.items()}
     files = render_solutions(solutions_root, op_types, out)
     for path, text in files.items():
-        write_text_atomically(path, text)
+        replace_text(path, text)
     return list(files)
 
 

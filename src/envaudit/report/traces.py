@@ -39,8 +39,8 @@ from pydantic import ValidationError
 from envaudit.report.summary import SolutionInfo, device_of, env_of
 from envaudit.schema.models import Trace
 from envaudit.schema.names import named_path
-from envaudit.schema.paths import write_text_atomically
 from envaudit.schema.results import RESULT_SCHEMA_VERSION
+from envaudit.schema.writes import replace_text
 
 LOG_LIMIT = 2000
 UNKNOWN = "unknown"
@@ -91,7 +91,7 @@ def export_traces(
     written, sorted. Every trace is validated before anything is written."""
     files = render_traces(lines, solutions, definitions, workloads, out)
     for path, text in files.items():
-        write_text_atomically(path, text)
+        replace_text(path, text)
     return list(files)
 
 
