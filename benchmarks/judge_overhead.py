@@ -2,12 +2,13 @@
 
 Since the judge was split off (docs/harness.md, "What a solution can reach"), a worker is two
 processes and every judged call's outputs travel to the judge through a file; the judge draws
-the inputs again on a cache miss. This runs `envaudit audit --runtime host` of the given
+the inputs again on a cache miss. This runs `envaudit audit` (`--runtime local` with the
+torch-cpu lock on the CPU; pass `--runtime host` on a GPU) of the given
 solutions from each tree in the order given (say new, old, old, new), each run twice into its
 own folder: cold (references computed) and cached (the same folder again, the references read
 from its cache), and prints each run's wall time and the sum of its lines' phases.
 
-    python benchmarks/judge_overhead.py --old OLD_SRC [--device cpu | --gpu GPU-<uuid>]
+    python benchmarks/judge_overhead.py --old OLD_SRC [--gpu GPU-<uuid> --runtime host]
         [--suite smoke] [--env torch-cpu] [--solution S ...] [--order new,old,old,new]
         [--json OUT.json]
 
@@ -44,7 +45,9 @@ def baselines() -> list[str]:
 def audit(src: Path, out: Path, args: argparse.Namespace, solutions: list[str]) -> float:
     """One audit from the tree at `src` into `out`; its wall seconds."""
     where = ["--gpu", args.gpu] if args.gpu else ["--device", "cpu", "--env", args.env]
-    argv = [sys.executable, "-m", "envaudit", "audit", "--runtime", "host", *where]
+    if args.gpu and args.runtime != "host":
+        where += ["--env", args.env]
+    argv = [sys.executable, "-m", "envaudit", "audit", "--runtime", args.runtime, *where]
     argv += ["--suite", args.suite, "--out", str(out)]
     for name in solutions:
         argv += ["--solution", name]
@@ -84,6 +87,7 @@ def main() -> None:
     parser.add_argument("--gpu")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--env", default="torch-cpu")
+    parser.add_argument("--runtime", default="local", help="local on the CPU; host on a GPU")
     parser.add_argument("--suite", default="smoke")
     parser.add_argument("--solution", action="append", default=[])
     parser.add_argument("--order", default="new,old,old,new")
@@ -104,7 +108,8 @@ def main() -> None:
             f" recheck {cached.get('recheck', 0):.2f} s",
             flush=True,
         )
-    for kind in ("cold_s", "cached_s"):
+    ran = {r["tree"] for r in runs}
+    for kind in ("cold_s", "cached_s") if ran == set(trees) else ():
         by = {t: statistics.median(r[kind] for r in runs if r["tree"] == t) for t in trees}
         print(
             f"median {kind}: new {by['new']:.1f}, old {by['old']:.1f},"

@@ -227,6 +227,9 @@ class Judge:
             result = {"status": "RUNTIME_ERROR", "message": msg, "out_of_memory": True}
         except InputError as exc:
             result = {"status": "WORKLOAD_ERROR", "message": f"workload inputs: {exc}"}
+        except Exception as exc:  # outputs the solution's process wrote that cannot be read
+            msg = f"the harness could not judge the outputs: {type(exc).__name__}: {exc}"
+            result = {"status": "RUNTIME_ERROR", "message": msg[:4000]}
         finally:
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
