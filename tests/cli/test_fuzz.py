@@ -314,3 +314,45 @@ def test_a_result_line_cannot_write_outside_out(places: dict[str, str], tmp_path
     assert repr(ESCAPING) in result.output, result.output
     written = [p for p in tmp_path.rglob("*") if p.is_file() and not p.is_relative_to(out)]
     assert written == [results], written
+
+
+# ---------------------------------------------------------------- a full file system
+# Every command that writes, pointed at a tmpfs with no page left: exit 2, no traceback, the
+# message gives the free space (tests/schema/test_full_disk.py checks what each one keeps).
+
+FULL = "{full}"
+FULL_WRITERS = [
+    (*RUN, *RUN_PLACES, "--report", f"{FULL}/r.jsonl", "--reference-cache", "{refcache}"),
+    ("merge", "{results}", "--out", f"{FULL}/report"),
+    (
+        "export-solutions",
+        "--solutions-root",
+        "{solutions}",
+        "--data-root",
+        "{root}",
+        "--out",
+        f"{FULL}/fib",
+    ),
+    ("lock", "torch-cpu", "--locks-dir", f"{FULL}/locks", "--no-build"),
+]
+
+
+@pytest.mark.parametrize("argv", FULL_WRITERS, ids=[a[0] for a in FULL_WRITERS])
+def test_a_full_file_system_is_exit_2_naming_the_free_space(
+    argv: tuple[str, ...], places: dict[str, str], tmp_path: Path
+) -> None:
+    from tests.schema.test_full_disk import fill, small_tmpfs
+
+    with small_tmpfs(tmp_path / "full") as full:
+        if argv[0] == "lock":
+            shutil.copytree(REPO / "locks" / "torch-cpu", full / "locks" / "torch-cpu")
+            (full / "locks" / "torch-cpu" / "lock.json").unlink()
+        fill(full)
+        filled = [_fill(a, places).replace(FULL, str(full)) for a in argv]
+        variables = {"ENVAUDIT_CACHE": places["{cache}"], "ENVAUDIT_STORE": places["{store}"]}
+        result = CliRunner().invoke(app, filled, env=variables)
+        shown = f"envaudit {' '.join(filled)}\n{result.output}"
+        assert result.exception is None or isinstance(result.exception, SystemExit), shown
+        assert "Traceback" not in result.output, shown
+        assert result.exit_code == 2, shown
+        assert "free" in result.output, shown

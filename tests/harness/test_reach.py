@@ -213,3 +213,29 @@ def test_the_cache_folder_holds_no_entry_named_by_a_computable_key(tmp_path: Pat
     plain = cache_key(definition, workload["workload"], 0, "cpu")
     assert len(names) == 1 and plain not in names[0], names
     assert (tmp_path / "cache" / names[0]).stat().st_mode & 0o777 == 0o644
+
+
+def test_an_entry_that_cannot_be_read_is_computed_again(tmp_path: Path) -> None:
+    """A damaged or unreadable cache entry is never the solution's status: the judge computes
+    the reference and replaces the entry."""
+    import torch
+
+    from envaudit.harness.inputs import materialize_inputs
+    from envaudit.harness.reference import ReferenceCache, cache_key
+    from tests.conftest import toy_definition, write_toy_root
+
+    root = write_toy_root(tmp_path / "data")
+    workload = json.loads((root / "workloads/toy/toy_scale.jsonl").read_text().splitlines()[0])
+    definition, drawn = toy_definition(), workload["workload"]
+    inputs = materialize_inputs(definition, drawn, root)
+    cache = ReferenceCache(tmp_path / "cache", key="k" * 64)
+    entry = cache.entry(cache_key(definition, drawn, 0, "cpu"))
+    entry.parent.mkdir()
+    entry.write_bytes(b"\x00not safetensors")
+    got = cache.outputs(definition, drawn, lambda: inputs, 0, torch.device("cpu"))
+    assert cache.hits == 0 and entry.stat().st_size > 100
+    again = ReferenceCache(tmp_path / "cache", key="k" * 64)
+    assert torch.equal(
+        again.outputs(definition, drawn, lambda: {}, 0, torch.device("cpu"))[0], got[0]
+    )
+    assert again.hits == 1
