@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import faulthandler
 import json
 import os
 import signal
@@ -101,16 +102,17 @@ def _prctl(option: int, value: int) -> None:
 
 def fork_solution_process() -> Split:
     """Fork the solution's process. Call first thing in the worker: the child must inherit
-    nothing the judge learns later. The child dies with the judge (parent-death signal) and
-    waits for `released` before it does anything."""
+    nothing the judge learns later. The child dies with the judge (parent-death signal); the
+    worker has it wait for the judge's first message before it does anything."""
     to_child_r, to_child_w = os.pipe()
     to_judge_r, to_judge_w = os.pipe()
+    judge = os.getpid()
     pid = os.fork()
     if pid == 0:
         os.close(to_child_w)
         os.close(to_judge_r)
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() == 1:  # the judge died before the signal was armed
+        if os.getppid() != judge:  # the judge died before the signal was armed
             os._exit(1)
         return Split(Link(to_child_r, to_judge_w), None)
     os.close(to_child_r)
@@ -129,8 +131,6 @@ def exit_like(status: int) -> None:
     supervisor reads the same exit code or signal as from a single-process worker."""
     if os.WIFSIGNALED(status):
         number = os.WTERMSIG(status)
-        import faulthandler
-
         faulthandler.disable()
         with contextlib.suppress(OSError, ValueError):
             signal.signal(number, signal.SIG_DFL)

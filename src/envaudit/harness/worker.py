@@ -132,15 +132,9 @@ def judge_main(job_dir: Path, link: Link, child: int) -> int:
     judges its outputs and settles each result line, until that process ends."""
     seal = take_seal(job_dir)
     seal_judge()
-    outputs_dir = job_dir / OUTPUTS_FOLDER
-    outputs_dir.mkdir(exist_ok=True)
-    outputs_dir.chmod(0o700)
-    link.send("go")
-    progress = ProgressWriter(job_dir, seal.progress_key if seal else None)
-    progress.watch_supervisor()
+    # Everything the judge judges by is read before the solution's process may go on: it can
+    # write the job folder (job.json among its files), never what the judge already holds.
     job = json.loads((job_dir / JOB_FILE).read_text())
-    device = torch.device(job["device"])
-    making = context_beside(device)
     definition = json.loads(Path(job["definition_file"]).read_text())
     by_uuid = workloads_by_uuid(Path(job["workload_file"]))
     solution_json = json.loads(Path(job["solution_file"]).read_text())
@@ -150,6 +144,14 @@ def judge_main(job_dir: Path, link: Link, child: int) -> int:
         )
     except SolutionLoadError:
         own_hash = None
+    outputs_dir = job_dir / OUTPUTS_FOLDER
+    outputs_dir.mkdir(exist_ok=True)
+    outputs_dir.chmod(0o700)
+    progress = ProgressWriter(job_dir, seal.progress_key if seal else None)
+    link.send("go")
+    progress.watch_supervisor()
+    device = torch.device(job["device"])
+    making = context_beside(device)
     cache_dir = job.get("reference_cache")
     judge = Judge(
         definition=definition,
