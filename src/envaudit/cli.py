@@ -105,6 +105,11 @@ def _names(values: list[str] | None, option: str, plain: bool = True) -> list[st
     return list(dict.fromkeys(values or []))
 
 
+SolutionsRoot = Annotated[
+    Path, typer.Option("--solutions-root", help="Folder of <name>/solution.json.", parser=_path)
+]
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"envaudit {__version__}")
@@ -375,9 +380,7 @@ def build(
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Rebuild every step.")] = False,
     over: OverOption = None,
     locks_dir: LocksDir = Path("locks"),
-    solutions_root: Annotated[Path, typer.Option("--solutions-root", parser=_path)] = Path(
-        "solutions"
-    ),
+    solutions_root: SolutionsRoot = Path("solutions"),
 ) -> None:
     """Build one image per lock, tagged by closure hash; a no-op when it exists."""
     from envaudit.image.build import build_image, build_overlay, plan_build
@@ -557,9 +560,7 @@ def run(
     ] = False,
     timeout: TimeoutOption = 300.0,
     data_root: DataRoot = Path("workloads"),
-    solutions_root: Annotated[Path, typer.Option("--solutions-root", parser=_path)] = Path(
-        "solutions"
-    ),
+    solutions_root: SolutionsRoot = Path("solutions"),
 ) -> None:
     """Validate and time one solution on its definition's workloads (default runtime: host)."""
     from envaudit.report.console import print_run_summary
@@ -640,9 +641,7 @@ def reproduce(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
     timeout: TimeoutOption = 300.0,
     data_root: DataRoot = Path("workloads"),
-    solutions_root: Annotated[Path, typer.Option("--solutions-root", parser=_path)] = Path(
-        "solutions"
-    ),
+    solutions_root: SolutionsRoot = Path("solutions"),
     locks_dir: LocksDir = Path("locks"),
 ) -> None:
     """Run a recorded line again in what it records (its lock by closure hash and its solution
@@ -756,9 +755,7 @@ def audit(
     ] = 0.0,
     timeout: TimeoutOption = 300.0,
     data_root: DataRoot = Path("workloads"),
-    solutions_root: Annotated[Path, typer.Option("--solutions-root", parser=_path)] = Path(
-        "solutions"
-    ),
+    solutions_root: SolutionsRoot = Path("solutions"),
 ) -> None:
     """Run every solution on the chosen GPUs (or the CPU); all lines go to OUT/results.jsonl.
     GPUs of one model share the jobs, one at a time each, longest first (--each-gpu: every
@@ -835,9 +832,7 @@ def merge(
         "docs"
     ),
     data_root: DataRoot = Path("workloads"),
-    solutions_root: Annotated[Path, typer.Option("--solutions-root", parser=_path)] = Path(
-        "solutions"
-    ),
+    solutions_root: SolutionsRoot = Path("solutions"),
 ) -> None:
     """Merge result files (ours or FlashInfer-Bench traces) into results.jsonl, summary.json,
     performance.md, preferred-solutions.json, interfaces.json, plots/ and traces/."""
@@ -871,9 +866,7 @@ def export_solutions_command(
         Path, typer.Option("--out", help="Root to write solutions/ under.", parser=_path)
     ],
     data_root: DataRoot = Path("workloads"),
-    solutions_root: Annotated[Path, typer.Option("--solutions-root", parser=_path)] = Path(
-        "solutions"
-    ),
+    solutions_root: SolutionsRoot = Path("solutions"),
 ) -> None:
     """Write every solution as a FlashInfer-Bench Solution, sources inlined, under
     OUT/solutions/<author>/<op_type>/<definition>/<name>.json."""
