@@ -200,7 +200,6 @@ def _evaluate(
     outcome["timing"] = _time(ctx, workload, inputs, clock)
     outcome["achieved"] = _achieved(ctx.definition, workload, inputs, outcome["timing"])
     with clock.phase("recheck"):
-        ctx.judge.prepare(str(workload["uuid"]))
         _redraw_in_place(ctx, workload, inputs)
         recheck, _ = _validate(ctx, workload, inputs, "recheck")
     clock.reassign(_judged_s(recheck), "recheck", "reference")

@@ -236,7 +236,7 @@ class Judge:
     cache: ReferenceCache
     strict: bool = False
     verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)
-    ahead: dict[tuple[str, int], _Ahead] = field(default_factory=dict)
+    ahead: dict[str, _Ahead] = field(default_factory=dict)
 
     def begin(self, uuid: str) -> None:
         """A workload starts in the solution's process: its draw-0 reference is made ready."""
@@ -244,14 +244,9 @@ class Judge:
         for left in self.ahead.values():  # a workload whose call failed: never judged
             left.wait()
         self.ahead.clear()
-        self.prepare(uuid, 0)
-
-    def prepare(self, uuid: str, draw: int) -> None:
-        """Make one draw's reference ready on a thread (_Ahead): draw 0 as the workload begins,
-        draw 1 as the solution's process starts its re-check (its timing is over)."""
         workload = self.workloads.get(uuid)
-        if workload is not None and draw in (0, 1) and (uuid, draw) not in self.ahead:
-            self.ahead[(uuid, draw)] = _Ahead(lambda: self._reference(workload, draw))
+        if workload is not None:
+            self.ahead[uuid] = _Ahead(lambda: self._reference(workload, 0))
 
     def _reference(
         self, workload: Mapping[str, Any], draw: int
@@ -321,8 +316,8 @@ class Judge:
         outputs = read_outputs(path, described if isinstance(described, list) else [], self.device)
         with contextlib.suppress(OSError):
             path.unlink()
-        key = (str(workload["uuid"]), draw)
-        ahead = self.ahead.pop(key, None) if factor is None else None
+        first = draw == 0 and factor is None
+        ahead = self.ahead.pop(str(workload["uuid"]), None) if first else None
         cached = False
         try:
             if factor is not None:
@@ -466,9 +461,6 @@ class Submitter:
     def ask(self, request: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
 
-    def prepare(self, uuid: str) -> None:
-        """The re-check of `uuid` begins (timing is over): the judge may make its reference."""
-
 
 class RemoteJudge(Submitter):
     """The judge in the parent process, over the link."""
@@ -476,9 +468,6 @@ class RemoteJudge(Submitter):
     def __init__(self, outputs_dir: Path, link: Link) -> None:
         super().__init__(outputs_dir)
         self.link = link
-
-    def prepare(self, uuid: str) -> None:
-        self.link.send("prepare", uuid=uuid)
 
     def ask(self, request: dict[str, Any]) -> dict[str, Any]:
         self.link.send("judge", request=request)

@@ -174,9 +174,7 @@ def judge_main(job_dir: Path, link: Link, child: int) -> int:
         except LinkClosed:
             break
         kind = message.get("kind")
-        if kind == "prepare":  # the re-check begins: its reference, beside the fresh draw
-            judge.prepare(str(message.get("uuid")), 1)
-        elif kind == "judge" and isinstance(message.get("request"), dict):
+        if kind == "judge" and isinstance(message.get("request"), dict):
             progress.send("judging", uuid=str(message["request"].get("uuid")))
             verdict = judge.verdict(message["request"], outputs_dir)
             progress.send("judged")
