@@ -23,9 +23,8 @@ import faulthandler
 import json
 import os
 import signal
-import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -192,39 +191,6 @@ def scaled(
     return inputs
 
 
-class _Ahead:
-    """A workload's draw-0 reference, computed or loaded on a thread of the judge while the
-    solution's process draws its inputs and makes its first, judged call (nothing of it is
-    reachable from there). The validation's verdict waits for it; so nothing of it runs while
-    the solution is timed."""
-
-    def __init__(self, compute: Callable[[], tuple[tuple[torch.Tensor, ...], bool]]) -> None:
-        self._compute = compute
-        self._result: tuple[tuple[torch.Tensor, ...], bool] | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="envaudit-reference", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self._result = self._compute()
-        except BaseException as exc:  # raised again where the verdict needs it
-            self._error = exc
-
-    def wait(self) -> None:
-        """Until the thread has finished (so that nothing of it runs later, beside timing)."""
-        self._thread.join()
-
-    def take(self) -> tuple[tuple[torch.Tensor, ...], bool]:
-        """(the reference outputs, whether they came from the cache)."""
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        assert self._result is not None
-        result, self._result = self._result, None
-        return result
-
-
 @dataclass
 class Judge:
     """The judge's state for one job: the workloads it may judge and its verdicts so far."""
@@ -236,31 +202,9 @@ class Judge:
     cache: ReferenceCache
     strict: bool = False
     verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)
-    ahead: dict[str, _Ahead] = field(default_factory=dict)
 
     def begin(self, uuid: str) -> None:
-        """A workload starts in the solution's process: its draw-0 reference is made ready."""
         self.verdicts[uuid] = {"scale": {}}
-        for left in self.ahead.values():  # a workload whose call failed: never judged
-            left.wait()
-        self.ahead.clear()
-        workload = self.workloads.get(uuid)
-        if workload is not None:
-            self.ahead[uuid] = _Ahead(lambda: self._reference(workload, 0))
-
-    def _reference(
-        self, workload: Mapping[str, Any], draw: int
-    ) -> tuple[tuple[torch.Tensor, ...], bool]:
-        """(one draw's reference outputs, whether the cache had them)."""
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
-
-        def draw_inputs() -> dict[str, Any]:
-            return draw_checked(self.definition, workload, self.root, self.device, draw)
-
-        hits = self.cache.hits
-        refs = self.cache.outputs(self.definition, workload, draw_inputs, draw, self.device)
-        return refs, self.cache.hits > hits
 
     def verdict(self, request: Mapping[str, Any], outputs_dir: Path) -> dict[str, Any]:
         """Judge one call's outputs: the request names the workload, the input draw, the scale
@@ -305,10 +249,13 @@ class Judge:
         path: Path,
         request: Mapping[str, Any],
     ) -> dict[str, Any]:
+        def draw_inputs() -> dict[str, Any]:
+            return draw_checked(self.definition, workload, self.root, self.device, draw)
+
+        hits = self.cache.hits
         inputs: dict[str, Any] = {}
         if factor is not None:
-            drawn = draw_checked(self.definition, workload, self.root, self.device, draw)
-            inputs = scaled(self.definition, workload, drawn, factor)
+            inputs = scaled(self.definition, workload, draw_inputs(), factor)
             broken = check_constraints(self.definition, workload, inputs)
             if broken:
                 return {"status": "SKIPPED", "message": f"constraint {broken[0]!r}"}
@@ -316,18 +263,13 @@ class Judge:
         outputs = read_outputs(path, described if isinstance(described, list) else [], self.device)
         with contextlib.suppress(OSError):
             path.unlink()
-        first = draw == 0 and factor is None
-        ahead = self.ahead.pop(str(workload["uuid"]), None) if first else None
-        cached = False
         try:
-            if factor is not None:
+            if factor is None:
+                refs = self.cache.outputs(self.definition, workload, draw_inputs, draw, self.device)
+            else:
                 with torch.no_grad():
                     refs = run_reference(self.definition, inputs)
-            elif ahead is not None:
-                refs, cached = ahead.take()
-            else:
-                refs, cached = self._reference(workload, draw)
-        except (torch.cuda.OutOfMemoryError, InputError):
+        except torch.cuda.OutOfMemoryError:
             raise
         except Exception as exc:
             msg = f"the definition's reference raised {type(exc).__name__}: {exc}"
@@ -342,7 +284,7 @@ class Judge:
             if status != "PASSED" and failing
             else "",
             "comparisons": [c.as_dict() for c in comparisons],
-            "reference_cached": cached,
+            "reference_cached": self.cache.hits > hits,
         }
         if self.strict and factor is None:
             result["strict"] = strict_diagnostic(self.definition, outputs, refs, dtypes)
