@@ -45,7 +45,7 @@ check-locks: bootstrap
 	.venv/bin/envaudit lock --all --check
 
 test: lint typecheck check-inputs check-locks
-	.venv/bin/pytest -q
+	.venv/bin/pytest -q --durations=25
 
 schemas: bootstrap
 	$(PY) -m envaudit.schema.jsonschema docs/schema
