@@ -116,6 +116,14 @@ def main(job_dir: Path) -> int:
     return solution_main(job_dir, split.link)
 
 
+RELAYED = {
+    "env": ("environment", "distributions", "startup"),
+    "ready": ("gate_wait_s",),
+    "begin": ("uuid",),
+}
+"""The events the judge relays from the solution's process, and the fields of each."""
+
+
 class Relay:
     """The solution process's way to the supervisor: every event goes through the judge,
     which alone writes (and seals) the job's progress."""
@@ -180,15 +188,15 @@ def judge_main(job_dir: Path, link: Link, child: int) -> int:
             progress.send("judged")
             link.send("verdict", verdict=verdict)
         elif kind == "event":
-            event, fields = str(message.get("event")), message.get("fields")
-            fields = fields if isinstance(fields, dict) else {}
+            event, given = str(message.get("event")), message.get("fields")
+            given = given if isinstance(given, dict) else {}
+            fields = {k: given[k] for k in RELAYED.get(event, ()) if k in given}
             if event == "env":
                 env = dict(fields.get("environment") or {})
+            if event == "begin":
+                judge.begin(str(fields.get("uuid")))
+            if event in RELAYED:
                 progress.send(event, **fields)
-            elif event in ("ready", "begin"):
-                if event == "begin":
-                    judge.begin(str(fields.get("uuid")))
-                progress.send(event, **{k: v for k, v in fields.items() if k != "t"})
         elif kind == "result":
             uuid = str(message.get("uuid"))
             if uuid not in judge.workloads:
