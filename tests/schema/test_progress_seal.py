@@ -61,3 +61,28 @@ def test_the_seal_is_gone_once_taken(tmp_path: Path) -> None:
     taken = take_seal(tmp_path)
     assert taken is not None and taken.cache_key == "c" * 64
     assert take_seal(tmp_path) is None
+
+
+def test_racing_supervisors_share_one_cache_key(tmp_path: Path) -> None:
+    """An audit starts jobs on several threads at once: each asks for the cache's key, and
+    all must get the same one, none failing (they once shared one temporary file name)."""
+    import threading
+
+    from envaudit.schema.progress import reference_cache_key
+
+    keys: list[str] = []
+    errors: list[BaseException] = []
+
+    def ask() -> None:
+        try:
+            keys.append(reference_cache_key(tmp_path / "cache"))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors and len(keys) == 8 and len(set(keys)) == 1, (errors, set(keys))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache.key"]

@@ -37,6 +37,7 @@ import hmac
 import json
 import os
 import secrets
+import tempfile
 import threading
 import time
 from collections.abc import Mapping
@@ -101,16 +102,15 @@ def reference_cache_key(directory: Path) -> str:
         pass
     path.parent.mkdir(parents=True, exist_ok=True)
     key = secrets.token_hex(32)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as handle:  # mkstemp makes it 0600
         handle.write(key)
     try:
-        os.link(tmp, path)  # the first of two racing supervisors wins; both use its key
+        os.link(tmp, path)  # the first of racing supervisors (or threads) wins; all use its key
     except FileExistsError:
         key = path.read_text().strip()
     finally:
-        tmp.unlink()
+        os.unlink(tmp)
     return key
 
 
