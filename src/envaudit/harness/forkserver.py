@@ -30,7 +30,6 @@ worker it forked is running (they die with it).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import signal
@@ -45,10 +44,10 @@ from typing import Any
 import torch
 
 from envaudit.harness import environment, preload, worker
+from envaudit.harness.judge import die_with_parent
 from envaudit.schema.progress import BYTECODE_CACHE_ENV, JOB_FILE, fork_exit_file
 from envaudit.schema.sources import names_compiler
 
-PR_SET_PDEATHSIG = 1
 REAP_IDLE_S = 0.01
 
 
@@ -77,12 +76,6 @@ def _reap_forever(socket_path: Path) -> None:
         _write_exit(socket_path, pid, _status(raw))
 
 
-def _die_with_parent() -> None:
-    """SIGKILL this process when the one that forked it ends (parent-death signal)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
 def _die_with_client(conn: socket.socket) -> None:
     """Kill this session when the job's connection reaches end of file: its supervisor closed
     it or is gone. A worker of a lingering server outlives its supervisor otherwise (the
@@ -99,7 +92,7 @@ def _child(request: dict[str, Any], conn: socket.socket, inherited: list[socket.
         for sock in inherited:
             sock.close()
         os.setsid()
-        _die_with_parent()
+        die_with_parent()
         threading.Thread(target=_die_with_client, args=(conn,), daemon=True).start()
         os.chdir(request.get("cwd") or "/")
         log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -275,7 +268,7 @@ def _serve_handed(link: socket.socket, socket_path: Path, parent: int) -> None:
     """The preloaded server's life (see Preloaded); never returns."""
     code = 0
     try:
-        _die_with_parent()
+        die_with_parent()
         if os.getppid() != parent:  # the first server died before the line above
             os._exit(0)
         began = time.perf_counter()

@@ -100,6 +100,11 @@ def _prctl(option: int, value: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
 
 
+def die_with_parent() -> None:
+    """SIGKILL this process when the one that forked it ends (parent-death signal)."""
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def fork_solution_process() -> Split:
     """Fork the solution's process. Call first thing in the worker: the child must inherit
     nothing the judge learns later. The child dies with the judge (parent-death signal); the
@@ -111,7 +116,7 @@ def fork_solution_process() -> Split:
     if pid == 0:
         os.close(to_child_w)
         os.close(to_judge_r)
-        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        die_with_parent()
         if os.getppid() != judge:  # the judge died before the signal was armed
             os._exit(1)
         return Split(Link(to_child_r, to_judge_w), None)
