@@ -15,7 +15,7 @@ ifneq ($(LOCAL_WHEELS),)
 export UV_FIND_LINKS := $(LOCAL_WHEELS)
 endif
 
-.PHONY: bootstrap test lint typecheck check-inputs check-locks audit build report dataset schemas clean
+.PHONY: bootstrap test lint typecheck check-inputs check-locks audit build report dataset schemas settings clean
 
 bootstrap: $(VENV_STAMP)
 
@@ -49,6 +49,10 @@ test: lint typecheck check-inputs check-locks
 
 schemas: bootstrap
 	$(PY) -m envaudit.schema.jsonschema docs/schema
+
+# docs/settings.md: every ENVAUDIT_* variable, from src/envaudit/settings.py.
+settings: bootstrap
+	$(PY) -m envaudit.settings docs/settings.md
 
 dataset: bootstrap
 	$(PY) -m scripts.sample_dataset.build workloads

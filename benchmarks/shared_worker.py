@@ -37,6 +37,7 @@ from envaudit.runtime.audit import REFERENCE_CACHE
 from envaudit.runtime.jit import jit_cache_folder, jit_environment
 from envaudit.runtime.jobs import RunRequest, plan_job
 from envaudit.runtime.launchers import bytecode_cache
+from envaudit.schema.options import EvalOptions
 from envaudit.schema.results import read_lines
 
 TIMING_PHASES = ("eager", "graph")
@@ -58,7 +59,7 @@ def job_views(
             suite=args.suite,
             gpu=args.gpu,
             device=None if args.gpu else "cpu",
-            graph_timing=bool(args.gpu),
+            evaluation=EvalOptions(graph_timing=bool(args.gpu)),
             reference_cache=out / REFERENCE_CACHE,
             report=out / "shared.jsonl",
         )
@@ -96,7 +97,7 @@ def child(jobs_file: Path, result_file: Path) -> None:
 
     from envaudit.harness.context import context_beside
     from envaudit.harness.environment import SmClock, environment_record
-    from envaudit.harness.evaluate import EvalContext, EvalOptions, evaluate_workload
+    from envaudit.harness.evaluate import EvalContext, evaluate_workload
     from envaudit.harness.judge import Judge, LocalJudge
     from envaudit.harness.preload import import_modules
     from envaudit.harness.reference import ReferenceCache
@@ -140,7 +141,7 @@ def child(jobs_file: Path, result_file: Path) -> None:
                     cache=ReferenceCache(Path(view["reference_cache"])),
                 ),
             ),
-            options=EvalOptions(False, view["graph_timing"], False, False, view["measure_ms"]),
+            options=EvalOptions.from_record(view["options"]),
             clock=clock,
         )
         for index, uuid in enumerate(view["workloads"]):

@@ -17,10 +17,16 @@ import sys
 from pathlib import Path
 
 from envaudit.report.env_compare import compare, run_medians, table
+from envaudit.schema.result_line import ResultLine
 
 
-def read_lines(path: Path) -> list[dict[str, object]]:
-    return [json.loads(raw) for raw in path.read_text().splitlines() if raw.strip()]
+def read_lines(path: Path) -> list[ResultLine]:
+    """The result lines of a file (a line that is no result line stops the script)."""
+    return [
+        ResultLine.model_validate(json.loads(raw))
+        for raw in path.read_text().splitlines()
+        if raw.strip()
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

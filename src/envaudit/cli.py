@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn, get_type_hints
 
 import typer
 
 from envaudit import __version__
-from envaudit.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, EnvauditError
+from envaudit.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, EnvauditError, hint_line
+from envaudit.schema.options import EvalOptions, default_of, option_fields
 
 app = typer.Typer(
     name="envaudit",
@@ -25,32 +28,6 @@ app = typer.Typer(
 base_app = typer.Typer(help="Offline base images built from containers/.", no_args_is_help=True)
 app.add_typer(base_app, name="base")
 
-StrictOption = Annotated[
-    bool,
-    typer.Option(
-        "--strict-diagnostic",
-        help="Also hold outputs to the definition's diagnostic_tolerance and record by how much"
-        " each misses it (the formal status does not change).",
-    ),
-]
-ScaleProbeOption = Annotated[
-    bool,
-    typer.Option(
-        "--scale-probe",
-        help="Also validate with the zero-mean normal random inputs scaled x0.1 and x10 and"
-        " record how the error grows (the formal status does not change).",
-    ),
-]
-MeasureOption = Annotated[
-    float | None,
-    typer.Option(
-        "--measure-ms",
-        help="Measured time each timing may spend (default: the harness's 300 ms on a GPU, 200"
-        " on the CPU); shorter is cheaper and scatters more on a power-limited GPU. Recorded"
-        " in each line (timing.*.budget_ms).",
-    ),
-]
-
 
 def _path(value: str) -> Path:
     """A path option's value; the empty string is refused (exit 2), not read as '.' (which
@@ -58,6 +35,44 @@ def _path(value: str) -> Path:
     if not value:
         raise typer.BadParameter("the empty path names nothing; name a file or folder")
     return Path(value)
+
+
+FROM_FLAGS = EvalOptions()
+"""Stands for the `evaluation` a command gets from _evaluation_flags."""
+
+
+def _evaluation_flags(command: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """The command's flags for the evaluation options it takes (envaudit.schema.options,
+    where each is declared once), handed to it whole as `evaluation`."""
+
+    def wrap(function: Callable[..., None]) -> Callable[..., None]:
+        declared = option_fields(command)
+        hints = get_type_hints(EvalOptions)
+        flags = [
+            inspect.Parameter(
+                option.name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=default_of(option),
+                annotation=Annotated[
+                    hints[option.name],
+                    typer.Option(option.metadata["flag"], help=option.metadata["help"]),
+                ],
+            )
+            for option in declared
+        ]
+
+        @functools.wraps(function)
+        def command_with_flags(**given: Any) -> None:
+            values = {option.name: given.pop(option.name) for option in declared}
+            function(**given, evaluation=EvalOptions(**values))
+
+        own = inspect.signature(function, eval_str=True).parameters.values()
+        kept = [p for p in own if p.name != "evaluation"]
+        command_with_flags.__signature__ = inspect.Signature([*kept, *flags])  # type: ignore[attr-defined]
+        command_with_flags.__annotations__ = {p.name: p.annotation for p in [*kept, *flags]}
+        return command_with_flags
+
+    return wrap
 
 
 DataRoot = Annotated[
@@ -70,9 +85,8 @@ DataRoot = Annotated[
 
 def _render(exc: EnvauditError) -> NoReturn:
     """The one place errors are printed: `error:` naming what failed, `hint:` what to do."""
-    typer.echo(f"error: {exc}", err=True)
-    if exc.hint:
-        typer.echo(f"hint: {exc.hint}", err=True)
+    for line in exc.rendered():
+        typer.echo(line, err=True)
     raise typer.Exit(exc.exit_code)
 
 
@@ -171,7 +185,7 @@ def doctor(
     for check in checks:
         typer.echo(f"{check.severity:7} {check.name:{width}}  {check.message}")
         if check.hint:
-            typer.echo(f"{'':7} {'':{width}}  hint: {check.hint}")
+            typer.echo(f"{'':7} {'':{width}}  {hint_line(check.hint)}")
     raise typer.Exit(EXIT_FAILED if any(c.severity == "error" for c in checks) else EXIT_OK)
 
 
@@ -266,7 +280,8 @@ def fetch(
     from envaudit.lock.resolve import current_lock
     from envaudit.report.console import byte_progress
 
-    config = FetchConfig.from_environment(store, find_links, offline=offline)
+    with _reported():
+        config = FetchConfig.from_environment(store, find_links, offline=offline)
     try:
         locked = current_lock(env_dir(env, locks_dir))
         with byte_progress() as progress:
@@ -432,9 +447,8 @@ def build(
             if len(plans) == 1:
                 _render(exc)
             failed += 1
-            typer.echo(f"error: {plan.image.env}: {exc}", err=True)
-            if exc.hint:
-                typer.echo(f"hint: {exc.hint}", err=True)
+            for line in exc.rendered(plan.image.env):
+                typer.echo(line, err=True)
             continue
         verb = "built" if done.built else "up to date"
         cached = f", {done.cached_steps}/{done.steps} steps cached" if done.built else ""
@@ -498,7 +512,7 @@ def _env_preparer(runtime: str, options: object) -> Callable[[str], str | None]:
         try:
             _make_env(runtime, options, env)
         except EnvauditError as exc:
-            return f"{exc}" + (f" (hint: {exc.hint})" if exc.hint else "")
+            return exc.one_line()
         return None
 
     return prepare
@@ -518,6 +532,7 @@ def _make_env(runtime: str, options: object, env: str) -> None:
 
 
 @app.command()
+@_evaluation_flags("run")
 def run(
     solution: Annotated[
         str | None, typer.Option("--solution", help="Solution name under solutions/.")
@@ -542,11 +557,6 @@ def run(
     runtime: RunRuntimeOption = None,
     env: EnvOption = None,
     over: OverOption = None,
-    validation_only: Annotated[bool, typer.Option("--validation-only")] = False,
-    graph_timing: Annotated[bool, typer.Option("--graph-timing")] = False,
-    strict_diagnostic: StrictOption = False,
-    scale_probe: ScaleProbeOption = False,
-    measure_ms: MeasureOption = None,
     reference_cache: Annotated[Path | None, typer.Option("--reference-cache", parser=_path)] = None,
     report: Annotated[
         Path | None, typer.Option("--report", help="Result lines file.", parser=_path)
@@ -561,6 +571,7 @@ def run(
     timeout: TimeoutOption = 300.0,
     data_root: DataRoot = Path("workloads"),
     solutions_root: SolutionsRoot = Path("solutions"),
+    evaluation: EvalOptions = FROM_FLAGS,
 ) -> None:
     """Validate and time one solution on its definition's workloads (default runtime: host)."""
     from envaudit.report.console import print_run_summary
@@ -592,13 +603,9 @@ def run(
         suite=suite,
         device=device,
         gpu=gpu,
-        validation_only=validation_only,
-        graph_timing=graph_timing,
-        strict_diagnostic=strict_diagnostic,
-        scale_probe=scale_probe,
+        evaluation=evaluation,
         reference_cache=reference_cache,
         report=report,
-        measure_ms=measure_ms,
     )
     options = RunOptions(
         env=env, over=over, workload_timeout_s=_finite(timeout, "--timeout"), resume=resume
@@ -662,15 +669,15 @@ def reproduce(
 
     with _reported():
         recorded, where = read_recorded(line, solution, workload)
-        context = recorded.get("context") or {}
-        ran_in = str(context.get("runtime") or "")  # a trace's is "flashinfer-bench"
+        context = recorded.context
+        ran_in = str(context.runtime or "")  # a trace's is "flashinfer-bench"
         chosen = _runtime_choice(runtime, ran_in if ran_in in RUNTIME_NAMES else "host")
         plan = plan_reproduction(
             recorded, data_root, solutions_root, locks_dir, scratch_folder(), gpu, other_driver
         )
         if chosen == "host":  # this interpreter as it is: the lock is checked, not made
             plan = replace(plan, env=None, notes=[*plan.notes, "runtime: host (this interpreter)"])
-        recorded_over = (context.get("env_check") or {}).get("overlay_on")
+        recorded_over = context.env_check.overlay_on if context.env_check else None
         options = RunOptions(
             over=over or (recorded_over if chosen in ("docker", "podman") else None),
             workload_timeout_s=_finite(timeout, "--timeout"),
@@ -698,6 +705,7 @@ def _finite(value: float, option: str) -> float:
 
 
 @app.command()
+@_evaluation_flags("audit")
 def audit(
     solution: Annotated[
         list[str] | None, typer.Option("--solution", help="Only these (default: all).")
@@ -733,9 +741,6 @@ def audit(
     ] = None,
     out: Annotated[Path, typer.Option("--out", parser=_path)] = Path("results/audit"),
     resume: Annotated[bool, typer.Option("--resume")] = False,
-    strict_diagnostic: StrictOption = False,
-    scale_probe: ScaleProbeOption = False,
-    measure_ms: MeasureOption = None,
     each_gpu: Annotated[
         bool,
         typer.Option(
@@ -756,6 +761,7 @@ def audit(
     timeout: TimeoutOption = 300.0,
     data_root: DataRoot = Path("workloads"),
     solutions_root: SolutionsRoot = Path("solutions"),
+    evaluation: EvalOptions = FROM_FLAGS,
 ) -> None:
     """Run every solution on the chosen GPUs (or the CPU); all lines go to OUT/results.jsonl.
     GPUs of one model share the jobs, one at a time each, longest first (--each-gpu: every
@@ -797,9 +803,7 @@ def audit(
         data_root=data_root,
         solutions_root=solutions_root,
         suite=suite,
-        strict_diagnostic=strict_diagnostic,
-        scale_probe=scale_probe,
-        measure_ms=measure_ms,
+        evaluation=replace(evaluation, graph_timing=True),
         each_gpu=each_gpu,
         cpu_jobs=cpu_jobs,
     )
@@ -842,12 +846,7 @@ def merge(
     try:
         outcome = build_report(files, out, data_root, solutions_root, command)
     except ReportError as exc:
-        for warning in exc.findings:
-            typer.echo(f"warning: {warning}", err=True)
-        typer.echo(f"error: {exc}", err=True)
-        if exc.hint:
-            typer.echo(f"hint: {exc.hint}", err=True)
-        raise typer.Exit(exc.exit_code) from None
+        _render(exc)
     merged = outcome.merged
     for finding in merged.findings:
         typer.echo(f"warning: {finding.render()}", err=True)
@@ -893,8 +892,8 @@ def upstreams(
     from envaudit.lock.config import FetchConfig
     from envaudit.lock.upstreams import check_upstreams, render, write_upstreams
 
-    config = FetchConfig.from_environment(offline=offline)
     with _reported():
+        config = FetchConfig.from_environment(offline=offline)
         with _progress("asking the index and git remotes", quiet=offline) as progress:
             report = check_upstreams(locks_dir, config, offline, progress)
         write_upstreams(report, out)

@@ -19,15 +19,46 @@ EXIT_USAGE = 2
 """Usage or environment error: bad arguments, no engine, no GPU, an unreadable file."""
 
 
+def hint_line(hint: str) -> str:
+    return f"hint: {hint}"
+
+
+def with_hint(text: str, hint: str | None) -> str:
+    """`text (hint: ...)`: a message and its hint on one line, where one line is all there is
+    room for (a finding, an audit's list of job errors)."""
+    return text + (f" (hint: {hint})" if hint else "")
+
+
 class EnvauditError(Exception):
-    def __init__(self, message: str, exit_code: int = EXIT_USAGE, hint: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        exit_code: int = EXIT_USAGE,
+        hint: str | None = None,
+        findings: list[str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.exit_code = exit_code
         self.hint = hint
+        self.findings = list(findings or [])
+        """Warnings met on the way to the error, shown before it (a merge's findings)."""
 
     @property
     def message(self) -> str:
         return str(self)
+
+    def rendered(self, subject: str | None = None) -> list[str]:
+        """The error as the user reads it: its warnings, `error: ...` naming what failed (after
+        `subject`, the env or solution it belongs to, when given) and `hint: ...`."""
+        where = f"{subject}: " if subject else ""
+        lines = [f"warning: {finding}" for finding in self.findings]
+        lines.append(f"error: {where}{self}")
+        if self.hint:
+            lines.append(hint_line(self.hint))
+        return lines
+
+    def one_line(self) -> str:
+        return with_hint(str(self), self.hint)
 
 
 class WriteFailed(EnvauditError):

@@ -47,7 +47,7 @@ def test_audit_counts_and_exit_codes(tmp_path: Path) -> None:
 
 
 def test_two_lines_of_one_key_resume_and_merge_keep_the_same_one(tmp_path: Path) -> None:
-    """A report holding two lines of one key (solution, workload, closure hash, device), say
+    """A report holding two lines of one key (solution, workload, env, closure hash, device), say
     from two runs into one file: --resume runs nothing more for it, and the audit's counts and
     `merge` keep the same line, the newest by timestamp, the later one in the file on a tie."""
     from envaudit.report.merge import merge_files
@@ -71,7 +71,7 @@ def test_two_lines_of_one_key_resume_and_merge_keep_the_same_one(tmp_path: Path)
         assert f"1 result lines in {report}: 1 {kept}" in out, (stamp, out)
         assert code == (0 if kept == "PASSED" else 1), (stamp, out)
         merged = merge_files([report])
-        assert [line["status"] for line in merged.lines] == [kept], stamp
+        assert [line.status for line in merged.lines] == [kept], stamp
 
 
 def test_run_resume_that_skips_failed_lines_still_fails(tmp_path: Path) -> None:

@@ -247,8 +247,10 @@ def test_host_lines_record_the_check_against_the_declared_lock(fault_run: dict) 
     lock = json.loads((REPO / "locks" / "torch-cpu" / "lock.json").read_text())
     verdict = CliRunner().invoke(app, ["verify-env", "torch-cpu"]).exit_code == 0
     for name in ("correct", "segfault", "hang"):
-        check = fault_run[name][UUID_BLOB]["context"]["env_check"]
-        assert check["lock_closure_hash"] == lock["closure_hash"]
+        context = fault_run[name][UUID_BLOB]["context"]
+        check = context["env_check"]
+        assert context["closure_hash"] == lock["closure_hash"]
+        assert "lock_closure_hash" not in check  # one closure hash per line (schema version 2)
         assert check["matches"] is verdict
         assert check["counts"]["locked"] == len(lock["packages"])
 

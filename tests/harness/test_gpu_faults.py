@@ -6,14 +6,13 @@ Skipped where torch sees no CUDA device (CI); run on the GPU machine with `pytes
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 import torch
 from typer.testing import CliRunner
 
 from envaudit.cli import app
+from envaudit.settings import GPU_FAULTS, TEST_OUT, read
 from tests.conftest import UUID_BLOB, UUID_RANDOM, write_toy_root
 from tests.harness.test_faults import EXPECTED, SOLUTIONS, write_solution
 
@@ -38,7 +37,7 @@ def run(x, lengths, scale):
 
 GPU_SOLUTIONS = {**SOLUTIONS, "side_stream": (SIDE_STREAM, False)}
 # ENVAUDIT_GPU_FAULTS=a,b limits the run to those solutions (device time is scarce).
-_ONLY = [n for n in os.environ.get("ENVAUDIT_GPU_FAULTS", "").split(",") if n]
+_ONLY = read(GPU_FAULTS) or ()
 GPU_EXPECTED_ALL = {
     **EXPECTED,
     "gpu_only": ("PASSED", "PASSED"),
@@ -68,9 +67,9 @@ def gpu_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, dic
     for raw in report.read_text().splitlines():
         line = json.loads(raw)
         lines.setdefault(line["solution"], {})[line["workload"]["uuid"]] = line
-    out = os.environ.get("ENVAUDIT_TEST_OUT")  # keep the lines for inspection on the GPU machine
-    if out:
-        Path(out, "gpu_faults.json").write_text(json.dumps(lines, indent=1, default=str))
+    out = read(TEST_OUT)  # keep the lines for inspection on the GPU machine
+    if out is not None:
+        (out / "gpu_faults.json").write_text(json.dumps(lines, indent=1, default=str))
     return lines
 
 

@@ -14,6 +14,8 @@ from envaudit.cli import app
 from envaudit.harness.timing import CPU_TARGET_MEASURE_MS, time_wall_clock
 from envaudit.runtime.audit import AuditPlan, _task_args
 from envaudit.runtime.reproduce import recorded_budget
+from envaudit.schema.options import EvalOptions
+from envaudit.schema.result_line import Timing
 from tests.conftest import write_toy_root
 from tests.harness.test_faults import write_solution
 
@@ -58,9 +60,14 @@ def test_a_budget_out_of_range_is_a_usage_error(tmp_path: Path) -> None:
 
 def test_slurm_tasks_and_reproductions_keep_the_budget(tmp_path: Path) -> None:
     plan = AuditPlan(
-        solutions=["toy"], devices=[(None, "cpu")], out=tmp_path, runtime="host", measure_ms=75.0
+        solutions=["toy"],
+        devices=[(None, "cpu")],
+        out=tmp_path,
+        runtime="host",
+        evaluation=EvalOptions(measure_ms=75.0),
     )
     args = _task_args(plan, "toy", ("uuid-1",), gpu=False)
     assert args[args.index("--measure-ms") + 1] == "75.0"
-    assert recorded_budget({"eager": {"budget_ms": 75.0}}) == 75.0
-    assert recorded_budget({"eager": {"median_ms": 1.0}}) is None  # a line from before budgets
+    assert recorded_budget(Timing.model_validate({"eager": {"budget_ms": 75.0}})) == 75.0
+    before = Timing.model_validate({"eager": {"median_ms": 1.0}})  # a line from before budgets
+    assert recorded_budget(before) is None and recorded_budget(None) is None

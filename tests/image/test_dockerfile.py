@@ -4,7 +4,6 @@ that make a build hermetic and its layers shareable."""
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -13,11 +12,12 @@ from envaudit.cli import app
 from envaudit.image.dockerfile import render_dockerfile
 from envaudit.image.plan import plan_image
 from envaudit.schema.locks import Lock, seal
+from envaudit.settings import UPDATE_GOLDEN, value
 from tests.conftest import REPO
 from tests.schema.test_locks import lock_body
 
 GOLDEN = Path(__file__).parent / "golden"
-UPDATE = os.environ.get("ENVAUDIT_UPDATE_GOLDEN") == "1"
+UPDATE = value(UPDATE_GOLDEN)
 
 
 def _package(name: str, version: str, role: str = "runtime", size: int = 1000) -> dict:

@@ -265,6 +265,7 @@ def test_the_relative_error_we_export_is_the_one_it_computes() -> None:
 
     from envaudit.harness.compare import compare_output
     from envaudit.report.traces import _correctness
+    from envaudit.schema.result_line import Correctness
 
     gen = torch.Generator().manual_seed(0)
     ref = torch.randn(4096, generator=gen)
@@ -275,5 +276,6 @@ def test_the_relative_error_we_export_is_the_one_it_computes() -> None:
     _, their_rel, _, _ = compute_error_stats(out, ref, BenchmarkConfig())
     assert ours.max_rel_eps is not None and ours.max_rel_eps > 1e4 > ours.max_rel
     assert abs(ours.max_rel_eps - their_rel) <= 1e-5 * their_rel  # float64 against float32
-    exported = _correctness({"max_relative_error": ours.max_rel, "outputs": [ours.as_dict()]})
+    figures = {"max_relative_error": ours.max_rel, "outputs": [ours.as_dict()]}
+    exported = _correctness(Correctness.model_validate(figures))
     assert exported["max_relative_error"] == ours.max_rel_eps

@@ -16,12 +16,13 @@ from envaudit.report.intervals import (
     log_median_variance,
     speedup_interval,
 )
+from envaudit.schema.result_line import TimingStats
 from tests.report.test_merge import line, summarize, write
 
 
-def timing(samples: list[float]) -> dict[str, float | int]:
+def timing(samples: list[float]) -> TimingStats:
     q1, median, q3 = statistics.quantiles(samples, n=4)
-    return {"median_ms": median, "iqr_ms": q3 - q1, "iterations": len(samples)}
+    return TimingStats(median_ms=median, iqr_ms=q3 - q1, iterations=len(samples))
 
 
 def test_the_within_run_part_is_the_spread_of_a_sample_median() -> None:
@@ -38,20 +39,20 @@ def test_the_within_run_part_is_the_spread_of_a_sample_median() -> None:
     observed = statistics.stdev(math.log(m) for m in medians)
     assert abs(statistics.fmean(predicted) / observed - 1) < 0.1
     # exact value for a textbook case: sigma 0.1 (IQR 0.1349), 100 samples, median 1
-    known = log_median_variance({"median_ms": 1.0, "iqr_ms": 0.1349, "iterations": 100})
+    known = log_median_variance(TimingStats(median_ms=1.0, iqr_ms=0.1349, iterations=100))
     assert known is not None
     assert math.isclose(known, (math.sqrt(math.pi / 2) * 0.1 / 10) ** 2 + RUN_TO_RUN_SD**2)
 
 
 def test_equal_timings_are_within_noise_and_a_tenth_faster_is_not() -> None:
-    base = {"median_ms": 1.0, "iqr_ms": 0.01, "iterations": 1000}
+    base = TimingStats(median_ms=1.0, iqr_ms=0.01, iterations=1000)
     same = speedup_interval(1.0, base, base)
-    faster = speedup_interval(1.0 / 0.9, {**base, "median_ms": 0.9}, base)
+    faster = speedup_interval(1.0 / 0.9, base.model_copy(update={"median_ms": 0.9}), base)
     assert same is not None and faster is not None
     assert holds_one(same[0]) is True and holds_one(faster[0]) is False
     low, high = faster[0]
     assert low < 1 / 0.9 < high and high / low < 1.1  # about +-4.5% from two 1.6% floors
-    assert speedup_interval(2.0, {"median_ms": 0.5}, None) is None  # no baseline timing
+    assert speedup_interval(2.0, TimingStats(median_ms=0.5), None) is None  # no baseline
     # the geometric mean of n equal workloads narrows by sqrt(n)
     one = geomean_interval([2.0], [faster[1]])
     four = geomean_interval([2.0] * 4, [faster[1]] * 4)

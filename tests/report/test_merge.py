@@ -70,7 +70,7 @@ def test_repeats_keep_the_newest_and_are_counted(tmp_path: Path) -> None:
     b = write(tmp_path / "b.jsonl", [line("d-torch", "w1", 1.0, stamp="2026-11-30T11:00:00+00:00")])
     merged, _ = summarize([a, b])
     assert len(merged.lines) == 1 and merged.repeats == 1 and not merged.conflicts
-    assert merged.lines[0]["timing"]["eager"]["median_ms"] == 1.0
+    assert merged.lines[0].median("eager") == 1.0
 
 
 def test_conflicts_are_reported_never_silently_dropped(tmp_path: Path) -> None:
@@ -195,14 +195,14 @@ def test_empty_input_and_bad_lines_are_reported_with_line_numbers(tmp_path: Path
     assert rendered[1].startswith(f"{mixed}:1: not JSON")
     assert (
         rendered[2]
-        == f"{mixed}:2: result schema version 0 (this envaudit writes 1); merged as read"
+        == f"{mixed}:2: result schema version 0 (this envaudit reads 1 to 2); merged as read"
     )
     assert (
         rendered[3].startswith(f"{mixed}:3: result schema version 0") and "skipped" in rendered[3]
     )
     assert rendered[4] == f"{mixed}:4: unknown status 'EXPLODED'; merged, counted as not passed"
     assert rendered[5] == f"{mixed}:5: not a JSON object; skipped"
-    assert {ln["solution"] for ln in merged.lines} == {"d-torch", "d-fast"}
+    assert {ln.solution for ln in merged.lines} == {"d-torch", "d-fast"}
     fast = next(
         s
         for s in summary["definitions"]["d"]["devices"][MODEL_A]["solutions"]
@@ -241,7 +241,7 @@ def test_same_key_keeps_the_newest_instant_whatever_the_offset_or_order(tmp_path
     for order in ([a, b], [b, a]):
         merged, _ = summarize(order)
         assert merged.repeats == 1
-        assert [ln["timing"]["eager"]["median_ms"] for ln in merged.lines] == [1.0]
+        assert [ln.median("eager") for ln in merged.lines] == [1.0]
 
 
 def test_a_line_without_a_timestamp_is_older_than_any_dated_line(tmp_path: Path) -> None:
@@ -251,8 +251,8 @@ def test_a_line_without_a_timestamp_is_older_than_any_dated_line(tmp_path: Path)
     dated = line("d-fast", "w1", 1.0, stamp="2026-01-01T00:00:00+00:00")
     for lines in ([undated, garbled, dated], [dated, garbled, undated]):
         merged, _ = summarize([write(tmp_path / "r.jsonl", lines)])
-        assert [ln["status"] for ln in merged.lines] == ["PASSED"]
-        assert {c.dropped["status"] for c in merged.conflicts} == {"RUNTIME_ERROR", "TIMEOUT"}
+        assert [ln.status for ln in merged.lines] == ["PASSED"]
+        assert {c.dropped.status for c in merged.conflicts} == {"RUNTIME_ERROR", "TIMEOUT"}
 
 
 def test_equal_timestamps_keep_the_line_read_last(tmp_path: Path) -> None:
@@ -261,12 +261,12 @@ def test_equal_timestamps_keep_the_line_read_last(tmp_path: Path) -> None:
     same_instant = line("d-fast", "w1", 2.0, stamp="2026-11-30T11:00:00+01:00")
     a, b = write(tmp_path / "a.jsonl", [first]), write(tmp_path / "b.jsonl", [same_instant])
     merged, _ = summarize([a, b])
-    assert [ln["_source"] for ln in merged.lines] == [f"{b}:1"]
+    assert [ln.source for ln in merged.lines] == [f"{b}:1"]
     merged, _ = summarize([b, a])
-    assert [ln["_source"] for ln in merged.lines] == [f"{a}:1"]
+    assert [ln.source for ln in merged.lines] == [f"{a}:1"]
     both = write(tmp_path / "both.jsonl", [same_instant, first])
     merged, _ = summarize([both])
-    assert [ln["_source"] for ln in merged.lines] == [f"{both}:2"]
+    assert [ln.source for ln in merged.lines] == [f"{both}:2"]
 
 
 def test_a_solution_run_in_two_envs_with_repeats_gets_a_ratio_with_an_interval(

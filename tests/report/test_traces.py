@@ -4,7 +4,6 @@ byte for byte the same on every export, and come back through merge with status 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from envaudit.report.merge import MergeResult, merge_files
 from envaudit.report.summary import SolutionInfo
 from envaudit.report.traces import LOG_LIMIT, export_traces, line_to_trace, trace_to_line
 from envaudit.schema.models import Trace
+from envaudit.schema.result_line import ResultLine
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = sorted((REPO / "docs" / "results" / "h100").glob("dev-?.jsonl"))
@@ -70,8 +70,8 @@ def _traces(paths: list[Path]) -> list[Json]:
     return [json.loads(raw) for path in paths for raw in path.read_text().splitlines()]
 
 
-def _medians(line: Mapping[str, Any]) -> list[float]:
-    return [t["median_ms"] for t in line["timing"].values() if isinstance(t, dict)]
+def _medians(line: ResultLine) -> list[float | None]:
+    return [line.median("eager"), line.median("graph")]
 
 
 def test_paths_follow_the_traceset_layout(exported: list[Path], merged: MergeResult) -> None:
@@ -119,13 +119,13 @@ def test_speedups_compare_with_the_baseline(exported: list[Path]) -> None:
 def test_no_graph_baseline_compares_eager_with_eager(merged: MergeResult) -> None:
     """grouped_gemm's torch baseline cannot be captured in a graph: the grouped solution's
     speedup then uses both eager medians rather than its graph replay against an eager call."""
-    lines = {(ln["solution"], ln["workload"]["uuid"]): ln for ln in merged.lines}
+    lines = {(ln.solution, ln.workload.uuid): ln for ln in merged.lines}
     mine = next(ln for (s, _), ln in lines.items() if s.endswith("down_n4096_k1536-grouped"))
-    base = lines[("grouped_gemm_bf16_down_n4096_k1536-torch", mine["workload"]["uuid"])]
-    assert mine["timing"]["graph"] and not base["timing"]["graph"]
+    base = lines[("grouped_gemm_bf16_down_n4096_k1536-torch", mine.workload.uuid)]
+    assert mine.stats("graph") and not base.stats("graph")
     perf = line_to_trace(mine, {}, base)["evaluation"]["performance"]
-    assert perf["latency_ms"] == mine["timing"]["eager"]["median_ms"]
-    assert perf["reference_latency_ms"] == base["timing"]["eager"]["median_ms"]
+    assert perf["latency_ms"] == mine.median("eager")
+    assert perf["reference_latency_ms"] == base.median("eager")
 
 
 def test_export_is_byte_stable(merged: MergeResult, exported: list[Path], tmp_path: Path) -> None:
@@ -162,25 +162,27 @@ def test_baseline_on_another_gpu_of_the_same_model(exported: list[Path]) -> None
 def test_round_trip_through_merge(merged: MergeResult, exported: list[Path]) -> None:
     back = merge_files(exported, convert=trace_to_line)
     assert not back.findings and not back.conflicts and back.repeats == 0
-    original = {(ln["solution"], ln["workload"]["uuid"]): ln for ln in merged.lines}
+    original = {(ln.solution, ln.workload.uuid): ln for ln in merged.lines}
     latency = {
         (t["solution"], t["workload"]["uuid"]): t["evaluation"]["performance"]["latency_ms"]
         for t in _traces(exported)
     }
     assert len(back.lines) == len(original)
     for line in back.lines:
-        key = (line["solution"], line["workload"]["uuid"])
+        key = (line.solution, line.workload.uuid)
         source = original[key]
-        assert line["status"] == source["status"]
-        assert line["timing"]["eager"]["median_ms"] == latency[key]
+        assert line.status == source.status
+        assert line.median("eager") == latency[key]
         assert latency[key] in _medians(source)
-        assert line["context"]["env"] == source["context"]["env"]
-        assert line["correctness"]["outputs"][0]["matched"] > 0
-        assert line["environment"]["gpu_name"] == source["environment"]["gpu_name"]
+        assert line.context.env == source.context.env
+        assert line.closure_hash == source.closure_hash
+        assert line.correctness and (line.correctness.outputs[0].matched or 0) > 0
+        assert line.environment.gpu_name == source.environment.gpu_name
 
 
 def test_failed_line_has_no_performance_and_a_bounded_log() -> None:
     line = {
+        "schema_version": 2,
         "definition": "d",
         "workload": {"uuid": "u-1", "label": None, "axes": {"M": 3}},
         "solution": "d-x",
@@ -228,8 +230,9 @@ def test_flashinfer_bench_traces_merge_and_workload_lines_are_findings(tmp_path:
     result = merge_files([path], convert=trace_to_line)
     assert [f.line for f in result.findings] == [1]
     assert "without an evaluation" in result.findings[0].message
-    (line,) = result.lines
-    assert line["solution"] == "s1" and line["status"] == "PASSED"
+    (read,) = result.lines
+    assert read.solution == "s1" and read.status == "PASSED"
+    line = read.written()
     assert line["timing"] == {"eager": {"mode": "flashinfer-bench", "median_ms": 0.25}}
     assert line["context"] == {
         "runtime": "flashinfer-bench",
@@ -253,19 +256,20 @@ def test_flashinfer_bench_traces_merge_and_workload_lines_are_findings(tmp_path:
         "inputs": {"a": {"type": "random"}},
     }
     # exported again with no dataset and no baseline line: nothing the trace said is lost
-    again = line_to_trace(line, {}, None)["evaluation"]
+    again = line_to_trace(read, {}, None)["evaluation"]
     assert again["performance"] == evaluation["performance"]
-    assert line_to_trace(line, {}, None)["workload"]["inputs"] == workload["inputs"]
+    assert line_to_trace(read, {}, None)["workload"]["inputs"] == workload["inputs"]
 
 
 def test_an_invalid_trace_stops_the_export_before_writing(tmp_path: Path) -> None:
-    line = {
+    raw = {
+        "schema_version": 2,
         "definition": "d",
         "workload": {"uuid": "u-1", "axes": {}},
         "solution": "d-x",
         "status": "EXPLODED",
-        "_source": "r.jsonl:7",
     }
+    line = ResultLine.model_validate(raw).read_from("r.jsonl:7")
     with pytest.raises(ValueError, match=r"r\.jsonl:7: not a valid FlashInfer-Bench trace"):
         export_traces([line], {}, {}, {}, tmp_path)
     assert not list(tmp_path.rglob("*"))

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from envaudit import settings
 from envaudit.cli import app
 from envaudit.image.base import load_recipe
 from envaudit.image.build import build_overlay, plan_build
@@ -52,7 +53,7 @@ def _why_skip() -> str | None:
 
 
 REASON = _why_skip()
-if REASON and os.environ.get("ENVAUDIT_REQUIRE_ENGINE") == "1":
+if REASON and settings.value(settings.REQUIRE_ENGINE):
     raise RuntimeError(f"ENVAUDIT_REQUIRE_ENGINE=1 but {REASON}")
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 

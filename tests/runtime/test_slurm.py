@@ -6,7 +6,6 @@ lines equal a local audit's (statuses and correctness figures)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from envaudit.cli import app
+from envaudit.settings import REQUIRE_SLURM, value
 from tests.conftest import write_toy_root
 from tests.harness.test_faults import write_solution
 
@@ -23,7 +23,7 @@ SLURM_UP = (
     and subprocess.run(["squeue", "-h"], capture_output=True).returncode == 0
 )
 pytestmark = pytest.mark.skipif(
-    not SLURM_UP and os.environ.get("ENVAUDIT_REQUIRE_SLURM") != "1",
+    not SLURM_UP and not value(REQUIRE_SLURM),
     reason="no Slurm answers here (scripts/slurm/single-node.sh starts one)",
 )
 

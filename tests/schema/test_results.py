@@ -16,7 +16,7 @@ def test_append_after_a_partial_line(tmp_path: Path) -> None:
     parsed = list(read_lines(report))
     assert [n for n, line in parsed if line is None] == [2]
     assert [line["workload"]["uuid"] for _, line in parsed if line] == ["a", "b"]
-    assert done_keys(report) == {("s", "a", None, None), ("s", "b", None, None)}
+    assert done_keys(report) == {("s", "a", "", "", "cpu"), ("s", "b", "", "", "cpu")}
 
 
 def test_the_line_that_counts_for_a_key(tmp_path: Path) -> None:
@@ -24,7 +24,7 @@ def test_the_line_that_counts_for_a_key(tmp_path: Path) -> None:
     report = tmp_path / "r.jsonl"
 
     def line(uuid: str, status: str, stamp: object) -> dict[str, object]:
-        context = {"closure_hash": "c", "device_id": "cpu"}
+        context = {"env": "e", "closure_hash": "c", "device_id": "cpu"}
         return {"solution": "s", "workload": {"uuid": uuid}, "context": context,
                 "status": status, "timestamp": stamp}  # fmt: skip
 
@@ -45,7 +45,7 @@ def test_the_line_that_counts_for_a_key(tmp_path: Path) -> None:
         "b": "tie",
         "c": "dated",
     }
-    assert list(kept) == [("s", u, "c", "cpu") for u in "abc"]
+    assert list(kept) == [("s", u, "e", "c", "cpu") for u in "abc"]
 
 
 def test_worker_logs_never_share_a_name(tmp_path: Path) -> None:

@@ -55,6 +55,7 @@ from envaudit.harness.timing import (
     time_wall_clock,
 )
 from envaudit.schema.expressions import evaluate as evaluate_expression
+from envaudit.schema.options import EvalOptions
 from envaudit.schema.progress import QuietGate
 
 SCALE_FACTORS = (0.1, 10.0)
@@ -62,26 +63,6 @@ SCALE_FACTORS = (0.1, 10.0)
 ROTATION_BUDGET_BYTES = 1 << 30
 MAX_INPUT_COPIES = 8
 TRACEBACK_CHARS = 4000
-
-
-@dataclass
-class EvalOptions:
-    validation_only: bool = False
-    graph_timing: bool = False
-    strict_diagnostic: bool = False
-    """Also compare with the definition's diagnostic_tolerance (recorded, never a status)."""
-    scale_probe: bool = False
-    """Also validate on inputs scaled by SCALE_FACTORS (recorded, never a status)."""
-    measure_ms: float | None = None
-    """The measured time each timing may spend, in place of the harness's (TARGET_MEASURE_MS
-    on a GPU, also when the clock wanders; CPU_TARGET_MEASURE_MS on the CPU): shorter is
-    cheaper and, on a power-limited GPU, scatters more (docs/harness.md)."""
-
-    def budgets(self) -> dict[str, float]:
-        """The keyword arguments that carry measure_ms to a CUDA timer."""
-        if self.measure_ms is None:
-            return {}
-        return {"budget_ms": self.measure_ms, "wander_ms": self.measure_ms}
 
 
 @dataclass

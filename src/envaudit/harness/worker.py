@@ -24,6 +24,7 @@ code of its own (envaudit.harness.preload): a staged worker does both beside the
 # ruff: noqa: E402 - the clock below times the imports after it
 from __future__ import annotations
 
+import threading
 import time
 
 IMPORTS_BEGAN = time.perf_counter()
@@ -40,7 +41,7 @@ import torch
 
 from envaudit.harness.context import context_beside
 from envaudit.harness.environment import SmClock, environment_record
-from envaudit.harness.evaluate import EvalContext, EvalOptions, evaluate_workload
+from envaudit.harness.evaluate import EvalContext, evaluate_workload
 from envaudit.harness.judge import (
     Judge,
     Link,
@@ -53,6 +54,7 @@ from envaudit.harness.judge import (
 from envaudit.harness.preload import preload_for
 from envaudit.harness.reference import ReferenceCache
 from envaudit.harness.solution import SolutionLoadError, hash_sources, load_solution, source_files
+from envaudit.schema.options import EvalOptions
 from envaudit.schema.progress import (
     BYTECODE_CACHE_ENV,
     CONTEXT_LOST,
@@ -146,6 +148,7 @@ def judge_main(job_dir: Path, link: Link, child: int) -> int:
     definition = json.loads(Path(job["definition_file"]).read_text())
     by_uuid = workloads_by_uuid(Path(job["workload_file"]))
     solution_json = json.loads(Path(job["solution_file"]).read_text())
+    options = EvalOptions.from_record(job.get("options"))
     try:
         own_hash: str | None = hash_sources(
             source_files(solution_json, Path(job["solution_file"]).parent)
@@ -169,7 +172,7 @@ def judge_main(job_dir: Path, link: Link, child: int) -> int:
         cache=ReferenceCache(
             Path(cache_dir) if cache_dir else None, seal.cache_key if seal else None
         ),
-        strict=bool(job.get("strict_diagnostic", False)),
+        strict=options.strict_diagnostic,
     )
     if making is not None:
         making.join()
@@ -203,7 +206,7 @@ def judge_main(job_dir: Path, link: Link, child: int) -> int:
                 continue
             outcome = message.get("outcome")
             outcome = dict(outcome) if isinstance(outcome, dict) else {"status": "RUNTIME_ERROR"}
-            outcome = judge.settle(uuid, outcome, bool(job.get("validation_only", False)))
+            outcome = judge.settle(uuid, outcome, options.validation_only)
             seconds = message.get("seconds")
             seconds = float(seconds) if isinstance(seconds, int | float) else 0.0
             line = result_line(job, judge.workloads[uuid], outcome, env, own_hash, seconds)
@@ -229,6 +232,45 @@ def solution_main(job_dir: Path, link: Link) -> int:
     except SolutionLoadError as exc:
         unreadable = exc
     preload_s = preload_for(solution_dir, entry_imports(solution_json, files))
+    clock = _start_device(device, making, preload_s, progress)
+    gate_wait = wait_for_file(job_dir / GATE_FILE) if job.get("gated") else 0.0
+    definition = json.loads(Path(job["definition_file"]).read_text())
+    by_uuid = workloads_by_uuid(Path(job["workload_file"]))
+    workloads = [by_uuid[u] for u in job["workloads"]]
+    start = time.perf_counter()
+    if not device_supported(solution_json["spec"], device):
+        targets = solution_json["spec"].get("target_hardware")
+        outcome = {"status": "UNSUPPORTED_DEVICE", "message": f"targets {targets}, got {device}"}
+        return _settle_all(link, workloads, outcome, start)
+    if os.environ.get(BYTECODE_CACHE_ENV):
+        # envaudit's bytecode folder (runtime/launchers.py, bytecode_cache) holds the harness's
+        # and the libraries' bytecode, written above; nothing the solution imports goes there
+        sys.dont_write_bytecode = True
+    try:
+        if unreadable is not None or files is None:
+            raise unreadable or SolutionLoadError("no sources")
+        solution = load_solution(solution_json, files)
+    except SolutionLoadError as exc:
+        return _settle_all(link, workloads, {"status": "COMPILE_ERROR", "message": str(exc)}, start)
+    ctx = EvalContext(
+        definition=definition,
+        solution=solution,
+        root=Path(job["data_root"]),
+        device=device,
+        judge=RemoteJudge(job_dir / OUTPUTS_FOLDER, link),
+        options=EvalOptions.from_record(job.get("options")),
+        clock=clock,
+        quiet=QuietGate(job_dir if job.get("gated") else None),
+    )
+    progress.send("ready", gate_wait_s=gate_wait)
+    return _evaluate_all(ctx, link, progress, workloads)
+
+
+def _start_device(
+    device: torch.device, making: threading.Thread | None, preload_s: float, progress: Relay
+) -> SmClock:
+    """Finish making the device's context, record the environment (sent as the `env` event)
+    and what the start cost; the GPU's clock reader, kept open for the whole job."""
     began = time.perf_counter()
     if making is not None:
         making.join()
@@ -246,66 +288,37 @@ def solution_main(job_dir: Path, link: Link) -> int:
     if preload_s:
         startup["worker_preload"] = preload_s
     progress.send("env", environment=env, distributions=dists, startup=startup)
-    gate_wait = wait_for_file(job_dir / GATE_FILE) if job.get("gated") else 0.0
-    definition = json.loads(Path(job["definition_file"]).read_text())
-    by_uuid = workloads_by_uuid(Path(job["workload_file"]))
-    workloads = [by_uuid[u] for u in job["workloads"]]
+    return clock
 
-    def finish(
-        workload: Mapping[str, Any],
-        outcome: Mapping[str, Any],
-        source_hash: str | None,
-        started: float,
-    ) -> None:
-        seconds = time.perf_counter() - started
-        link.send("result", uuid=workload["uuid"], outcome=dict(outcome), seconds=seconds)
 
-    solution_hash = hash_sources(files) if files is not None else None
-    start = time.perf_counter()
-    if not device_supported(solution_json["spec"], device):
-        targets = solution_json["spec"].get("target_hardware")
-        outcome = {"status": "UNSUPPORTED_DEVICE", "message": f"targets {targets}, got {device}"}
-        for workload in workloads:
-            finish(workload, outcome, solution_hash, start)
-        return 0
-    if os.environ.get(BYTECODE_CACHE_ENV):
-        # envaudit's bytecode folder (runtime/launchers.py, bytecode_cache) holds the harness's
-        # and the libraries' bytecode, written above; nothing the solution imports goes there
-        sys.dont_write_bytecode = True
-    try:
-        if unreadable is not None or files is None:
-            raise unreadable or SolutionLoadError("no sources")
-        solution = load_solution(solution_json, files)
-    except SolutionLoadError as exc:
-        outcome = {"status": "COMPILE_ERROR", "message": str(exc)}
-        for workload in workloads:
-            finish(workload, outcome, solution_hash, start)
-        return 0
-    ctx = EvalContext(
-        definition=definition,
-        solution=solution,
-        root=Path(job["data_root"]),
-        device=device,
-        judge=RemoteJudge(job_dir / OUTPUTS_FOLDER, link),
-        options=EvalOptions(
-            job.get("validation_only", False),
-            job.get("graph_timing", False),
-            job.get("strict_diagnostic", False),
-            job.get("scale_probe", False),
-            job.get("measure_ms"),
-        ),
-        clock=clock,
-        quiet=QuietGate(job_dir if job.get("gated") else None),
-    )
-    progress.send("ready", gate_wait_s=gate_wait)
+def _send_result(
+    link: Link, workload: Mapping[str, Any], outcome: Mapping[str, Any], started: float
+) -> None:
+    seconds = time.perf_counter() - started
+    link.send("result", uuid=workload["uuid"], outcome=dict(outcome), seconds=seconds)
+
+
+def _settle_all(
+    link: Link, workloads: list[dict[str, Any]], outcome: Mapping[str, Any], started: float
+) -> int:
+    """One outcome for every workload (the solution cannot run at all here)."""
+    for workload in workloads:
+        _send_result(link, workload, outcome, started)
+    return 0
+
+
+def _evaluate_all(
+    ctx: EvalContext, link: Link, progress: Relay, workloads: list[dict[str, Any]]
+) -> int:
+    """Each workload in turn; CONTEXT_LOST when a failure took the CUDA context with it."""
     for workload in workloads:
         progress.send("begin", uuid=workload["uuid"])
         start = time.perf_counter()
         outcome = evaluate_workload(ctx, workload)
-        finish(workload, outcome, solution.source_hash, start)
-        if outcome["status"] == "RUNTIME_ERROR" and not context_alive(device):
+        _send_result(link, workload, outcome, start)
+        if outcome["status"] == "RUNTIME_ERROR" and not context_alive(ctx.device):
             return CONTEXT_LOST
-        if device.type == "cuda":
+        if ctx.device.type == "cuda":
             torch.cuda.empty_cache()
     return 0
 

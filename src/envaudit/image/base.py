@@ -26,13 +26,14 @@ from envaudit.image.plan import LABEL_PREFIX, base_tag
 from envaudit.schema.names import name_problem, shown
 from envaudit.schema.paths import sha256_file
 from envaudit.schema.reading import UnreadableFile, loads_toml, read_text
+from envaudit.settings import DEBIAN_MIRROR, UBUNTU_MIRROR, read
 
 BASES_DIR = Path("containers/bases")
 MANIFEST_PATH = "etc/envaudit-base-manifest"
 DEBOOTSTRAP_TIMEOUT_S = 1800
 # Where debootstrap fetches each distribution's packages from when no mirror is configured:
 # Debian's default archive is what debootstrap itself uses; Ubuntu's must be named.
-MIRROR_VARIABLES = {"debian": "ENVAUDIT_DEBIAN_MIRROR", "ubuntu": "ENVAUDIT_UBUNTU_MIRROR"}
+MIRROR_SETTINGS = {"debian": DEBIAN_MIRROR, "ubuntu": UBUNTU_MIRROR}
 
 
 # Never part of an imported stack: the driver (mounted from the machine at run time: a driver in
@@ -140,13 +141,13 @@ def why_not_buildable(recipe: BaseRecipe) -> str | None:
     script = Path("/usr/share/debootstrap/scripts") / recipe.suite
     if not script.exists():
         return f"this debootstrap does not know {recipe.distro} {recipe.suite}"
-    variable = MIRROR_VARIABLES.get(recipe.distro)
-    if variable is None:
+    mirror = MIRROR_SETTINGS.get(recipe.distro)
+    if mirror is None:
         return f"no debootstrap support for the distribution {recipe.distro!r}"
-    if recipe.distro != "debian" and not os.environ.get(variable):
+    if recipe.distro != "debian" and read(mirror) is None:
         return (
             f"{recipe.name} needs the {recipe.distro} archive, which is not configured here"
-            f" (set {variable} to a reachable mirror)"
+            f" (set {mirror.name} to a reachable mirror)"
         )
     return None
 
@@ -242,8 +243,8 @@ def _debootstrap(recipe: BaseRecipe, root: Path, on_line: Callable[[str], None] 
     if recipe.packages:
         argv.append("--include=" + ",".join(recipe.packages))
     argv += [recipe.suite, str(root)]
-    mirror = os.environ.get(MIRROR_VARIABLES[recipe.distro])
-    if mirror:
+    mirror = read(MIRROR_SETTINGS[recipe.distro])
+    if mirror is not None:
         argv.append(mirror)
     tail: list[str] = []
     with subprocess.Popen(

@@ -22,6 +22,7 @@ import docker.errors
 import requests.exceptions
 
 from envaudit.errors import EXIT_FAILED, EXIT_USAGE, EnvauditError
+from envaudit.settings import ENGINE_HOST, read
 
 ENGINE_TIMEOUT_S = 600
 BUILD_TAIL_LINES = 30
@@ -53,8 +54,8 @@ class BuildOutcome:
 def engine_address(kind: str) -> str | None:
     """Where the engine listens: ENVAUDIT_ENGINE_HOST, else the engine's own variable (DOCKER_HOST
     or CONTAINER_HOST), else the SDK's default (docker) or podman's usual sockets."""
-    explicit = os.environ.get("ENVAUDIT_ENGINE_HOST")
-    if explicit:
+    explicit = read(ENGINE_HOST)
+    if explicit is not None:
         return explicit
     if kind == "docker":
         return os.environ.get("DOCKER_HOST")

@@ -48,7 +48,7 @@ from envaudit.schema.locks import (
     split_pin,
 )
 from envaudit.schema.paths import sha256_file
-from envaudit.settings import cache_root
+from envaudit.settings import BUILD_JOBS, cache_root, read
 
 LOG_TAIL_LINES = 40
 FIRST_ERRORS = 12
@@ -331,12 +331,8 @@ def build_environment(
 def build_jobs() -> int:
     """Parallel jobs for a source build: ENVAUDIT_BUILD_JOBS, else the CPUs this process may use
     (a 2-core machine given 8 CUTLASS compiles at once runs out of memory, not time)."""
-    value = os.environ.get("ENVAUDIT_BUILD_JOBS", "")
-    if value:
-        if not value.isdigit() or int(value) < 1:
-            raise LockError(f"ENVAUDIT_BUILD_JOBS={value!r} is not a positive whole number", 2)
-        return int(value)
-    return max(1, len(os.sched_getaffinity(0)))
+    jobs = read(BUILD_JOBS)
+    return jobs if jobs is not None else max(1, len(os.sched_getaffinity(0)))
 
 
 def _prepend(first: str, rest: str | None) -> str:

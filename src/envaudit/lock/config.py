@@ -1,34 +1,29 @@
 """Where artifacts are looked for and kept. Nothing here is committed: it comes from the
-environment (or command-line flags), the way uv and pip are configured.
-
-- ENVAUDIT_STORE: the content-addressed store (default ~/.cache/envaudit/store).
-- ENVAUDIT_FIND_LINKS, then UV_FIND_LINKS / PIP_FIND_LINKS: folders of artifacts (spaces or
-  commas between them).
-- ENVAUDIT_MIRRORS: folders or http(s) bases holding artifacts as <base>/<filename> or
-  <base>/sha256/<hash>.
-- ENVAUDIT_GIT_BASES: git hosts or mirror folders; a source's `owner/name` is cloned from
-  `<base>/owner/name`, trying each base in order.
-- ENVAUDIT_OFFLINE=1: use only the store (what `--offline` does), e.g. for an audit that must
-  not download.
-- ENVAUDIT_INDEX_URL, then UV_DEFAULT_INDEX / UV_INDEX_URL / PIP_INDEX_URL: a PEP 691 simple
-  index; without any, uv's and pip's own default index.
+environment (or command-line flags), the way uv and pip are configured. The ENVAUDIT_*
+variables (ENVAUDIT_STORE, _FIND_LINKS, _MIRRORS, _GIT_BASES, _OFFLINE, _INDEX_URL) are declared
+in envaudit.settings (docs/settings.md); without ENVAUDIT_FIND_LINKS or ENVAUDIT_INDEX_URL,
+uv's and pip's own variables are read, then the default index.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from envaudit.settings import (
+    FIND_LINKS,
+    GIT_BASES,
+    INDEX_URL,
+    MIRRORS,
+    OFFLINE,
+    STORE,
+    read,
+    value,
+)
+
 DEFAULT_INDEX = "https://pypi.org/simple"  # the packaging default, as in pip and uv
-
-
-def _split(value: str | None) -> list[str]:
-    """Entries separated by spaces or commas (as pip and uv read theirs): not by ':', which
-    http mirrors contain."""
-    return [part for part in re.split(r"[\s,]+", value or "") if part]
 
 
 def _first_env(*names: str) -> str | None:
@@ -54,20 +49,18 @@ class FetchConfig:
         find_links: list[Path] | None = None,
         offline: bool = False,
     ) -> FetchConfig:
-        default_store = Path(os.path.expanduser("~/.cache/envaudit/store"))
-        links = _split(_first_env("ENVAUDIT_FIND_LINKS", "UV_FIND_LINKS", "PIP_FIND_LINKS"))
+        links = read(FIND_LINKS)
+        if links is None:
+            links = FIND_LINKS.parse(_first_env("UV_FIND_LINKS", "PIP_FIND_LINKS") or "")
+        index = read(INDEX_URL) or _first_env("UV_DEFAULT_INDEX", "UV_INDEX_URL", "PIP_INDEX_URL")
+        mirrors, git_bases = read(MIRRORS), read(GIT_BASES)
         return cls(
-            store=store or Path(os.environ.get("ENVAUDIT_STORE") or default_store),
+            store=store or value(STORE),
             find_links=[*(find_links or []), *(Path(p) for p in links)],
-            mirrors=_split(os.environ.get("ENVAUDIT_MIRRORS")),
-            git_bases=_split(os.environ.get("ENVAUDIT_GIT_BASES")),
-            index_url=(
-                _first_env(
-                    "ENVAUDIT_INDEX_URL", "UV_DEFAULT_INDEX", "UV_INDEX_URL", "PIP_INDEX_URL"
-                )
-                or DEFAULT_INDEX
-            ).rstrip("/"),
-            offline=offline or os.environ.get("ENVAUDIT_OFFLINE") == "1",
+            mirrors=list(mirrors or ()),
+            git_bases=list(git_bases or ()),
+            index_url=(index or DEFAULT_INDEX).rstrip("/"),
+            offline=value(OFFLINE) or offline,
         )
 
     def git_remotes(self, git: str) -> list[str]:

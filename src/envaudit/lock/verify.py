@@ -391,12 +391,12 @@ def summary(drift: Drift, exact: bool = False) -> str:
     return f"verify-env {drift.env}: " + ", ".join(parts)
 
 
-def drift_record(drift: Drift, closure_hash: str, limit: int = 8) -> dict[str, Any]:
+def drift_record(drift: Drift, limit: int = 8) -> dict[str, Any]:
     """What a result line carries about its interpreter against the declared lock (extras are
     not counted: a shared interpreter may hold more). `matches` False means the line was not
-    measured in the environment the solution declares."""
+    measured in the environment the solution declares. The lock's closure hash is the line's
+    `context.closure_hash`, not repeated here (result schema version 2)."""
     return {
-        "lock_closure_hash": closure_hash,
         "matches": not drift.failed(),
         "python": list(drift.python) if drift.python else None,
         "missing": [f"{d.name}=={d.version}" for d in drift.missing[:limit]],

@@ -21,7 +21,7 @@ from typing import Any
 
 from envaudit.dataset.interfaces import load_interfaces
 from envaudit.dataset.traceset import DatasetRootError, load_traceset
-from envaudit.errors import free_bytes
+from envaudit.errors import EnvauditError, free_bytes
 from envaudit.report.markdown import render_markdown
 from envaudit.report.merge import (
     MergeResult,
@@ -44,22 +44,10 @@ INPUTS_HINT = (
 )
 
 
-class ReportError(Exception):
+class ReportError(EnvauditError):
     """Why no report was written. Exit 2 for usage or environment problems (unreadable input,
     unwritable --out, unreadable data root), 1 when the inputs hold nothing to report;
     `findings` are the merge's warnings, to show before the error."""
-
-    def __init__(
-        self,
-        message: str,
-        exit_code: int = 2,
-        hint: str | None = None,
-        findings: Sequence[str] = (),
-    ) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
-        self.hint = hint
-        self.findings = list(findings)
 
 
 @dataclass

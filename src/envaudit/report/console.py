@@ -18,7 +18,7 @@ from rich.progress import (
 from rich.table import Table
 
 from envaudit.runtime.supervisor import BatchResult
-from envaudit.schema.results import read_lines
+from envaudit.schema.result_line import ResultLine, result_lines
 
 
 def print_run_summary(
@@ -27,27 +27,24 @@ def print_run_summary(
     """Print one row per workload of this run; return True when any workload failed."""
     console = console or Console(highlight=False, width=120)
     wanted = result.written | set(result.skipped)  # --resume: the kept lines count too
-    latest = {}
-    for _, line in read_lines(report):
-        if line and line.get("solution") == solution:
-            uuid = line.get("workload", {}).get("uuid")
-            if uuid in wanted:
-                latest[uuid] = line
+    latest: dict[str, ResultLine] = {}
+    for _, line in result_lines(report):
+        if line is not None and line.solution == solution and line.workload.uuid in wanted:
+            latest[line.workload.uuid] = line
     table = Table(title=f"{len(latest)} workloads -> {report}")
     for column in ("workload", "status", "eager median ms", "graph median ms", "message"):
         table.add_column(column)
     failed = False
     for uuid, line in latest.items():
-        timing = line.get("timing") or {}
-        eager, graph = timing.get("eager") or {}, timing.get("graph") or {}
-        failed |= line["status"] != "PASSED"
-        label = line["workload"].get("label") or uuid[:8]
-        message = (line.get("message") or "").splitlines()[0][:60] if line.get("message") else ""
+        eager, graph = line.median("eager"), line.median("graph")
+        failed |= not line.passed
+        label = line.workload.label or uuid[:8]
+        message = line.message.splitlines()[0][:60] if line.message else ""
         table.add_row(
             label,
-            line["status"],
-            f"{eager['median_ms']:.4f}" if eager else "",
-            f"{graph['median_ms']:.4f}" if graph else "",
+            line.status,
+            f"{eager:.4f}" if eager is not None else "",
+            f"{graph:.4f}" if graph is not None else "",
             message,
         )
     console.print(table)

@@ -22,6 +22,8 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from envaudit.schema.result_line import ResultLine
+
 DRAWS = 10_000
 MIN_RUNS = 2
 
@@ -29,18 +31,18 @@ MIN_RUNS = 2
 RunMedians = dict[str, dict[str, list[float]]]
 
 
-def run_medians(lines: Iterable[Mapping[str, Any]], solution: str | None = None) -> RunMedians:
+def run_medians(lines: Iterable[ResultLine], solution: str | None = None) -> RunMedians:
     """Per workload and timing mode, each PASSED run's median (ms)."""
     found: RunMedians = defaultdict(lambda: defaultdict(list))
     for line in lines:
-        if line.get("status") != "PASSED" or (solution and line.get("solution") != solution):
+        if not line.passed or (solution and line.solution != solution):
             continue
-        workload = line.get("workload") or {}
-        label = str(workload.get("label") or workload.get("uuid"))
+        label = str(line.workload.label or line.workload.uuid)
         for mode in ("graph", "eager"):
-            median = ((line.get("timing") or {}).get(mode) or {}).get("median_ms")
-            if isinstance(median, int | float) and median > 0:
-                found[label][mode].append(float(median))
+            stats = line.stats(mode)
+            median = stats.positive_median() if stats is not None else None
+            if median is not None:
+                found[label][mode].append(median)
     return found
 
 
@@ -126,18 +128,17 @@ def table(result: Mapping[str, Any], names: tuple[str, str]) -> str:
 
 
 def env_comparisons(
-    lines: Iterable[Mapping[str, Any]],
+    lines: Iterable[ResultLine],
     declared: Mapping[str, str | None],
-    group_of: Callable[[Mapping[str, Any]], str],
+    group_of: Callable[[ResultLine], str],
 ) -> list[dict[str, Any]]:
     """Every solution measured in two or more envs on one GPU model, with at least MIN_RUNS
     repeated runs of a common workload in each: the declared env against each other env
     (ratio declared/other; below 1 the declared env is faster). `declared` maps solution ->
     its declared env; `group_of(line)` names the GPU model a line belongs to."""
-    runs: dict[tuple[str, str, str], list[Mapping[str, Any]]] = defaultdict(list)
+    runs: dict[tuple[str, str, str], list[ResultLine]] = defaultdict(list)
     for line in lines:
-        env = str((line.get("context") or {}).get("env") or "")
-        runs[(str(line.get("solution")), group_of(line), env)].append(line)
+        runs[(line.solution, group_of(line), str(line.context.env or ""))].append(line)
     envs_of: dict[tuple[str, str], list[str]] = defaultdict(list)
     for solution, model, env in sorted(runs):
         envs_of[(solution, model)].append(env)

@@ -19,8 +19,9 @@ the interval holds 1.0. docs/harness.md says the same for readers of the report.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+
+from envaudit.schema.result_line import TimingStats
 
 RUN_TO_RUN_SD = 0.016
 Z95 = 1.959964
@@ -28,15 +29,15 @@ SIGMA_PER_IQR = 1 / 1.349
 MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)
 
 
-def log_median_variance(timing: Mapping[str, Any] | None) -> float | None:
+def log_median_variance(timing: TimingStats | None) -> float | None:
     """var(log median) of one timing mode of one line; None when it has no median."""
-    if not timing:
+    if timing is None:
         return None
-    median, iqr, samples = timing.get("median_ms"), timing.get("iqr_ms"), timing.get("iterations")
-    if not isinstance(median, int | float) or median <= 0:
+    median, iqr, samples = timing.median_ms, timing.iqr_ms, timing.iterations
+    if median is None or median <= 0:
         return None
     within = 0.0
-    if isinstance(iqr, int | float) and isinstance(samples, int) and samples > 1:
+    if iqr is not None and samples is not None and samples > 1:
         within = MEDIAN_SE_FACTOR * iqr * SIGMA_PER_IQR / math.sqrt(samples) / median
     return within**2 + RUN_TO_RUN_SD**2
 
@@ -47,7 +48,7 @@ def interval(log_value: float, variance: float) -> tuple[float, float]:
 
 
 def speedup_interval(
-    speedup: float | None, mine: Mapping[str, Any] | None, theirs: Mapping[str, Any] | None
+    speedup: float | None, mine: TimingStats | None, theirs: TimingStats | None
 ) -> tuple[tuple[float, float], float] | None:
     """(95% interval, variance of log speedup) for baseline/solution timings of one mode."""
     if not speedup or speedup <= 0:

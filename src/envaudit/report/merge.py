@@ -7,10 +7,15 @@ reported), or a finding with its file and line number (truncated, not JSON, unkn
 schema, unknown status). Nothing readable is left out; an input that cannot be read at all (no
 such file, a folder, not UTF-8) stops the merge before any line is merged.
 
-Which line of one key is kept, so that the same inputs always give the same report: the rule of
-`envaudit.schema.results` (the newest by `timestamp` as an instant, an undated line older than
-every dated one), a tie going to the line read last: the later file on the command line, then
-the later line in a file.
+A line's key is the one of `envaudit.schema.results` (solution, workload, env, closure hash,
+device), the key `--resume` skips by. Which line of one key is kept, so that the same inputs
+always give the same report: the rule of `envaudit.schema.results` (the newest by `timestamp` as
+an instant, an undated line older than every dated one), a tie going to the line read last: the
+later file on the command line, then the later line in a file.
+
+Every line is read through `envaudit.schema.result_line.ResultLine` (both schema versions); a
+line the model refuses is a finding naming the field. The merged file writes each line back as
+it was read (`ResultLine.written`).
 """
 
 from __future__ import annotations
@@ -21,17 +26,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from envaudit.schema.models import EvaluationStatus
 from envaudit.schema.names import name_problem, shown
 from envaudit.schema.reading import JsonLine, UnreadableFile, json_lines, loads_json
-from envaudit.schema.results import RESULT_SCHEMA_VERSION, line_instant
+from envaudit.schema.result_line import READABLE_VERSIONS, ResultLine, problems
+from envaudit.schema.results import RESULT_SCHEMA_VERSION, LineKey
 
 KNOWN_STATUSES = {s.value for s in EvaluationStatus}
 REQUIRED = ("definition", "solution", "status")
 PATH_FIELDS = ("definition", "solution")
 """Fields of a line that name files or folders (a trace file, a solution's folder)."""
-
-Key = tuple[str, str, str, str, str]  # solution, workload uuid, env, closure hash, device
 
 
 class UnreadableInputs(Exception):
@@ -56,25 +62,24 @@ class InputFinding:
 
 @dataclass
 class Conflict:
-    key: Key
-    kept: Mapping[str, Any]
-    dropped: Mapping[str, Any]
+    key: LineKey
+    kept: ResultLine
+    dropped: ResultLine
 
     def render(self) -> str:
         solution, workload, env, _, device = self.key
         return (
-            f"{solution} / {workload} on {device} ({env}): kept {self.kept.get('status')} from"
-            f" {self.kept.get('_source')}, dropped {self.dropped.get('status')} from"
-            f" {self.dropped.get('_source')}"
+            f"{solution} / {workload} on {device} ({env}): kept {self.kept.status} from"
+            f" {self.kept.source}, dropped {self.dropped.status} from {self.dropped.source}"
         )
 
     def as_dict(self) -> dict[str, Any]:
-        def brief(line: Mapping[str, Any]) -> dict[str, Any]:
+        def brief(line: ResultLine) -> dict[str, Any]:
             return {
-                "status": line.get("status"),
-                "solution_hash": line.get("solution_hash"),
-                "timestamp": line.get("timestamp"),
-                "source": line.get("_source"),
+                "status": line.status,
+                "solution_hash": line.solution_hash,
+                "timestamp": line.timestamp,
+                "source": line.source,
             }
 
         solution, workload, env, closure, device = self.key
@@ -99,11 +104,11 @@ class InputFile:
 
 @dataclass
 class MergeResult:
-    lines: list[dict[str, Any]] = field(default_factory=list)
+    lines: list[ResultLine] = field(default_factory=list)
     findings: list[InputFinding] = field(default_factory=list)
     conflicts: list[Conflict] = field(default_factory=list)
     repeats: int = 0
-    runs: list[dict[str, Any]] = field(default_factory=list)
+    runs: list[ResultLine] = field(default_factory=list)
     """Every line read, repeats included (`lines` keeps the newest per key): what
     env_compare needs to put an interval on a difference between envs."""
     distributions: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -114,30 +119,17 @@ class MergeResult:
 Converter = Callable[[Mapping[str, Any]], dict[str, Any] | None]
 
 
-def line_key(line: Mapping[str, Any]) -> Key:
-    context = line.get("context") or {}
-    environment = line.get("environment") or {}
-    device = environment.get("gpu_uuid") or context.get("device_id") or "cpu"
-    return (
-        str(line["solution"]),
-        str((line.get("workload") or {}).get("uuid")),
-        str(context.get("env") or ""),
-        str(context.get("closure_hash") or ""),
-        str(device),
-    )
-
-
 def merge_files(paths: Iterable[Path], convert: Converter | None = None) -> MergeResult:
     """Every input read first (UnreadableInputs naming each bad one), then merged in order."""
     inputs = read_inputs(paths)
     result = MergeResult()
-    kept: dict[Key, dict[str, Any]] = {}
+    kept: dict[LineKey, ResultLine] = {}
     for path, lines in inputs:
         summary = InputFile(file=str(path))
         result.inputs.append(summary)
         for line in _read(path, lines, summary, result, convert):
             _admit(line, kept, result)
-    result.lines = sorted(kept.values(), key=lambda line: line_key(line))
+    result.lines = sorted(kept.values(), key=lambda line: line.key)
     return result
 
 
@@ -168,7 +160,7 @@ def _read(
     summary: InputFile,
     result: MergeResult,
     convert: Converter | None,
-) -> Iterable[dict[str, Any]]:
+) -> Iterable[ResultLine]:
     def finding(number: int | None, message: str) -> None:
         result.findings.append(InputFinding(str(path), number, message))
 
@@ -195,8 +187,7 @@ def _read(
         line = _classify(parsed, path, raw.number, summary, result, convert, finding)
         if line is not None:
             summary.results += 1
-            line["_source"] = f"{path}:{raw.number}"
-            yield line
+            yield line.read_from(f"{path}:{raw.number}")
 
 
 def _classify(
@@ -207,7 +198,7 @@ def _classify(
     result: MergeResult,
     convert: Converter | None,
     finding: Callable[[int | None, str], None],
-) -> dict[str, Any] | None:
+) -> ResultLine | None:
     if not isinstance(parsed, dict):
         finding(number, "not a JSON object; skipped")
         return None
@@ -227,20 +218,24 @@ def _classify(
         if isinstance(parsed.get("workload"), dict) and "uuid" in parsed["workload"]
         else ["workload.uuid"]
     )
-    if version != RESULT_SCHEMA_VERSION:
+    if version not in READABLE_VERSIONS or isinstance(version, bool):
         state = "skipped: " + ", ".join(missing) + " missing" if missing else "merged as read"
         finding(
             number,
-            f"result schema version {version!r} (this envaudit writes"
-            f" {RESULT_SCHEMA_VERSION}); {state}",
+            f"result schema version {version!r} (this envaudit reads"
+            f" {READABLE_VERSIONS[0]} to {RESULT_SCHEMA_VERSION}); {state}",
         )
     elif missing:
         finding(number, f"not a result line ({', '.join(missing)} missing); skipped")
     if missing or _bad_names(parsed, number, finding):
         return None
-    if parsed["status"] not in KNOWN_STATUSES:
-        finding(number, f"unknown status {parsed['status']!r}; merged, counted as not passed")
-    line: dict[str, Any] = parsed
+    try:
+        line = ResultLine.model_validate(parsed)
+    except ValidationError as exc:
+        finding(number, f"not a result line ({problems(exc)}); skipped")
+        return None
+    if line.status not in KNOWN_STATUSES:
+        finding(number, f"unknown status {line.status!r}; merged, counted as not passed")
     return line
 
 
@@ -261,48 +256,45 @@ def _bad_names(
     return bad
 
 
-def _admit(line: dict[str, Any], kept: dict[Key, dict[str, Any]], result: MergeResult) -> None:
+def _admit(line: ResultLine, kept: dict[LineKey, ResultLine], result: MergeResult) -> None:
     result.runs.append(line)
-    key = line_key(line)
+    key = line.key
     old = kept.get(key)
     if old is None:
         kept[key] = line
         return
-    newer, older = (line, old) if line_instant(line) >= line_instant(old) else (old, line)
+    newer, older = (line, old) if line.instant >= old.instant else (old, line)
     kept[key] = newer
-    same = (old.get("status"), old.get("solution_hash")) == (
-        line.get("status"),
-        line.get("solution_hash"),
-    )
-    if same:
+    if _same_run(old, line):
         result.repeats += 1
     else:
         result.conflicts.append(Conflict(key=key, kept=newer, dropped=older))
 
 
-def render_results(
-    lines: Iterable[Mapping[str, Any]], runs: Iterable[Mapping[str, Any]] = ()
-) -> str:
+def render_results(lines: Iterable[ResultLine], runs: Iterable[ResultLine] = ()) -> str:
     """results.jsonl: the merged lines, without our bookkeeping keys, in a stable order. The
     repeats among `runs` (same key, status and solution revision as the kept line: what
     env_compare puts intervals on) go just before their kept line, so that merging this file
     again keeps the same lines and the same repeats, and the report, its environment
     comparisons included, comes out the same. A conflict's dropped line is not written."""
-    kept = {line_key(line): line for line in lines}
-    repeats: dict[Key, list[Mapping[str, Any]]] = {}
+    kept = {line.key: line for line in lines}
+    repeats: dict[LineKey, list[ResultLine]] = {}
     for run in runs:
-        key = line_key(run)
+        key = run.key
         line = kept.get(key)
         if line is not None and run is not line and _same_run(run, line):
             repeats.setdefault(key, []).append(run)
     return "".join(_result_text(run) for key in kept for run in [*repeats.get(key, []), kept[key]])
 
 
-def _same_run(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    return (a.get("status"), a.get("solution_hash")) == (b.get("status"), b.get("solution_hash"))
+def _same_run(a: ResultLine, b: ResultLine) -> bool:
+    """Same status and solution revision: a repeat of one measurement, not a conflict."""
+    return (a.status, a.solution_hash) == (b.status, b.solution_hash)
 
 
-def _result_text(line: Mapping[str, Any]) -> str:
+def _result_text(line: ResultLine) -> str:
+    written = line.written()
     return (
-        json.dumps({k: v for k, v in line.items() if not k.startswith("_")}, sort_keys=True) + "\n"
+        json.dumps({k: v for k, v in written.items() if not k.startswith("_")}, sort_keys=True)
+        + "\n"
     )

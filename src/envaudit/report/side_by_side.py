@@ -12,21 +12,25 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import ValidationError
 
 from envaudit.errors import EXIT_FAILED, EXIT_OK, EnvauditError
 from envaudit.report.intervals import speedup_interval
 from envaudit.report.traces import trace_to_line
 from envaudit.schema.reading import UnreadableFile, json_lines, loads_json
+from envaudit.schema.result_line import ResultLine, TimingStats, problems
+
+MODES: tuple[Literal["graph", "eager"], ...] = ("graph", "eager")
 
 
-def compare_runs(then: Mapping[str, Any], now: Mapping[str, Any]) -> dict[str, Any]:
+def compare_runs(then: ResultLine, now: ResultLine) -> dict[str, Any]:
     """The side-by-side as data: both statuses and figures, the ratio now/then, the verdict."""
     result: dict[str, Any] = {
-        "solution": now.get("solution"),
-        "workload": (now.get("workload") or {}).get("label")
-        or (now.get("workload") or {}).get("uuid"),
-        "status": [then.get("status"), now.get("status")],
+        "solution": now.solution,
+        "workload": now.workload.label or now.workload.uuid,
+        "status": [then.status, now.status],
         "max_absolute_error": [
             _error(then, "max_absolute_error"),
             _error(now, "max_absolute_error"),
@@ -40,13 +44,12 @@ def compare_runs(then: Mapping[str, Any], now: Mapping[str, Any]) -> dict[str, A
     }
     timed = _shared_timing(then, now)
     if timed is not None:
-        mode, old, new = timed
-        ratio = new["median_ms"] / old["median_ms"]
+        mode, old, new, ratio = timed
         found = speedup_interval(ratio, old, new)  # the same arithmetic as a speedup's
         bounds = found[0] if found else None
         result["timing"] = {
             "mode": mode,
-            "median_ms": [old["median_ms"], new["median_ms"]],
+            "median_ms": [old.median_ms, new.median_ms],
             "ratio_now_then": ratio,
             "ci95": list(bounds) if bounds else None,
         }
@@ -73,33 +76,37 @@ def _verdict(result: Mapping[str, Any]) -> str:
 
 
 def _shared_timing(
-    then: Mapping[str, Any], now: Mapping[str, Any]
-) -> tuple[str, Mapping[str, Any], Mapping[str, Any]] | None:
-    for mode in ("graph", "eager"):
-        old = (then.get("timing") or {}).get(mode) or {}
-        new = (now.get("timing") or {}).get(mode) or {}
-        if _positive(old.get("median_ms")) and _positive(new.get("median_ms")):
-            return mode, old, new
+    then: ResultLine, now: ResultLine
+) -> tuple[str, TimingStats, TimingStats, float] | None:
+    """(the mode both have a positive median in, graph first; both stats; now/then)."""
+    for mode in MODES:
+        old, new = then.stats(mode), now.stats(mode)
+        old_ms = old.positive_median() if old is not None else None
+        new_ms = new.positive_median() if new is not None else None
+        if old is not None and new is not None and old_ms is not None and new_ms is not None:
+            return mode, old, new, new_ms / old_ms
     return None
 
 
-def _positive(value: Any) -> bool:
-    return isinstance(value, int | float) and value > 0
+def _error(
+    line: ResultLine, key: Literal["max_absolute_error", "max_relative_error"]
+) -> float | None:
+    figures = line.correctness
+    if figures is None:
+        return None
+    value = (
+        figures.max_absolute_error if key == "max_absolute_error" else figures.max_relative_error
+    )
+    return None if value is None else float(value)
 
 
-def _error(line: Mapping[str, Any], key: str) -> float | None:
-    value = (line.get("correctness") or {}).get(key)
-    return float(value) if isinstance(value, int | float) else None
+def _closure(line: ResultLine) -> str | None:
+    return line.closure_hash or None
 
 
-def _closure(line: Mapping[str, Any]) -> str | None:
-    value = (line.get("context") or {}).get("closure_hash")
-    return str(value) if value else None
-
-
-def _gpu(line: Mapping[str, Any]) -> str:
-    env = line.get("environment") or {}
-    parts = (env.get("gpu_name") or "cpu", env.get("gpu_uuid"), env.get("driver"))
+def _gpu(line: ResultLine) -> str:
+    env = line.environment
+    parts = (env.gpu_name or "cpu", env.gpu_uuid, env.driver)
     return " ".join(str(p) for p in parts if p)
 
 
@@ -139,31 +146,34 @@ def as_json(comparison: Mapping[str, Any], notes: list[str]) -> str:
 
 def read_recorded(
     spec: str, solution: str | None = None, workload: str | None = None
-) -> tuple[dict[str, Any], str]:
+) -> tuple[ResultLine, str]:
     """(the line, "file:number") named by FILE:N (1-based), or by FILE and the selectors (the
-    newest line matching them). A FlashInfer-Bench trace line is read as our line."""
+    newest line matching them). A FlashInfer-Bench trace line is read as our line; a line the
+    result line model refuses is no result line (named by FILE:N, the error says why)."""
     path_text, _, number = spec.rpartition(":")
     if not number.isdigit() or not path_text:
         path_text, number = spec, ""
     path = Path(path_text)
     found = []
+    refused = ""
     for index, parsed in _parsed_lines(path, int(number) if number else None):
         if not isinstance(parsed, dict):
             continue
-        line = trace_to_line(parsed) if "evaluation" in parsed else parsed
-        if not isinstance(line, dict) or "solution" not in line:
+        raw = trace_to_line(parsed) if "evaluation" in parsed else parsed
+        if not isinstance(raw, dict) or "solution" not in raw:
             continue
-        if solution and line.get("solution") != solution:
+        try:
+            line = ResultLine.model_validate(raw)
+        except ValidationError as exc:
+            refused = f" ({problems(exc)})"
             continue
-        uuid, label = (
-            (line.get("workload") or {}).get("uuid"),
-            (line.get("workload") or {}).get("label"),
-        )
-        if workload and workload not in (uuid, label):
+        if solution and line.solution != solution:
             continue
-        found.append((str(line.get("timestamp") or ""), index, line))
+        if workload and workload not in (line.workload.uuid, line.workload.label):
+            continue
+        found.append((str(line.timestamp or ""), index, line))
     if not found and number:
-        raise EnvauditError(f"{path} has no line {number} that is a result line")
+        raise EnvauditError(f"{path} has no line {number} that is a result line{refused}")
     if not found:
         wanted = ", ".join(x for x in (solution, workload) if x) or "a result line"
         raise EnvauditError(f"{spec}: no line matches ({wanted})")

@@ -16,7 +16,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from envaudit.report.env_compare import env_comparisons
 from envaudit.report.hardware import peak_for
@@ -28,6 +28,7 @@ from envaudit.report.intervals import (
     speedup_interval,
 )
 from envaudit.report.merge import MergeResult
+from envaudit.schema.result_line import Achieved, ProbePoint, ResultLine, TimingStats
 
 PREFERENCE_RULE = (
     "candidates: solutions that passed every workload of the definition measured on this GPU"
@@ -37,6 +38,7 @@ PREFERENCE_RULE = (
     " below it; the choice and the runner-up are called indistinguishable when the interval of"
     " their ratio holds 1.0"
 )
+MODES: tuple[Literal["eager", "graph"], ...] = ("eager", "graph")
 
 
 @dataclass(frozen=True)
@@ -59,52 +61,43 @@ def geomean(values: Iterable[float]) -> float | None:
     return math.exp(statistics.fmean(math.log(v) for v in kept)) if kept else None
 
 
-def _timing(line: Mapping[str, Any] | None, mode: str) -> Mapping[str, Any] | None:
-    stats = ((line or {}).get("timing") or {}).get(mode)
-    return stats if isinstance(stats, Mapping) else None
+def _timing(line: ResultLine | None, mode: Literal["eager", "graph"]) -> TimingStats | None:
+    return line.stats(mode) if line is not None else None
 
 
-def _median(line: Mapping[str, Any], mode: str) -> float | None:
-    stats = (line.get("timing") or {}).get(mode) or {}
-    value = stats.get("median_ms")
-    return float(value) if isinstance(value, int | float) else None
+def device_of(line: ResultLine) -> str:
+    """The device a line ran on: its GPU's UUID, or cpu (the device of its key)."""
+    return line.device
 
 
-def device_of(line: Mapping[str, Any]) -> str:
-    """The physical device: a GPU's UUID, or cpu."""
-    env = line.get("environment") or {}
-    return str(env.get("gpu_uuid") or (line.get("context") or {}).get("device_id") or "cpu")
-
-
-def gpu_model_of(line: Mapping[str, Any]) -> str:
+def gpu_model_of(line: ResultLine) -> str:
     """The group a line's figures belong to: the GPU's name, memory and driver (cpu for CPU
     lines), e.g. "NVIDIA H200, 140 GiB, driver 580.159.04"."""
-    env = line.get("environment") or {}
-    if device_of(line) == "cpu" or not env.get("gpu_name"):
-        return device_of(line) if device_of(line) == "cpu" else f"unknown GPU {device_of(line)}"
-    parts = [str(env["gpu_name"])]
-    if isinstance(env.get("memory_bytes"), int):
-        parts.append(f"{env['memory_bytes'] / 2**30:.0f} GiB")
-    if env.get("driver"):
-        parts.append(f"driver {env['driver']}")
+    env = line.environment
+    device = device_of(line)
+    if device == "cpu" or not env.gpu_name:
+        return device if device == "cpu" else f"unknown GPU {device}"
+    parts = [env.gpu_name]
+    if env.memory_bytes is not None:
+        parts.append(f"{env.memory_bytes / 2**30:.0f} GiB")
+    if env.driver:
+        parts.append(f"driver {env.driver}")
     return ", ".join(parts)
 
 
-def _newest_per_workload(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _newest_per_workload(lines: list[ResultLine]) -> list[ResultLine]:
     """One line per workload: with a workload run on several GPUs of one model, the newest."""
-    newest: dict[str, dict[str, Any]] = {}
+    newest: dict[str, ResultLine] = {}
     for line in lines:
-        uuid = str(line["workload"]["uuid"])
-        if uuid not in newest or str(line.get("timestamp") or "") > str(
-            newest[uuid].get("timestamp") or ""
-        ):
+        uuid = line.workload.uuid
+        if uuid not in newest or (line.timestamp or "") > (newest[uuid].timestamp or ""):
             newest[uuid] = line
     return list(newest.values())
 
 
-def env_of(line: Mapping[str, Any]) -> tuple[str, str | None]:
-    context = line.get("context") or {}
-    return str(context.get("env") or "unknown"), context.get("closure_hash")
+def env_of(line: ResultLine) -> tuple[str, str | None]:
+    """(the env a line was measured in, "unknown" when it names none; its closure hash)."""
+    return str(line.context.env or "unknown"), line.closure_hash
 
 
 def build_summary(
@@ -112,14 +105,12 @@ def build_summary(
     solutions: Mapping[str, SolutionInfo],
     definitions: Mapping[str, Mapping[str, Any]],
 ) -> dict[str, Any]:
-    groups: dict[str, dict[str, dict[tuple[str, str, str | None], list[dict[str, Any]]]]] = (
-        defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    groups: dict[str, dict[str, dict[tuple[str, str, str | None], list[ResultLine]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(list))
     )
     for line in merged.lines:
         env, closure = env_of(line)
-        groups[line["definition"]][gpu_model_of(line)][(line["solution"], env, closure)].append(
-            line
-        )
+        groups[line.definition][gpu_model_of(line)][(line.solution, env, closure)].append(line)
     summary_defs: dict[str, Any] = {}
     for definition in sorted(groups):
         baseline = next(
@@ -145,9 +136,7 @@ def build_summary(
         ),
         "devices": _devices(merged.lines),
         "environments": _environments(merged.lines),
-        "harness_hashes": sorted(
-            {str((ln.get("environment") or {}).get("harness_hash")) for ln in merged.lines}
-        ),
+        "harness_hashes": sorted({str(ln.environment.harness_hash) for ln in merged.lines}),
         "measured_between": _date_range(merged.lines),
         "inputs": [vars(i) for i in merged.inputs],
         "findings": [f.render() for f in merged.findings],
@@ -158,12 +147,10 @@ def build_summary(
 
 
 def _device_block(
-    entries: Mapping[tuple[str, str, str | None], list[dict[str, Any]]], baseline: str | None
+    entries: Mapping[tuple[str, str, str | None], list[ResultLine]], baseline: str | None
 ) -> dict[str, Any]:
     base_key = _baseline_key(entries, baseline)
-    base_lines = (
-        {ln["workload"]["uuid"]: ln for ln in entries.get(base_key, [])} if base_key else {}
-    )
+    base_lines = {ln.workload.uuid: ln for ln in entries.get(base_key, [])} if base_key else {}
     solutions = []
     for key in sorted(entries, key=lambda k: (k[0], k[1], k[2] or "")):
         solutions.append(_solution_block(key, entries[key], base_lines, key == base_key))
@@ -171,28 +158,28 @@ def _device_block(
 
 
 def _baseline_key(
-    entries: Mapping[tuple[str, str, str | None], list[dict[str, Any]]], baseline: str | None
+    entries: Mapping[tuple[str, str, str | None], list[ResultLine]], baseline: str | None
 ) -> tuple[str, str, str | None] | None:
     """The baseline's entry on this GPU; with several environments, the one passing most."""
     keys = [k for k in entries if k[0] == baseline]
     if not keys:
         return None
-    return max(keys, key=lambda k: (sum(ln["status"] == "PASSED" for ln in entries[k]), k[1]))
+    return max(keys, key=lambda k: (sum(ln.passed for ln in entries[k]), k[1]))
 
 
 def _solution_block(
     key: tuple[str, str, str | None],
-    lines: list[dict[str, Any]],
-    base_lines: Mapping[str, Mapping[str, Any]],
+    lines: list[ResultLine],
+    base_lines: Mapping[str, ResultLine],
     is_baseline: bool,
 ) -> dict[str, Any]:
     name, env, closure = key
-    per_workload = [_workload_row(ln, base_lines.get(ln["workload"]["uuid"])) for ln in lines]
+    per_workload = [_workload_row(ln, base_lines.get(ln.workload.uuid)) for ln in lines]
     per_workload.sort(key=lambda row: (str(row["label"]), row["uuid"]))
     failed: dict[str, int] = defaultdict(int)
     for ln in lines:
-        if ln["status"] != "PASSED":
-            failed[ln["status"]] += 1
+        if not ln.passed:
+            failed[ln.status] += 1
     speedups: dict[str, Any] = {
         mode: _round(geomean(r[f"speedup_{mode}"] for r in per_workload if r[f"speedup_{mode}"]))
         for mode in ("eager", "graph", "primary")
@@ -208,22 +195,21 @@ def _solution_block(
         speedups["log_variance"] = _round(
             geomean_log_variance([r["speedup_log_variance"] for r in timed])
         )
-    first = lines[0]
-    context = first.get("context") or {}
+    context = lines[0].context
     return {
         "solution": name,
         "baseline": is_baseline,
         "env": env,
         "closure_hash": closure,
-        "runtime": context.get("runtime"),
-        "image_id": context.get("image_id"),
-        "over": (context.get("env_check") or {}).get("overlay_on"),
-        "solution_hashes": sorted({str(ln.get("solution_hash")) for ln in lines}),
+        "runtime": context.runtime,
+        "image_id": context.image_id,
+        "over": context.env_check.overlay_on if context.env_check else None,
+        "solution_hashes": sorted({str(ln.solution_hash) for ln in lines}),
         "gpus": sorted({device_of(ln) for ln in lines}),
         "declared_env_check": _env_check(lines),
         "workloads": {
             "total": len(lines),
-            "passed": sum(ln["status"] == "PASSED" for ln in lines),
+            "passed": sum(ln.passed for ln in lines),
             "failed": dict(sorted(failed.items())),
         },
         "geomean_speedup": {**speedups, "workloads_compared": compared},
@@ -236,97 +222,99 @@ def _solution_block(
     }
 
 
-def _env_check(lines: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _env_check(lines: list[ResultLine]) -> dict[str, Any] | None:
     """Whether these lines ran in the environment the solution declares (host runs record a
     verify-env check; lines from before that check carry none)."""
-    checks = [(ln.get("context") or {}).get("env_check") for ln in lines]
-    known = [c for c in checks if c and c.get("matches") is not None]
+    checks = [ln.context.env_check for ln in lines]
+    known = [c for c in checks if c is not None and c.matches is not None]
     if not known:
         return None
-    bad = [c for c in known if not c["matches"]]
+    bad = [c for c in known if not c.matches]
     worst = bad[0] if bad else known[0]
     return {
         "matches": not bad,
-        "missing": worst.get("missing", []),
-        "different": worst.get("different", []),
-        "python": worst.get("python"),
+        "missing": worst.missing,
+        "different": worst.different,
+        "python": worst.python,
     }
 
 
-def _workload_row(line: Mapping[str, Any], base: Mapping[str, Any] | None) -> dict[str, Any]:
-    passed = line["status"] == "PASSED"
-    base_ok = base is not None and base["status"] == "PASSED"
+def _workload_row(line: ResultLine, base: ResultLine | None) -> dict[str, Any]:
+    passed = line.passed
+    base_ok = base is not None and base.passed
     row: dict[str, Any] = {
-        "uuid": line["workload"]["uuid"],
-        "label": line["workload"].get("label"),
+        "uuid": line.workload.uuid,
+        "label": line.workload.label,
         "device": device_of(line),
-        "status": line["status"],
-        "eager_median_ms": _round(_median(line, "eager")),
-        "graph_median_ms": _round(_median(line, "graph")),
+        "status": line.status,
+        "eager_median_ms": _round(line.median("eager")),
+        "graph_median_ms": _round(line.median("graph")),
     }
-    for mode in ("eager", "graph"):
-        mine, theirs = _median(line, mode), _median(base, mode) if base_ok and base else None
+    for mode in MODES:
+        mine = line.median(mode)
+        theirs = base.median(mode) if base_ok and base is not None else None
         row[f"speedup_{mode}"] = _round(theirs / mine) if passed and mine and theirs else None
     row["speedup_primary"] = row["speedup_graph"] or row["speedup_eager"]
-    row["primary_timing"] = "graph" if row["speedup_graph"] else "eager"
-    mode = row["primary_timing"]
+    primary: Literal["eager", "graph"] = "graph" if row["speedup_graph"] else "eager"
+    row["primary_timing"] = primary
     found = speedup_interval(
-        row["speedup_primary"], _timing(line, mode), _timing(base, mode) if base_ok else None
+        row["speedup_primary"], _timing(line, primary), _timing(base, primary) if base_ok else None
     )
     row["speedup_ci95"] = [_round(b) for b in found[0]] if found else None
     row["speedup_log_variance"] = _round(found[1]) if found else None
     row["within_noise"] = holds_one(found[0]) if found else None
     row["roofline_fraction"] = _round(_roofline(line)) if passed else None
-    strict = line.get("strict_diagnostic")
-    if isinstance(strict, Mapping):
-        factors = [o.get("factor") for o in strict.get("outputs") or []]
-        known = [f for f in factors if isinstance(f, int | float)]
-        row["strict_holds"] = bool(strict.get("holds"))
+    strict = line.strict_diagnostic
+    if strict is not None:
+        known = [o.factor for o in strict.outputs if o.factor is not None]
+        row["strict_holds"] = bool(strict.holds)
         row["strict_factor"] = _round(max(known)) if known else None
-    probe = line.get("scale_probe")
-    if isinstance(probe, Mapping) and probe.get("inputs"):
-        row["scale_probe"] = [_probe_cell(point) for point in probe.get("points") or []]
+    probe = line.scale_probe
+    if probe is not None and probe.inputs:
+        row["scale_probe"] = [_probe_cell(point) for point in probe.points]
     return row
 
 
-def _probe_cell(point: Mapping[str, Any]) -> dict[str, Any]:
+def _probe_cell(point: ProbePoint) -> dict[str, Any]:
     """One factor of a scale probe: its status (or why it was skipped) and largest error."""
     return {
-        "factor": point.get("factor"),
-        "status": point.get("status") or "skipped",
-        "max_absolute_error": _round(point.get("max_absolute_error")),
-        "skipped": point.get("skipped"),
+        "factor": point.factor,
+        "status": point.status or "skipped",
+        "max_absolute_error": _round(point.max_absolute_error),
+        "skipped": point.skipped,
     }
 
 
-def _roofline(line: Mapping[str, Any]) -> float | None:
+def _roofline(line: ResultLine) -> float | None:
     """Achieved over attainable on the roofline = max(TFLOP/s / peak, GB/s / peak bandwidth),
     from the better of the two timings (graph where present)."""
-    achieved = line.get("achieved") or {}
-    peak = peak_for(str((line.get("environment") or {}).get("gpu_name") or ""))
+    achieved = line.achieved or Achieved()
+    peak = peak_for(str(line.environment.gpu_name or ""))
     if peak is None:
         return None
-    mode = "graph" if achieved.get("graph_tflops") or achieved.get("graph_gbps") else "eager"
+    tflops, gbps = achieved.of("graph")
+    if not (tflops or gbps):
+        tflops, gbps = achieved.of("eager")
     ratios = []
-    if achieved.get(f"{mode}_tflops"):
-        ratios.append(achieved[f"{mode}_tflops"] / peak.dense_bf16_tflops)
-    if achieved.get(f"{mode}_gbps"):
-        ratios.append(achieved[f"{mode}_gbps"] / peak.memory_gbps)
+    if tflops:
+        ratios.append(tflops / peak.dense_bf16_tflops)
+    if gbps:
+        ratios.append(gbps / peak.memory_gbps)
     return max(ratios) if ratios else None
 
 
-def _devices(lines: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+def _devices(lines: Iterable[ResultLine]) -> dict[str, Any]:
     """Every GPU model measured, with the UUIDs of its cards."""
     found: dict[str, Any] = {}
     for line in lines:
-        env = line.get("environment") or {}
+        env = line.environment
         entry = found.setdefault(
             gpu_model_of(line),
             {
-                "name": env.get("gpu_name") or "cpu",
-                "driver": env.get("driver"),
-                "compute_capability": env.get("compute_capability"),
-                "memory_bytes": env.get("memory_bytes"),
+                "name": env.gpu_name or "cpu",
+                "driver": env.driver,
+                "compute_capability": env.compute_capability,
+                "memory_bytes": env.memory_bytes,
                 "uuids": [],
             },
         )
@@ -335,27 +323,26 @@ def _devices(lines: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     return dict(sorted(found.items()))
 
 
-def _environments(lines: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def _environments(lines: Iterable[ResultLine]) -> list[dict[str, Any]]:
     found: dict[tuple[str, str | None, str | None, str | None], dict[str, Any]] = {}
     for line in lines:
         env, closure = env_of(line)
-        context = line.get("context") or {}
-        environment = line.get("environment") or {}
-        key = (env, closure, context.get("runtime"), context.get("image_id"))
+        context, environment = line.context, line.environment
+        key = (env, closure, context.runtime, context.image_id)
         entry = found.setdefault(
             key,
             {
                 "env": env,
                 "closure_hash": closure,
-                "runtime": context.get("runtime"),
-                "image_id": context.get("image_id"),
-                "python": environment.get("python"),
-                "torch": environment.get("torch"),
-                "triton": environment.get("triton"),
+                "runtime": context.runtime,
+                "image_id": context.image_id,
+                "python": environment.python,
+                "torch": environment.torch,
+                "triton": environment.triton,
                 "distributions_fingerprints": set(),
             },
         )
-        entry["distributions_fingerprints"].add(str(environment.get("distributions_fingerprint")))
+        entry["distributions_fingerprints"].add(str(environment.distributions_fingerprint))
     result = []
     for key in sorted(found, key=lambda k: tuple(str(x) for x in k)):
         entry = dict(found[key])
@@ -364,8 +351,8 @@ def _environments(lines: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return result
 
 
-def _date_range(lines: Iterable[Mapping[str, Any]]) -> list[str] | None:
-    stamps = sorted(str(ln["timestamp"]) for ln in lines if ln.get("timestamp"))
+def _date_range(lines: Iterable[ResultLine]) -> list[str] | None:
+    stamps = sorted(ln.timestamp for ln in lines if ln.timestamp)
     return [stamps[0], stamps[-1]] if stamps else None
 
 

@@ -21,8 +21,9 @@ status rides along in `environment.libs["envaudit_status"]` whenever theirs diff
 restores it, so no line is dropped and none changes its verdict.
 
 Import (`trace_to_line`) is the converter `merge_files(paths, convert=...)` takes: a
-FlashInfer-Bench trace becomes one of our result lines with what the trace knows and None for
-the rest; a workload line (no evaluation) yields None, which merge reports as a finding.
+FlashInfer-Bench trace becomes one of our result lines (parsed JSON, which merge then reads as
+a ResultLine) with what the trace knows and None for the rest; a workload line (no evaluation)
+yields None, which merge reports as a finding.
 """
 
 from __future__ import annotations
@@ -39,12 +40,19 @@ from pydantic import ValidationError
 from envaudit.report.summary import SolutionInfo, device_of, env_of
 from envaudit.schema.models import Trace
 from envaudit.schema.names import named_path
+from envaudit.schema.result_line import (
+    Correctness,
+    Environment,
+    ResultLine,
+    as_result_line,
+)
 from envaudit.schema.results import RESULT_SCHEMA_VERSION
 from envaudit.schema.writes import replace_text
 
 LOG_LIMIT = 2000
 UNKNOWN = "unknown"
-# Entries of our environment record that describe software, carried as FlashInfer-Bench libs.
+# Entries of our environment record (fields of Environment) that describe software, carried as
+# FlashInfer-Bench libs.
 LIB_KEYS = (
     "python",
     "platform",
@@ -72,16 +80,16 @@ THEIR_STATUS = {
     "WORKLOAD_ERROR": "RUNTIME_ERROR",
 }
 WITH_CORRECTNESS = ("PASSED", "INCORRECT_NUMERICAL")
-NOT_MEASURED = {"max_relative_error": math.nan, "max_absolute_error": math.nan}
+NOT_MEASURED = Correctness(max_relative_error=math.nan, max_absolute_error=math.nan)
 
-BaselineIndex = dict[tuple[str, str, str], Mapping[str, Any]]  # definition, scope, workload
-Scope = Callable[[Mapping[str, Any]], str]  # a line's GPU: its device or its GPU model
+BaselineIndex = dict[tuple[str, str, str], ResultLine]  # definition, scope, workload
+Scope = Callable[[ResultLine], str]  # a line's GPU: its device or its GPU model
 
 # ---------------------------------------------------------------- export
 
 
 def export_traces(
-    lines: Iterable[Mapping[str, Any]],
+    lines: Iterable[ResultLine | Mapping[str, Any]],
     solutions: Mapping[str, SolutionInfo],
     definitions: Mapping[str, Mapping[str, Any]],
     workloads: Mapping[str, Mapping[str, Any]],
@@ -96,19 +104,19 @@ def export_traces(
 
 
 def render_traces(
-    lines: Iterable[Mapping[str, Any]],
+    lines: Iterable[ResultLine | Mapping[str, Any]],
     solutions: Mapping[str, SolutionInfo],
     definitions: Mapping[str, Mapping[str, Any]],
     workloads: Mapping[str, Mapping[str, Any]],
     out: Path,
 ) -> dict[Path, str]:
     """export_traces' files (path -> text, sorted by path), nothing written; ValueError naming
-    the line when one is not a valid trace."""
-    lines = list(lines)
-    by_device = _baseline_index(lines, solutions, device_of)
-    by_model = _baseline_index(lines, solutions, _model_of)
+    the line when one is not a valid trace (a parsed line is read as a ResultLine first)."""
+    read = [as_result_line(line) for line in lines]
+    by_device = _baseline_index(read, solutions, device_of)
+    by_model = _baseline_index(read, solutions, _model_of)
     files: dict[Path, list[tuple[tuple[str, ...], str]]] = defaultdict(list)
-    for line in lines:
+    for line in read:
         trace = line_to_trace(line, workloads, _baseline_for(line, by_device, by_model))
         _validate(trace, line)
         files[_trace_path(line, solutions, definitions, out)].append(
@@ -117,11 +125,11 @@ def render_traces(
     return {path: "".join(text + "\n" for _, text in sorted(files[path])) for path in sorted(files)}
 
 
-def _validate(trace: Mapping[str, Any], line: Mapping[str, Any]) -> None:
+def _validate(trace: Mapping[str, Any], line: ResultLine) -> None:
     """Refuse the whole export on one bad trace: nothing is written until every trace has
     passed our model and FlashInfer-Bench's rules, which are stricter (its seven statuses;
     correctness only on PASSED and INCORRECT_NUMERICAL; performance only on PASSED)."""
-    where = line.get("_source") or f"{line['solution']} on {line['workload'].get('uuid')}"
+    where = line.source or f"{line.solution} on {line.workload.uuid}"
     try:
         Trace.model_validate(trace)
     except ValidationError as exc:
@@ -142,113 +150,114 @@ def _validate(trace: Mapping[str, Any], line: Mapping[str, Any]) -> None:
 
 
 def _trace_path(
-    line: Mapping[str, Any],
+    line: ResultLine,
     solutions: Mapping[str, SolutionInfo],
     definitions: Mapping[str, Mapping[str, Any]],
     out: Path,
 ) -> Path:
-    info = solutions.get(str(line["solution"]))
+    info = solutions.get(line.solution)
     author = info.author if info else UNKNOWN
-    definition = str(line["definition"])
+    definition = line.definition
     op_type = str((definitions.get(definition) or {}).get("op_type") or UNKNOWN)
     return named_path(out / "traces", author, op_type, f"{definition}.jsonl", what="path part")
 
 
-def _sort_key(line: Mapping[str, Any]) -> tuple[str, ...]:
+def _sort_key(line: ResultLine) -> tuple[str, ...]:
     env, closure = env_of(line)
     return (
-        str((line.get("workload") or {}).get("uuid")),
-        str(line["solution"]),
+        line.workload.uuid,
+        line.solution,
         device_of(line),
         env,
         str(closure or ""),
-        str(line.get("timestamp") or ""),
+        str(line.timestamp or ""),
     )
 
 
-def _model_of(line: Mapping[str, Any]) -> str:
-    return str((line.get("environment") or {}).get("gpu_name") or "cpu")
+def _model_of(line: ResultLine) -> str:
+    return str(line.environment.gpu_name or "cpu")
 
 
-def _slot(line: Mapping[str, Any], scope: Scope) -> tuple[str, str, str]:
-    return (str(line["definition"]), scope(line), str(line["workload"]["uuid"]))
+def _slot(line: ResultLine, scope: Scope) -> tuple[str, str, str]:
+    return (line.definition, scope(line), line.workload.uuid)
 
 
 def _baseline_for(
-    line: Mapping[str, Any], by_device: BaselineIndex, by_model: BaselineIndex
-) -> Mapping[str, Any] | None:
+    line: ResultLine, by_device: BaselineIndex, by_model: BaselineIndex
+) -> ResultLine | None:
     """The same physical GPU first; else the same GPU model, which is all a FlashInfer-Bench
     trace can name (`hardware`), so a baseline timed on another H100 still gives a speedup."""
     return by_device.get(_slot(line, device_of)) or by_model.get(_slot(line, _model_of))
 
 
 def _baseline_index(
-    lines: list[Mapping[str, Any]], solutions: Mapping[str, SolutionInfo], scope: Scope
+    lines: list[ResultLine], solutions: Mapping[str, SolutionInfo], scope: Scope
 ) -> BaselineIndex:
     """The baseline's line per (definition, scope, workload). With the baseline measured in
     several environments (or on several GPUs of one model), the run passing most workloads is
     used, as in summary.json, so every workload of a definition compares with one baseline run."""
-    runs: dict[tuple[str, str], dict[tuple[str, ...], list[Mapping[str, Any]]]] = defaultdict(
+    runs: dict[tuple[str, str], dict[tuple[str, ...], list[ResultLine]]] = defaultdict(
         lambda: defaultdict(list)
     )
     for line in lines:
-        info = solutions.get(str(line["solution"]))
-        if info is not None and info.baseline and info.definition == line["definition"]:
+        info = solutions.get(line.solution)
+        if info is not None and info.baseline and info.definition == line.definition:
             env, closure = env_of(line)
             run = (env, str(closure or ""), device_of(line))
-            runs[(str(line["definition"]), scope(line))][run].append(line)
+            runs[(line.definition, scope(line))][run].append(line)
     index: BaselineIndex = {}
     for (definition, where), found in runs.items():
-        chosen = max(found, key=lambda k: (sum(ln["status"] == "PASSED" for ln in found[k]), k))
+        chosen = max(found, key=lambda k: (sum(ln.passed for ln in found[k]), k))
         for line in found[chosen]:
-            index[(definition, where, str(line["workload"]["uuid"]))] = line
+            index[(definition, where, line.workload.uuid)] = line
     return index
 
 
 def line_to_trace(
-    line: Mapping[str, Any],
+    line: ResultLine | Mapping[str, Any],
     workloads: Mapping[str, Mapping[str, Any]],
-    baseline: Mapping[str, Any] | None,
+    baseline: ResultLine | Mapping[str, Any] | None,
 ) -> dict[str, Any]:
-    """One FlashInfer-Bench Trace (as plain JSON) for one of our result lines."""
+    """One FlashInfer-Bench Trace (as plain JSON) for one of our result lines (a parsed line is
+    read as a ResultLine first)."""
+    line = as_result_line(line)
     return {
-        "definition": line["definition"],
+        "definition": line.definition,
         "workload": _workload(line, workloads),
-        "solution": line["solution"],
-        "evaluation": _evaluation(line, baseline),
+        "solution": line.solution,
+        "evaluation": _evaluation(line, None if baseline is None else as_result_line(baseline)),
     }
 
 
-def _workload(line: Mapping[str, Any], workloads: Mapping[str, Mapping[str, Any]]) -> Any:
-    ours = line.get("workload") or {}
-    known = workloads.get(str(ours.get("uuid")))
+def _workload(line: ResultLine, workloads: Mapping[str, Mapping[str, Any]]) -> Any:
+    ours = line.workload
+    known = workloads.get(ours.uuid)
     if known is not None:
         return dict(known)
     return {
-        "uuid": ours.get("uuid"),
-        "axes": dict(ours.get("axes") or {}),
-        "inputs": dict(ours.get("inputs") or {}),  # an imported trace's own
+        "uuid": ours.uuid,
+        "axes": dict(ours.axes),
+        "inputs": dict(ours.inputs or {}),  # an imported trace's own
     }
 
 
-def _evaluation(line: Mapping[str, Any], baseline: Mapping[str, Any] | None) -> dict[str, Any]:
-    ours = str(line["status"])
+def _evaluation(line: ResultLine, baseline: ResultLine | None) -> dict[str, Any]:
+    ours = line.status
     theirs = THEIR_STATUS.get(ours, ours)
-    message = str(line.get("message") or "")
+    message = line.message
     environment = _environment(line)
     if theirs != ours:
         environment["libs"][STATUS_LIB] = ours
         message = f"{ours}: {message}" if message else ours
-    correctness = line.get("correctness")
+    correctness = line.correctness
     evaluation: dict[str, Any] = {"status": theirs, "environment": environment}
     if theirs in WITH_CORRECTNESS:  # required there; NaN says "not measured"
-        figures = correctness if isinstance(correctness, Mapping) else NOT_MEASURED
-        evaluation["correctness"] = _correctness(figures)
-    elif isinstance(correctness, Mapping):  # their model forbids the block on this status
+        evaluation["correctness"] = _correctness(correctness or NOT_MEASURED)
+    elif correctness is not None:  # their model forbids the block on this status
         text = json.dumps(_correctness(correctness), sort_keys=True, allow_nan=True)
         message = f"{message}\ncorrectness: {text}" if message else f"correctness: {text}"
     evaluation["log"] = _log(message)
-    evaluation["timestamp"] = str(line.get("timestamp") or UNKNOWN)
+    evaluation["timestamp"] = str(line.timestamp or UNKNOWN)
     if ours == "PASSED":
         evaluation["performance"] = _performance(line, baseline)
     return evaluation
@@ -260,55 +269,58 @@ def _log(message: str) -> str:
     return message[:LOG_LIMIT] + f" ... [{len(message) - LOG_LIMIT} more characters]"
 
 
-def _environment(line: Mapping[str, Any]) -> dict[str, Any]:
-    record = line.get("environment") or {}
+def _environment(line: ResultLine) -> dict[str, Any]:
+    record = line.environment
     env, closure = env_of(line)
-    libs = {k: str(record[k]) for k in LIB_KEYS if record.get(k) is not None}
+    libs = {k: str(value) for k in LIB_KEYS if (value := _lib(record, k)) is not None}
     libs[ENV_LIB] = env
     if closure is not None:
         libs[CLOSURE_LIB] = str(closure)
-    return {"hardware": str(record.get("gpu_name") or "cpu"), "libs": libs}
+    return {"hardware": str(record.gpu_name or "cpu"), "libs": libs}
 
 
-def _correctness(ours: Mapping[str, Any]) -> dict[str, Any]:
+def _lib(record: Environment, name: str) -> object:
+    """One entry of LIB_KEYS, each a field of Environment."""
+    return getattr(record, name)
+
+
+def _correctness(ours: Correctness) -> dict[str, Any]:
     """FlashInfer-Bench's figures: its relative error (`max_rel_eps`, recorded by harnesses since
     it was added) where every float output has it, else ours (`max_rel`, which counts an element
     whose reference is 0 by its absolute error); our own per output in `extra`."""
     correctness: dict[str, Any] = {
         "max_relative_error": _their_relative_error(ours),
-        "max_absolute_error": float(ours.get("max_absolute_error") or 0.0),
+        "max_absolute_error": float(ours.max_absolute_error or 0.0),
     }
     outputs = [
-        {k: out[k] for k in PER_OUTPUT_KEYS if k in out}
-        for out in ours.get("outputs") or []
-        if isinstance(out, Mapping)
+        out.model_dump(include=set(PER_OUTPUT_KEYS), exclude_unset=True) for out in ours.outputs
     ]
     if outputs:
         correctness["extra"] = {"outputs": outputs}
     return correctness
 
 
-def _their_relative_error(ours: Mapping[str, Any]) -> float:
-    outputs = [o for o in ours.get("outputs") or [] if isinstance(o, Mapping)]
-    figures = [o.get("max_rel_eps") for o in outputs]
-    if outputs and all(isinstance(f, int | float) for f in figures):
-        return float(max(f for f in figures if isinstance(f, int | float)))
-    return float(ours.get("max_relative_error") or 0.0)
+def _their_relative_error(ours: Correctness) -> float:
+    figures = [o.max_rel_eps for o in ours.outputs]
+    known = [f for f in figures if f is not None]
+    if figures and len(known) == len(figures):
+        return float(max(known))
+    return float(ours.max_relative_error or 0.0)
 
 
-def _medians(line: Mapping[str, Any] | None) -> dict[str, float]:
-    timing = (line or {}).get("timing") or {}
+def _medians(line: ResultLine | None) -> dict[str, float]:
     found = {}
     for mode in ("graph", "eager"):
-        value = (timing.get(mode) or {}).get("median_ms")
-        if isinstance(value, int | float) and value > 0:
-            found[mode] = float(value)
+        stats = line.stats(mode) if line is not None else None
+        median = stats.positive_median() if stats is not None else None
+        if median is not None:
+            found[mode] = median
     return found
 
 
-def _performance(line: Mapping[str, Any], baseline: Mapping[str, Any] | None) -> dict[str, Any]:
+def _performance(line: ResultLine, baseline: ResultLine | None) -> dict[str, Any]:
     mine = _medians(line)
-    theirs = _medians(baseline) if baseline and baseline["status"] == "PASSED" else {}
+    theirs = _medians(baseline) if baseline is not None and baseline.passed else {}
     latency = mine.get("graph") or mine.get("eager") or 0.0
     reference = 0.0
     for mode in ("graph", "eager"):
@@ -316,10 +328,10 @@ def _performance(line: Mapping[str, Any], baseline: Mapping[str, Any] | None) ->
             latency, reference = mine[mode], theirs[mode]
             break
     speedup = reference / latency if latency and reference else 0.0
-    known = (line.get(FOREIGN) or {}).get("performance") or {}
-    if not reference and known.get("reference_latency_ms"):  # no baseline line: the trace's own
-        reference = float(known["reference_latency_ms"])
-        speedup = float(known.get("speedup_factor") or 0.0)
+    known = line.flashinfer_bench.performance if line.flashinfer_bench else None
+    if not reference and known and known.reference_latency_ms:  # no baseline: the trace's own
+        reference = float(known.reference_latency_ms)
+        speedup = float(known.speedup_factor or 0.0)
     return {"latency_ms": latency, "reference_latency_ms": reference, "speedup_factor": speedup}
 
 

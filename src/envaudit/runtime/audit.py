@@ -23,7 +23,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from envaudit.dataset.traceset import DatasetRootError, TraceSet, load_traceset
@@ -32,7 +32,7 @@ from envaudit.runtime.devices import gpus, require_gpu
 from envaudit.runtime.jobs import (
     RunRequest,
     check_cache,
-    check_measure_ms,
+    check_evaluation,
     check_output,
     check_report,
     device_of,
@@ -60,18 +60,19 @@ from envaudit.runtime.supervisor import Handoff
 from envaudit.runtime.timeline import mark
 from envaudit.schema.models import Solution
 from envaudit.schema.names import shown
-from envaudit.schema.results import kept_lines, read_lines
+from envaudit.schema.options import EvalOptions
+from envaudit.schema.result_line import kept_result_lines, result_lines
 from envaudit.schema.sources import imports_libraries_first, names_compiler
+from envaudit.settings import STAGE_NEXT, read
 
 REFERENCE_CACHE = "reference-cache"
 
 # Statuses that do not fail an audit: the solution was not meant for this device.
 NOT_FAILURES = {"PASSED", "UNSUPPORTED_DEVICE"}
 
-STAGE_SWITCH = "ENVAUDIT_STAGE_NEXT"
+STAGE_SWITCH = STAGE_NEXT.name
 """How many jobs ahead an audit starts workers on a GPU (the runtime's stage_ahead when unset);
 0 starts each job's worker only after the previous job has sent its last line."""
-MAX_STAGE_AHEAD = 4
 LIBRARY_STAGE_AHEAD = 2
 """The least an audit stages ahead when one of its solutions imports a library before its own
 code (imports_libraries_first): such a worker takes seconds to reach its gate, longer than
@@ -97,10 +98,8 @@ class AuditPlan:
     data_root: Path = Path("workloads")
     solutions_root: Path = Path("solutions")
     suite: str | None = None
-    graph_timing: bool = True
-    strict_diagnostic: bool = False
-    scale_probe: bool = False
-    measure_ms: float | None = None
+    evaluation: EvalOptions = field(default_factory=lambda: EvalOptions(graph_timing=True))
+    """What every job checks and how it times; graph timing applies on a GPU only."""
     each_gpu: bool = False
     """Run every solution on every GPU named (to compare cards), not once per GPU model."""
     cpu_jobs: int = 1
@@ -113,6 +112,10 @@ class AuditPlan:
     def suite_for(self, gpu: bool) -> str:
         """The suite asked for, else dev on a GPU and smoke on the CPU."""
         return self.suite or ("dev" if gpu else "smoke")
+
+    def evaluation_on(self, gpu: bool) -> EvalOptions:
+        """The evaluation options of a job on a GPU (gpu) or the CPU: no graph on the CPU."""
+        return replace(self.evaluation, graph_timing=self.evaluation.graph_timing and gpu)
 
     def solution(self, name: str) -> tuple[Path, Solution]:
         """find_solution's answer for `name`, parsed once per audit: the plan's checks, its
@@ -168,7 +171,7 @@ def check_audit(plan: AuditPlan) -> None:
     check_output(plan.out / REFERENCE_CACHE, "--out", folder=True)
     check_cache()
     server_idle_s()  # ENVAUDIT_SERVER_IDLE_S is a number of seconds
-    check_measure_ms(plan.measure_ms)
+    check_evaluation(plan.evaluation)
     stage_ahead(plan.runtime)
     try:
         ts = load_traceset(plan.data_root)
@@ -209,12 +212,9 @@ def _request(
         suite=plan.suite_for(gpu is not None),
         gpu=gpu,
         device=device,
-        graph_timing=plan.graph_timing and gpu is not None,
-        strict_diagnostic=plan.strict_diagnostic,
-        scale_probe=plan.scale_probe,
+        evaluation=plan.evaluation_on(gpu is not None),
         reference_cache=plan.out / REFERENCE_CACHE,
         report=report,
-        measure_ms=plan.measure_ms,
     )
 
 
@@ -237,11 +237,9 @@ def longest_first(plan: AuditPlan, names: list[str], report: Path) -> list[str]:
     report before (a re-audit), else their number of workloads in the suite."""
     spent: dict[str, float] = {}
     if report.is_file():
-        for line in kept_lines(report).values():
-            wall = line.get("wall_s")
-            if isinstance(wall, int | float):
-                solution = str(line.get("solution"))
-                spent[solution] = spent.get(solution, 0.0) + float(wall)
+        for line in kept_result_lines(report).values():
+            if line.wall_s is not None:
+                spent[line.solution] = spent.get(line.solution, 0.0) + float(line.wall_s)
     ts = load_traceset(plan.data_root)
     suite = plan.suite_for(any(g for g, _ in plan.devices))
 
@@ -285,17 +283,11 @@ def stage_ahead(runtime: str, libraries_first: bool = False) -> int:
     """How many jobs' workers to start ahead on a GPU: ENVAUDIT_STAGE_NEXT, else the runtime's
     stage_ahead (runtime/registry.py), at least LIBRARY_STAGE_AHEAD when `libraries_first` (a
     solution of the audit imports a library before its own code)."""
-    text = os.environ.get(STAGE_SWITCH, "").strip()
-    if not text:
+    chosen = read(STAGE_NEXT)
+    if chosen is None:
         depth = get_runtime(runtime).stage_ahead
         return max(depth, LIBRARY_STAGE_AHEAD) if libraries_first else depth
-    if not text.isdigit() or int(text) > MAX_STAGE_AHEAD:
-        raise EnvauditError(
-            f"{STAGE_SWITCH}={shown(text)} is not a number of jobs from 0 to {MAX_STAGE_AHEAD}",
-            hint=f"0 turns staging off; unset, the {runtime} runtime stages"
-            f" {get_runtime(runtime).stage_ahead}",
-        )
-    return int(text)
+    return chosen
 
 
 def run_audit(
@@ -363,9 +355,8 @@ def run_audit(
                         result.fatal = result.fatal or exc
                     _drain(pool)
                 except EnvauditError as exc:
-                    hint = f" (hint: {exc.hint})" if exc.hint else ""
                     with guard:
-                        result.errors.append(f"{name}: {exc}{hint}")
+                        result.errors.append(f"{name}: {exc.one_line()}")
                 finally:
                     if handoff is not None:
                         handoff.launched.set()  # a job that never started its worker
@@ -436,10 +427,10 @@ def _ready(plan: AuditPlan, prepare_env: BuildHook | None, result: AuditResult) 
 def _counted(result: AuditResult) -> AuditResult:
     """Statuses over the line that counts per key, and how many lines were superseded."""
     if result.report.is_file():
-        kept = kept_lines(result.report)
+        kept = kept_result_lines(result.report)
         for line in kept.values():
-            result.statuses[str(line.get("status"))] += 1
-        lines = sum(1 for _, line in read_lines(result.report) if line)
+            result.statuses[line.status] += 1
+        lines = sum(1 for _, line in result_lines(result.report) if line)
         result.superseded = lines - len(kept)
     return result
 
@@ -492,10 +483,7 @@ def run_slurm_audit(
 def _recorded(report: Path) -> set[tuple[str, str]]:
     if not report.is_file():
         return set()
-    return {
-        (str(line.get("solution")), str((line.get("workload") or {}).get("uuid")))
-        for line in kept_lines(report).values()
-    }
+    return {(line.solution, line.workload.uuid) for line in kept_result_lines(report).values()}
 
 
 def _task_args(
@@ -511,16 +499,9 @@ def _task_args(
         args += ["--workload", workload]
     if not gpu:
         args += ["--device", "cpu"]
-    if gpu and plan.graph_timing:
-        args.append("--graph-timing")
     if plan.options.env:
         args += ["--env", plan.options.env]
     if plan.options.over:
         args += ["--over", plan.options.over]
-    if plan.strict_diagnostic:
-        args.append("--strict-diagnostic")
-    if plan.scale_probe:
-        args.append("--scale-probe")
-    if plan.measure_ms is not None:
-        args += ["--measure-ms", repr(plan.measure_ms)]
+    args += plan.evaluation_on(gpu).cli_args()
     return tuple(args)

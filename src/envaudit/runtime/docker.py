@@ -42,17 +42,23 @@ from envaudit.runtime.reaper import Reaper, reaper_for
 from envaudit.runtime.registry import Progress, RunOptions, Runtime, fetch_env
 from envaudit.runtime.staging import staged_harness
 from envaudit.schema.progress import seal_reference_folder
+from envaudit.settings import (
+    CONTAINER_MEMORY_BYTES,
+    CONTAINER_TMPFS,
+    GPU_ACCESS,
+    NVIDIA_DRIVER_DIR,
+    read,
+    value,
+)
 
 MOUNT = "/envaudit"
 JIT_MOUNT = f"{MOUNT}/jit"
 LOG_CAP_BYTES = 1 << 20
 JOB_LABEL = "dev.envaudit.job"
-TMPFS_SIZE = os.environ.get("ENVAUDIT_CONTAINER_TMPFS", "8g")
 PIDS_LIMIT = 8192
 POLL_INTERVAL_S = 0.5
 REMOVE_TRIES = 5
 REMOVE_RETRY_S = 0.2
-DRIVER_DIR_DEFAULT = "/usr/local/nvidia"
 
 
 class ContainerHandle:
@@ -155,6 +161,8 @@ class ContainerLauncher:
         self.image_id = image_id
         self.environment = environment
         self.gpu = gpu
+        self.tmpfs_size = value(CONTAINER_TMPFS)
+        self.mem_limit = _memory_limit()
         self.mounts: list[tuple[Path, str, bool]] = [
             (staged_harness(), HARNESS_MOUNT, False),
             (job.data_root, f"{MOUNT}/data", False),
@@ -216,14 +224,14 @@ class ContainerLauncher:
                 detach=True,
                 network_mode="none",
                 read_only=True,
-                tmpfs={"/tmp": f"rw,exec,nosuid,nodev,mode=1777,size={TMPFS_SIZE}"},
+                tmpfs={"/tmp": f"rw,exec,nosuid,nodev,mode=1777,size={self.tmpfs_size}"},
                 user=container_user(),
                 environment=self.environment,
                 volumes=volumes,
                 cap_drop=["ALL"],
                 security_opt=["no-new-privileges"],
                 pids_limit=PIDS_LIMIT,
-                mem_limit=_memory_limit(),
+                mem_limit=self.mem_limit,
                 shm_size="2g",
                 init=True,
                 labels={JOB_LABEL: str(job_dir)},
@@ -269,9 +277,9 @@ def unreadable_files(root: Path, uid: int, gid: int, limit: int = 5) -> list[Pat
 
 def _memory_limit() -> int:
     """Most of this machine's memory: a runaway solution is killed before the machine swaps."""
-    limit = os.environ.get("ENVAUDIT_CONTAINER_MEMORY_BYTES")
-    if limit:
-        return int(limit)
+    limit = read(CONTAINER_MEMORY_BYTES)
+    if limit is not None:
+        return limit
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 0.9)
 
 
@@ -311,7 +319,7 @@ class GpuPassing:
 def gpu_passing(engine: Engine, gpu: Gpu) -> GpuPassing:
     """The NVIDIA runtime when the engine has one (or ENVAUDIT_GPU_ACCESS says so), else the
     GPU's device nodes and the driver's library folder, read-only."""
-    mode = os.environ.get("ENVAUDIT_GPU_ACCESS")
+    mode = read(GPU_ACCESS)
     if mode is None:
         mode = (
             "nvidia-runtime"
@@ -321,12 +329,7 @@ def gpu_passing(engine: Engine, gpu: Gpu) -> GpuPassing:
     if mode == "nvidia-runtime":
         request = docker.types.DeviceRequest(device_ids=[gpu.uuid], capabilities=[["gpu"]])
         return GpuPassing(mode, options={"device_requests": [request]})
-    if mode != "device-nodes":
-        raise EnvauditError(
-            f"ENVAUDIT_GPU_ACCESS={mode} is not a GPU access mode",
-            hint="use nvidia-runtime or device-nodes",
-        )
-    driver = Path(os.environ.get("ENVAUDIT_NVIDIA_DRIVER_DIR") or DRIVER_DIR_DEFAULT)
+    driver = value(NVIDIA_DRIVER_DIR)
     lib = next((driver / d for d in ("lib64", "lib") if (driver / d).is_dir()), None)
     if lib is None:
         raise EnvauditError(
@@ -449,7 +452,6 @@ class ContainerRuntime(Runtime):
             image_digest=image.digests[0] if image.digests else None,
             gpu_access=passing.mode if passing.mode != "none" else None,
             env_check={
-                "lock_closure_hash": build.image.closure_hash,
                 "matches": True,
                 "built_from_lock": not overlay,
                 "image_labels_match": True,

@@ -1,12 +1,16 @@
 """`envaudit doctor`: what this machine offers, as an ordered list of checks, each with a
-severity, a message and, where something is missing, the remedy."""
+severity, a message and, where something is missing, the remedy. It starts with the ENVAUDIT_*
+variables set here: each known one with its value (a bad value is an error), an unknown one as a
+warning (a typo: envaudit reads no such variable)."""
 
 from __future__ import annotations
 
-import os
+import difflib
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from envaudit.errors import EnvauditError
 from envaudit.image.base import load_recipe, why_not_buildable
@@ -15,6 +19,17 @@ from envaudit.image.engine import Engine, EngineError
 from envaudit.lock.config import FetchConfig, uv_binary
 from envaudit.runtime.devices import gpus
 from envaudit.runtime.registry import pick_runtime
+from envaudit.settings import (
+    BY_NAME,
+    DOCS_PATH,
+    GPU_ACCESS,
+    NVIDIA_DRIVER_DIR,
+    Setting,
+    read,
+    set_variables,
+)
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -26,7 +41,7 @@ class Check:
 
 
 def diagnose(locks_dir: Path) -> list[Check]:
-    checks: list[Check] = []
+    checks: list[Check] = _variables()
     engine = _engine(checks)
     checks.append(_gpus())
     checks.append(_uv())
@@ -58,12 +73,13 @@ def _engine(checks: list[Check]) -> Engine | None:
         )
     )
     gpu_mode = "nvidia-runtime" if "nvidia" in runtimes else "device-nodes"
-    driver = os.environ.get("ENVAUDIT_NVIDIA_DRIVER_DIR") or "/usr/local/nvidia"
+    driver = _setting(NVIDIA_DRIVER_DIR) or NVIDIA_DRIVER_DIR.fallback
+    mode = _setting(GPU_ACCESS) or gpu_mode
     checks.append(
         Check(
             "gpu access",
             "info",
-            f"containers get a GPU through {os.environ.get('ENVAUDIT_GPU_ACCESS') or gpu_mode}"
+            f"containers get a GPU through {mode}"
             + (f" (driver libraries from {driver})" if gpu_mode == "device-nodes" else ""),
         )
     )
@@ -85,8 +101,54 @@ def _uv() -> Check:
         return Check("uv", "warning", str(exc), exc.hint)
 
 
+def _variables() -> list[Check]:
+    """The ENVAUDIT_* variables set here, by name (values that look like secrets masked)."""
+    found = set_variables()
+    if not found:
+        return [Check("variables", "info", f"no ENVAUDIT_* variable set (all: {DOCS_PATH})")]
+    checks = []
+    for name, raw in found:
+        shown = f"{name}={_masked(raw)}"
+        setting = BY_NAME.get(name)
+        if setting is None:
+            close = difflib.get_close_matches(name, list(BY_NAME), n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            checks.append(
+                Check(
+                    "variable",
+                    "warning",
+                    f"{shown}: unknown, envaudit reads no such variable",
+                    f"{hint}every variable: {DOCS_PATH}",
+                )
+            )
+            continue
+        try:
+            read(setting)
+        except EnvauditError as exc:
+            checks.append(Check("variable", "error", str(exc), exc.hint))
+            continue
+        checks.append(Check("variable", "info", f"{shown} ({setting.kind})"))
+    return checks
+
+
+def _masked(raw: str) -> str:
+    """A URL's password (scheme://user:password@host) as ***."""
+    return re.sub(r"(://[^/@\s:]*):[^/@\s]*@", r"\1:***@", raw)
+
+
+def _setting(setting: Setting[T]) -> T | None:
+    """The setting's value, or None when it is bad (_variables reports it)."""
+    try:
+        return read(setting)
+    except EnvauditError:
+        return None
+
+
 def _store() -> Check:
-    store = FetchConfig.from_environment().store
+    try:
+        store = FetchConfig.from_environment().store
+    except EnvauditError as exc:  # a bad ENVAUDIT_OFFLINE, which _variables reports
+        return Check("store", "error", f"not checked: {exc}")
     entries = list((store / "sha256").glob("*")) if (store / "sha256").is_dir() else []
     size = sum(p.stat().st_size for p in entries)
     free = shutil.disk_usage(store if store.exists() else Path.home()).free

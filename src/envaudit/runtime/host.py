@@ -63,8 +63,7 @@ class HostRuntime(Runtime):
     def prepare(self, job: Job, options: RunOptions) -> tuple[Job, Launcher]:
         self.require()
         self.warm(job.device_env)  # its start overlaps the environment check (~0.4 s)
-        check = env_check(job.context.env, options.locks_dir)
-        closure = check.get("lock_closure_hash")
+        check, closure = env_check(job.context.env, options.locks_dir)
         folder = jit_cache_folder(job.context.env, closure)
         job = job.with_context(
             env_check=check, closure_hash=closure, jit_cache=prepare_jit_cache(folder)
@@ -79,17 +78,20 @@ def _launcher(device_env: Mapping[str, str], jit_folder: Path) -> ForkServerLaun
     return ForkServerLauncher(sys.executable, os.environ, late)
 
 
-def env_check(env_name: str | None, locks_dir: Path = Path("locks")) -> dict[str, Any]:
-    """This interpreter against the declared lock, for the result lines."""
+def env_check(
+    env_name: str | None, locks_dir: Path = Path("locks")
+) -> tuple[dict[str, Any], str | None]:
+    """(this interpreter against the declared lock, for the result lines' `env_check`; the
+    lock's closure hash, for their `context.closure_hash`, None when it cannot be read)."""
     if env_name is None:
-        return {"matches": None, "reason": "the solution declares no environment"}
+        return {"matches": None, "reason": "the solution declares no environment"}, None
     try:
         lock = load_lock(env_dir(env_name, locks_dir))
         listing, version = this_interpreter()
         drift = compare(lock, listing, None, version)
     except LockError as exc:
-        return {"matches": None, "reason": str(exc).splitlines()[0][:300]}
-    return drift_record(drift, lock.closure_hash)
+        return {"matches": None, "reason": str(exc).splitlines()[0][:300]}, None
+    return drift_record(drift), lock.closure_hash
 
 
 @functools.cache

@@ -22,6 +22,7 @@ from envaudit.errors import EnvauditError
 from envaudit.runtime.devices import require_gpu
 from envaudit.schema.models import Solution
 from envaudit.schema.names import shown
+from envaudit.schema.options import EvalOptions
 from envaudit.schema.reading import UnreadableFile, load_json, non_regular
 from envaudit.schema.results import (
     NotResultLines,
@@ -47,13 +48,9 @@ class RunRequest:
     suite: str | None = None
     device: str | None = None
     gpu: str | None = None
-    validation_only: bool = False
-    graph_timing: bool = False
-    strict_diagnostic: bool = False
-    scale_probe: bool = False
+    evaluation: EvalOptions = field(default_factory=EvalOptions)
     reference_cache: Path | None = None
     report: Path | None = None
-    measure_ms: float | None = None
 
 
 def find_solution(name: str, solutions_root: Path) -> tuple[Path, Solution]:
@@ -244,13 +241,8 @@ class Job:
     device: str
     report: Path
     context: RunContext
-    validation_only: bool = False
-    graph_timing: bool = False
-    strict_diagnostic: bool = False
-    scale_probe: bool = False
+    evaluation: EvalOptions = field(default_factory=EvalOptions)
     reference_cache: Path | None = None
-    measure_ms: float | None = None
-    """The measured time each timing may spend (--measure-ms), None: the harness's own."""
     device_env: Mapping[str, str] = field(default_factory=dict)
     """Variables that select the device for the worker (CUDA_VISIBLE_DEVICES)."""
 
@@ -286,27 +278,17 @@ class Job:
             "solution_file": seen_as(self.solution_file),
             "workloads": list(workloads),
             "device": self.device,
-            "validation_only": self.validation_only,
-            "graph_timing": self.graph_timing,
-            "strict_diagnostic": self.strict_diagnostic,
-            "scale_probe": self.scale_probe,
-            "measure_ms": self.measure_ms,
+            "options": self.evaluation.record(),
             "reference_cache": cache,
             "context": self.context.record(),
         }
 
 
-MEASURE_MS_RANGE = (10.0, 60_000.0)
-"""--measure-ms bounds: below 10 ms the harness's first batch alone would exceed the budget."""
-
-
-def check_measure_ms(value: float | None) -> None:
-    low, high = MEASURE_MS_RANGE
-    if value is not None and not low <= value <= high:
-        raise RunRequestError(
-            f"--measure-ms {value:g}: outside {low:g}-{high:g} ms",
-            hint="the measured time each timing may spend; leave it out for the harness's own",
-        )
+def check_evaluation(options: EvalOptions) -> None:
+    """RunRequestError (exit 2) for options the harness cannot honour (--measure-ms range)."""
+    problem = options.problem()
+    if problem is not None:
+        raise RunRequestError(problem[0], hint=problem[1])
 
 
 REPORT_STEM_MAX = 160
@@ -356,7 +338,7 @@ def plan_job(req: RunRequest, runtime: str) -> Job:
     check_cache()
     if req.reference_cache is not None:
         check_output(req.reference_cache, "--reference-cache", folder=True)
-    check_measure_ms(req.measure_ms)
+    check_evaluation(req.evaluation)
     return Job(
         definition=solution.definition,
         solution=solution.name,
@@ -367,12 +349,8 @@ def plan_job(req: RunRequest, runtime: str) -> Job:
         workloads=tuple(uuids),
         device=device,
         report=report.resolve(),
-        validation_only=req.validation_only,
-        graph_timing=req.graph_timing,
-        strict_diagnostic=req.strict_diagnostic,
-        scale_probe=req.scale_probe,
+        evaluation=req.evaluation,
         reference_cache=req.reference_cache.resolve() if req.reference_cache else None,
-        measure_ms=req.measure_ms,
         device_env=device_env,
         context=RunContext(
             runtime=runtime, env=solution.env, declared_env=solution.env, device_id=device_id

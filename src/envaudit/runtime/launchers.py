@@ -27,11 +27,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
-from envaudit.errors import EnvauditError
 from envaudit.runtime.timeline import TIMELINE_ENV, mark
 from envaudit.schema.harness import harness_hash
 from envaudit.schema.progress import BYTECODE_CACHE_ENV, fork_exit_file
-from envaudit.settings import cache_root
+from envaudit.settings import FORKSERVER, PRELOAD, SERVER_IDLE_S, cache_root, read, value
 
 PR_SET_PDEATHSIG = 1
 
@@ -109,7 +108,7 @@ class ProcessLauncher:
         return ProcessHandle(process)
 
 
-FORK_SERVER_SWITCH = "ENVAUDIT_FORKSERVER"
+FORK_SERVER_SWITCH = FORKSERVER.name
 """Set to 0 to start every worker as a fresh interpreter instead of forking it from a server."""
 SERVER_READY_S = 300.0
 KILL_WAIT_S = 10.0
@@ -160,21 +159,14 @@ class ForkedHandle:
         self.server.release()
 
 
-SERVER_IDLE_ENV = "ENVAUDIT_SERVER_IDLE_S"
+SERVER_IDLE_ENV = SERVER_IDLE_S.name
 """Seconds a fork server lingers after its last worker has ended, for the next audit run with
 the same interpreter, environment and working folder (a re-audit skips torch's import and the
 preload: docs/harness.md). 0, the default: the server ends with the audit that started it."""
 
 
 def server_idle_s() -> float:
-    raw = os.environ.get(SERVER_IDLE_ENV, "0").strip() or "0"
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value >= 0 or value == float("inf"):
-        raise EnvauditError(f"{SERVER_IDLE_ENV}={raw!r}: not a number of seconds (0 or more)")
-    return value
+    return value(SERVER_IDLE_S)
 
 
 VOLATILE_ENV = frozenset({"_", "OLDPWD", "PWD", "SHLVL", "COLUMNS", "LINES", TIMELINE_ENV})
@@ -507,18 +499,19 @@ class ForkServerLauncher:
             self.env[VISIBLE_DEVICES] = ""
         self.late = dict(late)
         self.idle_s = server_idle_s()
+        read(PRELOAD)  # the harness reads it (forkserver.py); a bad value is refused here
 
     def seen_as(self, path: Path) -> str:
         return str(path)
 
     def warm(self) -> None:
         """Have this launcher's fork server started in the background (warm_fork_server)."""
-        if os.environ.get(FORK_SERVER_SWITCH, "1") != "0":
+        if value(FORKSERVER):
             warm_fork_server(self.python, self.env, self.idle_s)
 
     def start(self, job_dir: Path, log: Path) -> WorkerHandle:
         full = {**self.env, **self.late}
-        if os.environ.get(FORK_SERVER_SWITCH, "1") != "0":
+        if value(FORKSERVER):
             try:
                 return self._forked(job_dir, log, full)
             except (OSError, ValueError) as exc:

@@ -173,7 +173,6 @@ class LocalRuntime(Runtime):
             closure_hash=lock.closure_hash,
             jit_cache=prepare_jit_cache(folder),
             env_check={
-                "lock_closure_hash": lock.closure_hash,
                 "matches": True,
                 "built_from_lock": True,
             },

@@ -12,10 +12,8 @@ declared env instead, and the plan says so.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from envaudit.dataset.traceset import DatasetRootError, load_traceset
 from envaudit.errors import EXIT_USAGE, EnvauditError
@@ -33,7 +31,9 @@ from envaudit.runtime.jobs import RunRequest
 from envaudit.runtime.registry import RunOptions, run_job
 from envaudit.schema.models import solution_revision
 from envaudit.schema.names import name_problem, shown
-from envaudit.schema.reading import json_lines, load_json, loads_json
+from envaudit.schema.options import EvalOptions
+from envaudit.schema.reading import load_json, loads_json
+from envaudit.schema.result_line import ResultLine, Timing, result_lines
 
 
 class CannotReproduce(EnvauditError):
@@ -53,21 +53,21 @@ class Reproduction:
     solutions_root: Path
     gpu: str | None
     device: str | None
-    graph_timing: bool
-    measure_ms: float | None = None
-    """The budget the line was measured under (recorded_budget)."""
+    evaluation: EvalOptions
+    """Graph timing as the line had it, under the budget it was measured with (recorded_budget)."""
     notes: list[str] = field(default_factory=list)
 
 
-def recorded_budget(timing: Mapping[str, Any]) -> float | None:
+def recorded_budget(timing: Timing | None) -> float | None:
     """The measured-time budget a line's eager timing ran under, to run it again under the same
     (None for a line from before budgets were recorded: the harness's own, then)."""
-    budget = (timing.get("eager") or {}).get("budget_ms")
-    return float(budget) if isinstance(budget, int | float) else None
+    eager = timing.eager if timing is not None else None
+    budget = eager.budget_ms if eager is not None else None
+    return None if budget is None else float(budget)
 
 
 def plan_reproduction(
-    line: Mapping[str, Any],
+    line: ResultLine,
     data_root: Path,
     solutions_root: Path,
     locks_dir: Path,
@@ -77,17 +77,16 @@ def plan_reproduction(
 ) -> Reproduction:
     """The run that repeats `line`, or CannotReproduce saying why there is none."""
     notes: list[str] = []
-    solution = str(line.get("solution") or "")
+    solution = line.solution
     problem = name_problem(solution)
     if problem is not None:  # it names the folder read (and exported from git history)
         raise CannotReproduce(f"the line's solution {shown(solution)} is not a name: {problem}")
-    workload = str((line.get("workload") or {}).get("uuid") or "")
+    workload = line.workload.uuid
     _require_workload(data_root, line, workload)
     root, origin = _solution_revision(line, solution, solutions_root, scratch / "solutions")
     notes.append(origin)
     env, env_locks = _environment(line, root, solution, locks_dir, scratch / "locks", notes)
     chosen_gpu, device = _device(line, gpu, other_driver, notes)
-    timing = line.get("timing") or {}
     return Reproduction(
         solution=solution,
         workload=workload,
@@ -97,15 +96,16 @@ def plan_reproduction(
         solutions_root=root,
         gpu=chosen_gpu,
         device=device,
-        graph_timing=bool(timing.get("graph")),
-        measure_ms=recorded_budget(timing),
+        evaluation=EvalOptions(
+            graph_timing=line.stats("graph") is not None, measure_ms=recorded_budget(line.timing)
+        ),
         notes=notes,
     )
 
 
 def run_reproduction(
     plan: Reproduction, runtime: str, options: RunOptions, report: Path
-) -> dict[str, Any]:
+) -> ResultLine:
     """Run the planned workload once; the new result line."""
     request = RunRequest(
         solution=plan.solution,
@@ -114,44 +114,41 @@ def run_reproduction(
         workloads=[plan.workload],
         gpu=plan.gpu,
         device=plan.device,
-        graph_timing=plan.graph_timing,
+        evaluation=plan.evaluation,
         report=report,
-        measure_ms=plan.measure_ms,
     )
     run_job(request, runtime, replace(options, env=plan.env, locks_dir=plan.locks_dir))
-    lines = [loads_json(x.text, str(report)) for x in json_lines(report) if x.text.strip()]
     found = [
-        x
-        for x in lines
-        if isinstance(x, dict) and (x.get("workload") or {}).get("uuid") == plan.workload
+        line
+        for _, line in result_lines(report)
+        if line is not None and line.workload.uuid == plan.workload
     ]
     if not found:
         raise CannotReproduce(f"the run wrote no line for workload {plan.workload} to {report}")
-    newest: dict[str, Any] = found[-1]
-    return newest
+    return found[-1]
 
 
 def scratch_folder() -> Path:
     return Path(tempfile.mkdtemp(prefix="envaudit-reproduce-"))
 
 
-def _require_workload(data_root: Path, line: Mapping[str, Any], workload: str) -> None:
+def _require_workload(data_root: Path, line: ResultLine, workload: str) -> None:
     try:
         known = {w.uuid for w in load_traceset(data_root).workloads}
     except DatasetRootError as exc:
         raise CannotReproduce(str(exc)) from None
     if workload not in known:
         raise CannotReproduce(
-            f"workload {workload} of {line.get('definition')} is not in {data_root}",
+            f"workload {workload} of {line.definition} is not in {data_root}",
             hint="point --data-root at the dataset the line was measured on",
         )
 
 
 def _solution_revision(
-    line: Mapping[str, Any], name: str, solutions_root: Path, scratch: Path
+    line: ResultLine, name: str, solutions_root: Path, scratch: Path
 ) -> tuple[Path, str]:
     """(solutions root holding the recorded revision, where it came from)."""
-    wanted = line.get("solution_hash")
+    wanted = line.solution_hash
     folder = solutions_root / name
     if not wanted:
         if not (folder / "solution.json").is_file():
@@ -199,7 +196,7 @@ def _revision_hash(repo: Path, commit: str, rel: str) -> str | None:
 
 
 def _environment(
-    line: Mapping[str, Any],
+    line: ResultLine,
     solutions_root: Path,
     solution: str,
     locks_dir: Path,
@@ -208,8 +205,7 @@ def _environment(
 ) -> tuple[str | None, Path]:
     """(env to run in, locks folder holding it): the recorded closure's lock, from history
     when it has moved on; without a closure, the solution's declared env."""
-    context = line.get("context") or {}
-    closure = context.get("closure_hash")
+    closure = line.closure_hash
     if not closure:
         declared = _declared_env(solutions_root / solution)
         notes.append(
@@ -242,14 +238,14 @@ def _declared_env(folder: Path) -> str | None:
 
 
 def _device(
-    line: Mapping[str, Any], gpu: str | None, other_driver: bool, notes: list[str]
+    line: ResultLine, gpu: str | None, other_driver: bool, notes: list[str]
 ) -> tuple[str | None, str | None]:
     """(GPU UUID, device) of the same model as the line's; CPU lines run on the CPU."""
-    recorded = line.get("environment") or {}
-    if recorded.get("device_type") == "cpu" or not recorded.get("gpu_name"):
+    recorded = line.environment
+    if recorded.device_type == "cpu" or not recorded.gpu_name:
         notes.append("device: the CPU, as recorded")
         return None, "cpu"
-    model, driver = str(recorded["gpu_name"]), str(recorded.get("driver") or "")
+    model, driver = recorded.gpu_name, str(recorded.driver or "")
     here = gpus() or []
     same = [g for g in here if g.name == model and (gpu is None or g.uuid == gpu)]
     if not same:
@@ -267,5 +263,5 @@ def _device(
                 hint="--other-driver runs it anyway (the verdict then compares across drivers)",
             )
         notes.append(f"device: driver {chosen.driver} here, {driver} then (--other-driver)")
-    notes.append(f"device: {chosen.name} {chosen.uuid} (recorded: {recorded.get('gpu_uuid')})")
+    notes.append(f"device: {chosen.name} {chosen.uuid} (recorded: {recorded.gpu_uuid})")
     return chosen.uuid, None

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from envaudit.errors import EXIT_USAGE, EnvauditError
-from envaudit.schema.results import append_line, kept_lines, read_lines
+from envaudit.schema.result_line import kept_result_lines
+from envaudit.schema.results import append_line, read_lines
 
 RETRYABLE = {"FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "PREEMPTED"}
 FINISHED = RETRYABLE | {"COMPLETED", "CANCELLED", "DEADLINE"}
@@ -208,10 +209,8 @@ def _failed(state: str | None, folder: Path, index: int, task: Task) -> bool:
     if state != "COMPLETED":
         return False
     path = task_report(folder, index)
-    seen = {
-        str((line.get("workload") or {}).get("uuid"))
-        for line in (kept_lines(path).values() if path.is_file() else [])
-    }
+    kept = kept_result_lines(path) if path.is_file() else {}
+    seen = {line.workload.uuid for line in kept.values()}
     return not set(task.workloads) <= seen
 
 

@@ -65,6 +65,7 @@ from envaudit.schema.progress import (
 from envaudit.schema.results import (
     append_line,
     done_keys,
+    line_identity,
     logs_folder,
     record_distributions,
     result_line,
@@ -315,8 +316,12 @@ def _left_to_run(job: Job, resume: bool) -> tuple[list[str], list[str]]:
         return remaining, []
     done = done_keys(job.report)
     context = job.context
-    key = (job.solution, context.closure_hash, context.device_id)
-    skipped = [u for u in remaining if (key[0], u, key[1], key[2]) in done]
+    skipped = [
+        u
+        for u in remaining
+        if line_identity(job.solution, u, context.env, context.closure_hash, context.device_id)
+        in done
+    ]
     return [u for u in remaining if u not in skipped], skipped
 
 

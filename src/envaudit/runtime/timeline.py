@@ -11,18 +11,19 @@ mark costs one environment lookup.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 
-TIMELINE_ENV = "ENVAUDIT_TIMELINE"
+from envaudit.settings import TIMELINE, read
+
+TIMELINE_ENV = TIMELINE.name
 _lock = threading.Lock()
 
 
 def mark(event: str, job: str = "") -> None:
     """Append one mark (jobs run on several threads at once; the lock keeps lines whole)."""
-    path = os.environ.get(TIMELINE_ENV)
-    if not path:
+    path = read(TIMELINE)
+    if path is None:
         return
     record = json.dumps({"t": time.time(), "event": event, "job": job})
     with _lock, open(path, "a", encoding="utf-8") as out:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from envaudit.errors import with_hint
+
 Severity = Literal["error", "warning"]
 
 
@@ -32,4 +34,4 @@ class Finding:
         if self.field:
             parts.append(self.field)
         text = f"{self.severity}[{self.code}] {': '.join(parts)}: {self.message}"
-        return text + (f" (hint: {self.hint})" if self.hint else "")
+        return with_hint(text, self.hint)

@@ -30,6 +30,7 @@ HARNESS_FILES = (
     "envaudit/harness/worker.py",
     "envaudit/schema/__init__.py",
     "envaudit/schema/harness.py",
+    "envaudit/schema/options.py",
     "envaudit/schema/dtypes.py",
     "envaudit/schema/expressions.py",
     "envaudit/schema/paths.py",

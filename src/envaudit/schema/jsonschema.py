@@ -13,9 +13,15 @@ from pydantic import BaseModel
 
 from envaudit.schema.interfaces import Interface
 from envaudit.schema.models import MODELS
+from envaudit.schema.result_line import ResultLine
 
-# The TraceSet formats plus envaudit's own files that live beside them under the data root.
-SCHEMA_MODELS: dict[str, type[BaseModel]] = {**MODELS, "interface": Interface}
+# The TraceSet formats plus envaudit's own files that live beside them under the data root, and
+# the result line every run writes.
+SCHEMA_MODELS: dict[str, type[BaseModel]] = {
+    **MODELS,
+    "interface": Interface,
+    "result-line": ResultLine,
+}
 
 
 def render_schemas() -> dict[str, str]:

@@ -1,15 +1,26 @@
 """Result lines: one JSON object per (solution, workload), appended and flushed one at a time.
 
-Standard library only (the harness writes them inside solution environments).
+Standard library only (the harness writes them inside solution environments). Readers outside
+the harness take a line through the typed model, `envaudit.schema.result_line.ResultLine`,
+which also reads the earlier shapes (RESULT_SCHEMA_VERSION).
 
 A run that is killed leaves at most one partial last line; appending starts a new line first,
 and readers skip (and report) a partial line, so results already written are never lost.
 
-A line's key is (solution, workload uuid, closure hash, device identity). `--resume` skips a
-workload whose key has any line in the report. When a file holds two lines of one key (two runs
-into one report), the one that counts is the one `envaudit merge` keeps: the newest by
-`timestamp` compared as instants (an offset-less stamp is UTC; a line without a readable stamp is
-older than every dated one), and on a tie the later line in the file.
+A line's key, the one identity of a line for `--resume`, `envaudit merge`, the audit and the
+supervisor (LineKey, made by `line_identity` only), is
+    (solution, workload uuid, env, closure hash, device)
+- env: `context.env`, the environment the line was measured in ("" when none is recorded);
+- closure hash: `context.closure_hash`, the closure of that env's lock ("" when none: the host
+  interpreter without a readable lock, a FlashInfer-Bench trace), so the same solution run
+  again in another env, or in the same env at another closure, is another line;
+- device: `context.device_id`, what the run was asked to use (a GPU's or MIG slice's UUID, or
+  "cpu"), else the measured `environment.gpu_uuid` (lines that record no device id), else "cpu".
+  The requested id comes first because it is what the supervisor knows before a workload runs.
+`--resume` skips a workload whose key has any line in the report. When a file holds two lines
+of one key (two runs into one report), the one that counts is the one `envaudit merge` keeps:
+the newest by `timestamp` compared as instants (an offset-less stamp is UTC; a line without a
+readable stamp is older than every dated one), and on a tie the later line in the file.
 """
 
 from __future__ import annotations
@@ -19,20 +30,35 @@ import errno
 import fcntl
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, TypeVar
 
 from envaudit.errors import write_failed
 
-RESULT_SCHEMA_VERSION = 1
+RESULT_SCHEMA_VERSION = 2
+"""1: the closure hash twice, in `context.closure_hash` and in `context.env_check.lock_closure_hash`
+(on lines with an environment check; always the same value). 2: once, in `context.closure_hash`.
+`envaudit.schema.result_line` reads both."""
 UNDATED = datetime.min.replace(tzinfo=UTC)
 
 RESUME = "run the same command again with --resume (lines already written are kept)"
 
-Key = tuple[str, str, str | None, str | None]
-"""(solution, workload uuid, closure hash, device identity)."""
+CPU = "cpu"
+"""The device of a line run on the CPU (its `context.device_id`)."""
+
+Line = TypeVar("Line")
+
+
+class LineKey(NamedTuple):
+    """The identity of a result line (the module's docstring has the rule)."""
+
+    solution: str
+    workload: str
+    env: str
+    closure_hash: str
+    device: str
 
 
 def workloads_by_uuid(path: Path) -> dict[str, dict[str, Any]]:
@@ -161,24 +187,52 @@ def check_result_file(path: Path) -> None:
         )
 
 
-def line_key(line: Mapping[str, Any]) -> Key:
-    def field(name: str) -> Mapping[str, Any]:
-        found = line.get(name)
+def line_identity(
+    solution: object,
+    workload: object,
+    env: object,
+    closure_hash: object,
+    device_id: object,
+    gpu_uuid: object = None,
+) -> LineKey:
+    """The key of a line from its parts (None where a line records none): the one place the
+    rule of the module's docstring is written; `line_key`, the typed line's `key` and the
+    supervisor's --resume all come here."""
+    return LineKey(
+        "" if solution is None else str(solution),
+        "" if workload is None else str(workload),
+        str(env or ""),
+        str(closure_hash or ""),
+        str(device_id or gpu_uuid or CPU),
+    )
+
+
+def line_key(line: Mapping[str, Any]) -> LineKey:
+    """The key of a line as parsed JSON (any schema version: the closure hash is
+    `context.closure_hash` in all of them)."""
+
+    def field(name: str, within: Mapping[str, Any] = line) -> Mapping[str, Any]:
+        found = within.get(name)
         return found if isinstance(found, Mapping) else {}
 
     context = field("context")
-    closure, device = context.get("closure_hash"), context.get("device_id")
-    return (
-        str(line.get("solution", "")),
-        str(field("workload").get("uuid", "")),
-        None if closure is None else str(closure),
-        None if device is None else str(device),
+    return line_identity(
+        line.get("solution"),
+        field("workload").get("uuid"),
+        context.get("env"),
+        context.get("closure_hash"),
+        context.get("device_id"),
+        field("environment").get("gpu_uuid"),
     )
 
 
 def line_instant(line: Mapping[str, Any]) -> datetime:
     """The line's timestamp as an aware instant; UNDATED when it has none that parses."""
-    stamp = line.get("timestamp")
+    return instant(line.get("timestamp"))
+
+
+def instant(stamp: object) -> datetime:
+    """A timestamp as an aware instant (offset-less: UTC); UNDATED when it does not parse."""
     if not isinstance(stamp, str):
         return UNDATED
     try:
@@ -188,21 +242,30 @@ def line_instant(line: Mapping[str, Any]) -> datetime:
         return UNDATED
 
 
-def done_keys(path: Path) -> set[Key]:
+def done_keys(path: Path) -> set[LineKey]:
     """The keys of lines already written (what --resume skips)."""
     return {line_key(line) for _, line in read_lines(path) if line is not None}
 
 
-def kept_lines(path: Path) -> dict[Key, dict[str, Any]]:
+def kept_lines(path: Path) -> dict[LineKey, dict[str, Any]]:
     """One line per key, the one that counts (see the module's docstring), in file order."""
-    kept: dict[Key, dict[str, Any]] = {}
-    for _, line in read_lines(path):
-        if line is None:
-            continue
-        key = line_key(line)
-        old = kept.get(key)
-        if old is None or line_instant(line) >= line_instant(old):
-            kept[key] = line
+    lines = (line for _, line in read_lines(path) if line is not None)
+    return newest_per_key(lines, line_key, line_instant)
+
+
+def newest_per_key(
+    lines: Iterable[Line],
+    key: Callable[[Line], LineKey],
+    when: Callable[[Line], datetime],
+) -> dict[LineKey, Line]:
+    """The line that counts per key among `lines` in reading order: the newest instant, a tie
+    going to the line read later."""
+    kept: dict[LineKey, Line] = {}
+    for line in lines:
+        found = key(line)
+        old = kept.get(found)
+        if old is None or when(line) >= when(old):
+            kept[found] = line
     return kept
 
 
