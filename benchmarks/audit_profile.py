@@ -15,8 +15,8 @@ would.
 
 Phases, per run: worker start, split into the process (interpreter or container start), the
 harness's imports (torch first), the CUDA context and the environment record; the wait at its
-gate for the GPU's previous worker to go (runtime/supervisor.py, Handoff); solution load;
-input generation; reference (computed on the cold run, read from the cache on the second);
+gate for the GPU's previous worker to go (runtime/supervision/supervisor.py, Handoff); solution
+load; input generation; reference (computed on the cold run, read from the cache on the second);
 validation (prepare, the unjudged warm-up call, the judged call(s), comparison); timing set-up
 (input copies); eager and graph timing, each split into warm-up (graph: capture and warm-up)
 and measured iterations; clock read (NVML); post-timing re-check; and what lies outside every
@@ -39,7 +39,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from envaudit.runtime.launchers import SERVER_IDLE_ENV
+from envaudit.runtime.supervision.launchers import SERVER_IDLE_ENV
 from envaudit.runtime.timeline import TIMELINE_ENV
 from envaudit.schema.results import read_lines
 
@@ -167,9 +167,9 @@ def annotate_timeline(timeline: Path, lines: Iterable[Mapping[str, Any]]) -> Non
 
 def phase_totals(lines: Iterable[Mapping[str, Any]], total_s: float) -> dict[str, float]:
     """Seconds per phase over all lines; the timing phases split into warm-up and measurement.
-    A worker staged beside the previous job (runtime/supervisor.py) spent `worker_staged` of
-    its start-up while that job ran: it counts as a negative phase, so the phases and the time
-    outside the workers still add up to the command's wall time."""
+    A worker staged beside the previous job (runtime/supervision/supervisor.py) spent
+    `worker_staged` of its start-up while that job ran: it counts as a negative phase, so the
+    phases and the time outside the workers still add up to the command's wall time."""
     totals: dict[str, float] = defaultdict(float)
     inside = 0.0
     for line in lines:

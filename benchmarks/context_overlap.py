@@ -14,7 +14,8 @@ solutions) under three conditions, interleaved repeat by repeat in rotating orde
   exits (a worker starting, plus the teardown of one ending: more than a waiting worker does).
   With `--churn-import MODULE` (repeatable) each child then imports those modules too, as a
   worker imports its solution's leading libraries before its gate (docs/harness.md): FA4's
-  `flash_attn.cute` initialises CUDA as it is imported, for seconds (s52 in docs/benchmarks.md).
+  `flash_attn.cute` initialises CUDA as it is imported, for seconds (s52 in
+  docs/lab/audit-throughput.md).
 
 Each condition's turn lasts BLOCK_S of back-to-back measurements (a context takes longer to
 make than most measurements last). For each kernel and mode: the median over all of a

@@ -4,8 +4,8 @@ and what a GPU-side pad before each start event would read instead.
 The harness's eager timer flushes L2 before every call, and the flush is what keeps the GPU
 busy while the host queues the call. A call whose host side takes longer than the flush (a
 Triton kernel's Python wrapper) leaves the GPU idle inside the start/end bracket, so the figure
-counts host time (s62 in docs/benchmarks.md). This benchmark measures that on a ~5 us copy and
-a ~40 us copy, each behind a host-side wait of 0, 50 and 200 us per call (a stand-in for a
+counts host time (s62 in docs/lab/audit-throughput.md). This benchmark measures that on a ~5 us
+copy and a ~40 us copy, each behind a host-side wait of 0, 50 and 200 us per call (a stand-in for a
 wrapper's Python), timed three ways, five times each:
 
 - `eager`: the harness's eager timer as it is;

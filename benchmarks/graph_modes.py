@@ -1,8 +1,8 @@
 """Where does a line's two-valued graph reading come from: the process, the capture, or a copy?
 
 FA4's dense attention `dev-b1-s4096` reads either ~0.178 ms (tight after 10 replays) or ~0.191 ms
-(160 replays to tighten) in graph mode, in quiet runs too (docs/benchmarks.md, s56-s57), while
-its eager reading holds at ~0.183 ms. This runs one solution's workload in N fresh processes;
+(160 replays to tighten) in graph mode, in quiet runs too (docs/lab/audit-throughput.md, s56-s57),
+while its eager reading holds at ~0.183 ms. This runs one solution's workload in N fresh processes;
 each times it with the harness's own eager and graph timers, then captures and times the graphs
 several more times, keeping every replay's time beside the graph it ran (so the input copies it
 read), and finally times variants that each remove one suspect: graphs whose calls all read one

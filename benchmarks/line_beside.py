@@ -26,8 +26,8 @@ Per line and condition: the median over rounds of the graph and eager medians, t
 the ratio to quiet, iterations and the share of the line's window during which a child was
 importing.
 
-Its answer for FA4's dense attention on the H200 (s57, docs/benchmarks.md): no. The line read
-either of two figures in every condition, quiet included; benchmarks/graph_modes.py then found
+Its answer for FA4's dense attention on the H200 (s57, docs/lab/audit-throughput.md): no. The line
+read either of two figures in every condition, quiet included; benchmarks/graph_modes.py then found
 the two to be the kernel before and after the board's power controller acts.
 """
 

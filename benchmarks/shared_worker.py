@@ -1,8 +1,8 @@
 """What one process for every job would give: the floor of a worker reused across an audit.
 
-DESIGN.md gives every (solution, device) job a process of its own, and issue 16's second
-target (a cached `dev` re-audit within 1.2x of its timing phases) meets that design's fixed
-costs once per job. This measures the other end: the same solutions and workloads, evaluated
+docs/harness.md ("Isolation") gives every (solution, device) job a process of its own, and issue
+16's second target (a cached `dev` re-audit within 1.2x of its timing phases) meets that design's
+fixed costs once per job. This measures the other end: the same solutions and workloads, evaluated
 one solution after another in ONE process, with the harness's own functions (load, inputs,
 reference, validation, timing, re-check), the same reference cache, JIT folders, order and
 device. Nothing isolates one solution from the next there, so it is not a mode of envaudit; it
@@ -33,10 +33,10 @@ from typing import Any
 
 from audit_profile import DEFAULT_SOLUTIONS, run_audit
 
-from envaudit.runtime.audit import REFERENCE_CACHE
 from envaudit.runtime.jit import jit_cache_folder, jit_environment
 from envaudit.runtime.jobs import RunRequest, plan_job
-from envaudit.runtime.launchers import bytecode_cache
+from envaudit.runtime.scheduling.audit import REFERENCE_CACHE
+from envaudit.runtime.supervision.launchers import bytecode_cache
 from envaudit.schema.options import EvalOptions
 from envaudit.schema.results import read_lines
 

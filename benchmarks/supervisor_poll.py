@@ -1,9 +1,9 @@
 """What the supervisor's look at its worker costs an audit of many short jobs: N copies of the
 toy suite's correct solution, audited on the CPU with the host runtime, one job after another.
 Each job's worker is forked, runs two toy workloads and exits; the supervisor sees its lines
-and its exit only when it next looks (runtime/supervisor.py, POLL_S), so the command's wall time
-per job carries that delay. No GPU is needed: on a GPU the same looks also open the next job's
-gate (docs/harness.md, Isolation).
+and its exit only when it next looks (runtime/supervision/supervisor.py, POLL_S), so the command's
+wall time per job carries that delay. No GPU is needed: on a GPU the same looks also open the next
+job's gate (docs/harness.md, Isolation).
 
     PYTHONPATH=<source tree> python benchmarks/supervisor_poll.py [--jobs 16] [--runs 1]
 

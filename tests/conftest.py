@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,20 @@ import pytest
 from safetensors.numpy import save_file
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def source_lines_matching(pattern: re.Pattern[str], but: str) -> list[str]:
+    """`path:line: text` of every line of src/ that `pattern` finds, outside the files named
+    `but` (the one place the thing searched for belongs)."""
+    return [
+        f"{path.relative_to(REPO)}:{number}: {line.strip()}"
+        for path in sorted((REPO / "src").rglob("*.py"))
+        if path.name != but
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+
+
 SHIPPED_ROOT = REPO / "workloads"
 
 REFERENCE = '''import torch

@@ -7,19 +7,13 @@ import re
 
 from envaudit.errors import EnvauditError, with_hint
 from envaudit.report.build import ReportError
-from tests.conftest import REPO
+from tests.conftest import source_lines_matching
 
 HAND_WRITTEN_HINT = re.compile(r"""["'(]\s*\(?hint:""")
 
 
 def test_no_hint_is_written_by_hand_outside_the_renderer() -> None:
-    found = [
-        f"{path.relative_to(REPO)}:{number}: {line.strip()}"
-        for path in sorted((REPO / "src").rglob("*.py"))
-        if path.name != "errors.py"
-        for number, line in enumerate(path.read_text().splitlines(), 1)
-        if HAND_WRITTEN_HINT.search(line)
-    ]
+    found = source_lines_matching(HAND_WRITTEN_HINT, but="errors.py")
     assert not found, "render hints through envaudit.errors:\n" + "\n".join(found)
 
 

@@ -15,7 +15,7 @@ from envaudit import settings
 from envaudit.cli import app
 from envaudit.errors import EXIT_USAGE, EnvauditError
 from envaudit.schema.harness import HARNESS_FILES, SOURCE_ROOT
-from tests.conftest import REPO
+from tests.conftest import REPO, source_lines_matching
 
 NAME = re.compile(r"ENVAUDIT_[A-Z_]+")
 SCANNED = ("src", "tests", "scripts", "benchmarks", "docs", "locks", "containers", ".ci")
@@ -63,13 +63,7 @@ def test_declarations_are_unique_and_used() -> None:
 
 def test_only_settings_reads_envaudit_variables() -> None:
     direct = re.compile(r"""(environ(\.get)?|getenv)\(?\[?\s*["']ENVAUDIT_""")
-    found = [
-        f"{path.relative_to(REPO)}:{number}"
-        for path in sorted((REPO / "src").rglob("*.py"))
-        if path.name != "settings.py"
-        for number, line in enumerate(path.read_text().splitlines(), 1)
-        if direct.search(line)
-    ]
+    found = source_lines_matching(direct, but="settings.py")
     assert not found, "read these through envaudit.settings: " + ", ".join(found)
 
 
@@ -200,7 +194,7 @@ def test_the_harness_reads_its_variables_under_the_declared_names(
 def test_a_bad_preload_is_refused_before_the_harness_sees_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from envaudit.runtime.launchers import ForkServerLauncher
+    from envaudit.runtime.supervision.launchers import ForkServerLauncher
 
     monkeypatch.setenv(settings.PRELOAD.name, "eager")
     with pytest.raises(EnvauditError, match="ENVAUDIT_PRELOAD='eager'"):

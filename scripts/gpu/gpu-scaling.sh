@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a machine with two GPUs: the same audit on one GPU, then on both, with the machine's own
 # interpreter (--runtime host), each cold (its own caches), timed; lines and walls to OUT. Two GPUs of one model share
-# the audit's jobs (runtime/audit.py), so the ratio of the two walls is the scaling.
+# the audit's jobs (runtime/scheduling/audit.py), so the ratio of the two walls is the scaling.
 #   scripts/gpu/gpu-scaling.sh OUT SOLUTION...
 # Needs envaudit's Python deps importable (PYTHONPATH), as library-session.sh `up` provides.
 set -u

@@ -115,7 +115,7 @@ def test_jobs_at_once_give_the_lines_of_one_at_a_time(tmp_path: Path) -> None:
 
 def test_the_longest_jobs_go_first(tmp_path: Path) -> None:
     """By the wall time of a previous audit into the same folder, else by workload count."""
-    from envaudit.runtime.audit import AuditPlan, longest_first
+    from envaudit.runtime.scheduling.audit import AuditPlan, longest_first
 
     root = write_toy_root(tmp_path / "data")
     solutions = tmp_path / "solutions"
@@ -148,7 +148,12 @@ def test_jobs_that_need_the_compiler_go_where_their_start_costs_least(
     preload, so it runs after the others; on a container runtime its worker imports the
     compiler itself while staged, so it runs right after the first job, and keeps its place
     when nothing is staged."""
-    from envaudit.runtime.audit import STAGE_SWITCH, AuditPlan, place_compiler_jobs, stage_ahead
+    from envaudit.runtime.scheduling.audit import (
+        STAGE_SWITCH,
+        AuditPlan,
+        place_compiler_jobs,
+        stage_ahead,
+    )
 
     solutions = tmp_path / "solutions"
     compiles = (
@@ -192,7 +197,7 @@ def test_an_audit_of_a_solution_that_imports_a_library_first_stages_two_ahead(
     """Such a worker takes seconds to reach its gate (FA4's CuTe DSL), so an audit stages at
     least two jobs ahead; ENVAUDIT_STAGE_NEXT still decides when set, and a runtime that
     stages more keeps its depth."""
-    from envaudit.runtime.audit import STAGE_SWITCH, stage_ahead
+    from envaudit.runtime.scheduling.audit import STAGE_SWITCH, stage_ahead
 
     monkeypatch.setenv(STAGE_SWITCH, "")
     assert (stage_ahead("host"), stage_ahead("host", libraries_first=True)) == (1, 2)
@@ -206,8 +211,8 @@ def test_an_audit_of_a_solution_that_imports_a_library_first_stages_two_ahead(
 def test_the_repository_s_library_solutions_are_those_that_import_a_library_first() -> None:
     """The FA4, FlashInfer, FlashMLA, TileLang and NATTEN solutions of solutions/ (found as an audit
     finds them) import their library first; the torch, Triton and FlexAttention ones do not."""
-    from envaudit.runtime.audit import solution_imports_libraries_first
     from envaudit.runtime.jobs import find_solution
+    from envaudit.runtime.scheduling.audit import solution_imports_libraries_first
 
     root = Path(__file__).resolve().parents[2] / "solutions"
     names = sorted(p.parent.name for p in root.glob("*/solution.json"))
@@ -220,8 +225,8 @@ def test_the_repository_s_library_solutions_are_those_that_import_a_library_firs
 def test_a_plan_parses_each_solution_once_and_never_keeps_a_missing_one(tmp_path: Path) -> None:
     """The plan's checks, order and staging share one parse per solution; a name that is not
     there stays an error (RunRequestError, exit 2) every time it is asked for."""
-    from envaudit.runtime.audit import AuditPlan
     from envaudit.runtime.jobs import RunRequestError
+    from envaudit.runtime.scheduling.audit import AuditPlan
 
     solutions = tmp_path / "solutions"
     write_solution(solutions, "correct")

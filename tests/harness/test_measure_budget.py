@@ -11,9 +11,9 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from envaudit.cli import app
+from envaudit.commands.reproduce import recorded_budget
 from envaudit.harness.timing import CPU_TARGET_MEASURE_MS, time_wall_clock
-from envaudit.runtime.audit import AuditPlan, _task_args
-from envaudit.runtime.reproduce import recorded_budget
+from envaudit.runtime.scheduling.audit import AuditPlan, _task_args
 from envaudit.schema.options import EvalOptions
 from envaudit.schema.result_line import Timing
 from tests.conftest import write_toy_root

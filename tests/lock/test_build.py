@@ -14,7 +14,7 @@ from typer.testing import Result
 
 from envaudit.lock.config import FetchConfig
 from envaudit.lock.files import load_lock
-from envaudit.runtime.local import ensure_environment
+from envaudit.runtime.runtimes.local import ensure_environment
 from tests.lock.helpers import (
     FILE_ALLOWED,
     commit_all,

@@ -352,8 +352,8 @@ def test_no_worker_container_is_left_behind(fault_lines: dict) -> None:
 def toy_launcher(tmp_path: Path, passing: Any) -> tuple[Any, Any]:
     """(the torch-cpu image's launcher, the job) for the toy `correct` solution on the CPU,
     with a reference cache, and the GPU passed as `passing` says."""
-    from envaudit.runtime.docker import ContainerLauncher
     from envaudit.runtime.jobs import RunRequest, plan_job
+    from envaudit.runtime.runtimes.docker import ContainerLauncher
 
     root = write_toy_root(tmp_path / "data")
     write_solution(tmp_path / "solutions", "correct")
@@ -375,7 +375,7 @@ def test_job_paths_map_into_the_container_beside_gpu_mounts(
 ) -> None:
     """The reference cache and dataset paths map to their mounts when a GPU adds mounts of its
     own (a driver folder): the H200 run found the cache mapped to nothing."""
-    from envaudit.runtime.docker import GpuPassing
+    from envaudit.runtime.runtimes.docker import GpuPassing
 
     driver = tmp_path / "driver"
     (driver / "lib64").mkdir(parents=True)
@@ -392,7 +392,7 @@ def test_a_container_the_engine_cannot_start_is_not_left_behind(
     """The engine creates a container before it starts it; a start it refuses (here: a device
     node that does not exist) is a usage error, and the created container is removed."""
     from envaudit.errors import EnvauditError
-    from envaudit.runtime.docker import JOB_LABEL, GpuPassing
+    from envaudit.runtime.runtimes.docker import JOB_LABEL, GpuPassing
 
     passing = GpuPassing("device-nodes", options={"devices": ["/dev/envaudit-absent:/dev/gpu"]})
     launcher, _ = toy_launcher(tmp_path, passing)

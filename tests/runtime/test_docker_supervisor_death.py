@@ -17,7 +17,7 @@ from typing import Any
 import docker.errors
 
 from envaudit.image.engine import Engine
-from envaudit.runtime.docker import JOB_LABEL
+from envaudit.runtime.runtimes.docker import JOB_LABEL
 from tests.conftest import UUID_BLOB, write_toy_root
 from tests.harness.test_faults import write_solution
 from tests.runtime.test_docker import engine_env, pytestmark  # noqa: F401

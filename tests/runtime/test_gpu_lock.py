@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from envaudit.runtime.gpu_lock import GpuBusy, holding_gpu
+from envaudit.runtime.scheduling.gpu_lock import GpuBusy, holding_gpu
 
 UUID = "GPU-11111111-2222-3333-4444-555555555555"
 HOLDER = """
 import sys, time
-from envaudit.runtime.gpu_lock import holding_gpu
+from envaudit.runtime.scheduling.gpu_lock import holding_gpu
 with holding_gpu(sys.argv[1]):
     print("held", flush=True)
     time.sleep(float(sys.argv[2]))

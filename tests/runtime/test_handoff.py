@@ -1,5 +1,5 @@
-"""The handoff of a GPU from one job's worker to the next (runtime/supervisor.py, Handoff), and
-the next job's worker started ahead, beside the previous job (StagedWorker).
+"""The handoff of a GPU from one job's worker to the next (runtime/supervision/supervisor.py,
+Handoff), and the next job's worker started ahead, beside the previous job (StagedWorker).
 
 A worker left to exit is a real process here; the next job is a real CPU job of the toy
 definition, run through the supervisor with the host runtime. Its worker must reach its gate
@@ -20,10 +20,16 @@ from pathlib import Path
 
 import pytest
 
+from envaudit.runtime.base import RunOptions
 from envaudit.runtime.jobs import RunRequest
-from envaudit.runtime.launchers import FORK_SERVER_SWITCH, ProcessHandle, process_running
-from envaudit.runtime.registry import RunOptions, plan_run, run_planned, run_prepared, stage_job
-from envaudit.runtime.supervisor import Handoff
+from envaudit.runtime.registry import get_runtime
+from envaudit.runtime.scheduling.steps import plan_run, prepare, run_job, stage, supervise
+from envaudit.runtime.supervision.launchers import (
+    FORK_SERVER_SWITCH,
+    ProcessHandle,
+    process_running,
+)
+from envaudit.runtime.supervision.supervisor import Handoff
 from envaudit.schema.progress import HEARTBEAT_FILE, PROGRESS_FILE
 from tests.conftest import REPO, write_toy_root
 from tests.harness.test_faults import write_solution
@@ -124,7 +130,7 @@ def run_while_leaving(
     """Run the job while `leaving` is left in its GPU's handoff; (its lines, the handoff)."""
     handoff = Handoff()
     handoff.leave(ProcessHandle(leaving), tmp_path / "leaving.log", "before", overdue_s)
-    run_planned(plan_run(request, "host", RunOptions()), RunOptions(), handoff)
+    run_job(request, get_runtime("host"), RunOptions(), handoff)
     return read_report(request), handoff
 
 
@@ -185,7 +191,8 @@ def test_a_staged_worker_starts_beside_the_previous_job_and_waits_for_it(tmp_pat
     request, mark = after_handoff(tmp_path)
     # the previous job's worker is running (not yet handed off) when the next one is staged
     running = previous_worker(tmp_path, mark, forever=False)
-    prepared = stage_job(request, "host", RunOptions())
+    host = get_runtime("host")
+    prepared = stage(prepare(host, plan_run(request, host), RunOptions()), RunOptions())
     staged = prepared.staged
     assert staged is not None
     heartbeat = staged.folder / HEARTBEAT_FILE
@@ -195,7 +202,7 @@ def test_a_staged_worker_starts_beside_the_previous_job_and_waits_for_it(tmp_pat
     assert staged.handle.poll() is None
     handoff = Handoff()
     handoff.leave(ProcessHandle(running), tmp_path / "leaving.log", "before", 120)
-    run_prepared(prepared, RunOptions(), handoff)
+    supervise(prepared, RunOptions(), handoff)
     lines = read_report(request)
     assert [line["status"] for line in lines] == ["PASSED", "PASSED"], lines[0].get("message")
     assert running.wait(timeout=30) == 0
@@ -212,7 +219,8 @@ def test_a_staged_worker_that_will_not_run_is_killed_and_its_folder_removed(
     tmp_path: Path,
 ) -> None:
     request, _ = after_handoff(tmp_path)
-    prepared = stage_job(request, "host", RunOptions())
+    host = get_runtime("host")
+    prepared = stage(prepare(host, plan_run(request, host), RunOptions()), RunOptions())
     staged = prepared.staged
     assert staged is not None
     deadline = time.monotonic() + 60
@@ -275,7 +283,7 @@ def test_a_worker_imports_nothing_its_solution_does_not_name(
 def run_alone(request: RunRequest, mark: Path) -> list[dict]:
     """Run the job with no process before it (its mark made first); its lines, both PASSED."""
     mark.write_text("gone")
-    run_planned(plan_run(request, "host", RunOptions()), RunOptions())
+    run_job(request, get_runtime("host"), RunOptions())
     lines = read_report(request)
     assert [line["status"] for line in lines] == ["PASSED", "PASSED"], lines[0].get("message")
     return lines

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from envaudit.harness.forkserver import PRELOAD_MODE_ENV
-from envaudit.runtime.launchers import SERVER_IDLE_ENV, server_home
-from envaudit.runtime.launchers import process_running as alive
+from envaudit.runtime.supervision.launchers import SERVER_IDLE_ENV, server_home
+from envaudit.runtime.supervision.launchers import process_running as alive
 from envaudit.schema.progress import fork_exit_file
 from tests.conftest import REPO
 from tests.runtime.test_forkserver import audit_two_solutions

@@ -195,7 +195,7 @@ def test_job_folders_made_at_once_are_never_taken_for_stale(tmp_path: Path) -> N
     look stale to another (it once could, between its making and its lock)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from envaudit.runtime.supervisor import job_folder
+    from envaudit.runtime.supervision.supervisor import job_folder
 
     root = tmp_path / "jobs"
 

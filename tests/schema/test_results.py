@@ -51,7 +51,7 @@ def test_the_line_that_counts_for_a_key(tmp_path: Path) -> None:
 def test_worker_logs_never_share_a_name(tmp_path: Path) -> None:
     """Two workers of one number in one second and one process (an audit over two devices)
     get two logs; a crash line can only quote its own worker's log."""
-    from envaudit.runtime.supervisor import unique_log
+    from envaudit.runtime.supervision.supervisor import unique_log
 
     names = {unique_log(tmp_path / "logs", 1) for _ in range(5)}
     assert len(names) == 5 and all(p.is_file() for p in names)

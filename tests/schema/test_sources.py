@@ -85,8 +85,8 @@ def solution_file(folder: Path, sources: dict[str, str], inline: bool = False) -
 
 def libraries_first(solution_json: Path) -> bool:
     """imports_libraries_first of a solution.json, read as the audit reads it."""
-    from envaudit.runtime.audit import solution_imports_libraries_first
     from envaudit.runtime.jobs import find_solution
+    from envaudit.runtime.scheduling.audit import solution_imports_libraries_first
 
     return solution_imports_libraries_first(*find_solution(str(solution_json), Path()))
 

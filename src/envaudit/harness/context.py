@@ -6,8 +6,8 @@ torch makes the context at its first CUDA call and holds the interpreter lock th
 own calls through ctypes release the lock: a thread that asks the driver for the device's
 primary context (the one torch then uses, as every CUDA runtime does) lets the imports run beside
 it, and torch's initialisation afterwards takes 0.02 s (benchmarks/context_beside.py; s45 in
-docs/benchmarks.md). Where the driver cannot be loaded or refuses, nothing is made here and
-torch's own initialisation makes the context, or says why it cannot.
+docs/lab/audit-throughput.md). Where the driver cannot be loaded or refuses, nothing is made here
+and torch's own initialisation makes the context, or says why it cannot.
 """
 
 from __future__ import annotations

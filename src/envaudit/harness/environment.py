@@ -133,9 +133,9 @@ class SmClock:
     Each read also asks why the clock is where it is, and counts the reads that found it held
     down by a power or thermal limit (`limited_reads`), and reads the board's instantaneous
     power. NVML refreshes these figures only every ~100 ms on the H200 (the clock, the reasons
-    and the power all step together; s58 in docs/benchmarks.md), so a run of equal readings
-    says nothing about a kernel that began less than a refresh ago: `power_samples` keeps when
-    the power figure last changed and to what (each change is a refresh), so the warm-up can
+    and the power all step together; s58 in docs/lab/audit-throughput.md), so a run of equal
+    readings says nothing about a kernel that began less than a refresh ago: `power_samples` keeps
+    when the power figure last changed and to what (each change is a refresh), so the warm-up can
     tell a fresh figure from a stale one."""
 
     def __init__(self, device: torch.device) -> None:

@@ -1,6 +1,6 @@
 """Judge one solution on one workload: validate, then time, then re-check on fresh inputs.
 
-Order and rules (DESIGN.md, "Harness rules"):
+Order and rules (docs/harness.md):
 1. Inputs are materialised and the workload's constraints evaluated (whatever keeps them from
    being drawn is the workload's fault: WORKLOAD_ERROR). Tensor inputs are snapshotted so any
    write to them is caught. No reference exists in this process: each judged call's outputs,

@@ -2,7 +2,7 @@
 (and with it torch) once, and forks a fresh worker for every job.
 
 `python -m envaudit.harness.forkserver SOCKET`. Importing torch took 2.9-4.5 s of every
-worker's start on the H200 machine, a third of a cached audit (docs/benchmarks.md); a fork
+worker's start on the H200 machine, a third of a cached audit (docs/lab/audit-throughput.md); a fork
 costs milliseconds. Each job still gets a process of its own that has run no other solution:
 the server never imports a solution and never touches CUDA (a CUDA context does not survive a
 fork), so what a child inherits is the state right after the harness's imports; from the
@@ -158,7 +158,8 @@ def _preload() -> str | None:
     NVML instead of CUDA's runtime, which would leave every later fork unable to use CUDA
     (_forks_poisoned; on the H200 machine Inductor's import asks, benchmarks/preload_probe.py).
     The answer is the one a worker of this server gets: a CPU job's server starts with CUDA
-    hidden as its workers do (runtime/launchers.py), a GPU job's with the GPUs visible."""
+    hidden as its workers do (runtime/supervision/launchers.py), a GPU job's with the GPUs
+    visible."""
     threads = threading.active_count()
     before = os.environ.get(NVML_CHECK)
     os.environ[NVML_CHECK] = "1"

@@ -28,7 +28,7 @@ the GPU flushes (tens of microseconds on the H200). A call whose host side takes
 Python wrapper of a Triton kernel, say) leaves the GPU waiting between the start event and the
 kernel: its eager figure is then mostly host time, varies with the host's load and tends to run
 to MAX_ITERS (GDN decode's smallest workload on the H200: 0.054 ms eager, 0.0025 ms per call in
-a graph; s62 in docs/benchmarks.md). The graph figure is the device's.
+a graph; s62 in docs/lab/audit-throughput.md). The graph figure is the device's.
 Graph mode captures GRAPH_CALLS_TARGET_US worth (up to MAX_GRAPH_CALLS) of back-to-back calls
 (on rotating input copies) into one CUDA graph, or into up to MAX_GRAPHS that take turns when
 a graph holds fewer calls than there are copies (sized again from the replays' own time when a
@@ -68,8 +68,8 @@ PRECISION = 0.005
 # limited), so a tight median of a short measurement is one clock's, not the kernel's. Cut into
 # consecutive windows, 10 s of its calls gave medians whose coefficient of variation was 1.4% at
 # 20 ms, 1.1% at 80-100 ms, 0.8% at 150 ms and 0.3% at 300 ms (benchmarks/clock_window.py,
-# docs/benchmarks.md): such a measurement lasts the whole budget. A benchmark can pass a shorter
-# window (`wander_ms`) to compare.
+# docs/lab/audit-throughput.md): such a measurement lasts the whole budget. A benchmark can pass a
+# shorter window (`wander_ms`) to compare.
 WANDER_MIN_MEASURE_MS = TARGET_MEASURE_MS
 CPU_TARGET_MEASURE_MS = 200.0
 CPU_MIN_ITERS = 3
@@ -86,8 +86,8 @@ MAX_GRAPHS = 4
 # Each replay pays a fixed cost (graph launch; the first kernel after the flush writes back
 # dirty L2 lines) that the calls in the graph share. On the H200 the ~5 us copy kernel read
 # 1.116x its CUPTI time at 20 calls per graph, 1.087x at 64, 1.079x at 128, 1.073x at 256
-# (benchmarks/graph_calls_scan.py, docs/benchmarks.md): a replay costs about one call of its
-# own, and what remains is the node-to-node gap (~0.37 us) that a replayed decode step pays
+# (benchmarks/graph_calls_scan.py, docs/lab/timing-fidelity.md): a replay costs about one call of
+# its own, and what remains is the node-to-node gap (~0.37 us) that a replayed decode step pays
 # too. The count comes from the eager estimate, which launch latency inflates for small
 # kernels (~9 us for that copy), so ~2 ms of estimated calls gives it ~220 of them.
 GRAPH_CALLS_TARGET_US = 2000.0

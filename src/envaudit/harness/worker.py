@@ -243,8 +243,9 @@ def solution_main(job_dir: Path, link: Link) -> int:
         outcome = {"status": "UNSUPPORTED_DEVICE", "message": f"targets {targets}, got {device}"}
         return _settle_all(link, workloads, outcome, start)
     if os.environ.get(BYTECODE_CACHE_ENV):
-        # envaudit's bytecode folder (runtime/launchers.py, bytecode_cache) holds the harness's
-        # and the libraries' bytecode, written above; nothing the solution imports goes there
+        # envaudit's bytecode folder (runtime/supervision/launchers.py, bytecode_cache) holds the
+        # harness's and the libraries' bytecode, written above; nothing the solution imports
+        # goes there
         sys.dont_write_bytecode = True
     try:
         if unreadable is not None or files is None:

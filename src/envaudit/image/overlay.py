@@ -144,8 +144,8 @@ def compile_bytecode(interpreter: str) -> str:
     `__pycache__`, and its Python runs with PYTHONDONTWRITEBYTECODE), and the images run with
     `/` read-only, so without this every container would compile torch's sources again at
     each start: `import torch` took 3.1-3.3 s from sources there against 1.4-1.5 s from
-    bytecode (docs/benchmarks.md). It comes first after FROM, the same instruction for every
-    env over one base, so the engine's layer cache builds it once per base; what pip installs
+    bytecode (docs/lab/audit-throughput.md). It comes first after FROM, the same instruction for
+    every env over one base, so the engine's layer cache builds it once per base; what pip installs
     above it is compiled by pip."""
     return "RUN " + json.dumps([interpreter, "-c", BYTECODE_SCRIPT])
 

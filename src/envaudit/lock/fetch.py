@@ -23,7 +23,8 @@ from pathlib import Path
 
 from envaudit.errors import EXIT_FAILED
 from envaudit.lock.config import FetchConfig
-from envaudit.lock.files import LockError
+from envaudit.lock.files import LockError, env_dir
+from envaudit.lock.resolve import current_lock
 from envaudit.lock.store import Store
 from envaudit.schema.locks import Artifact, Lock, normalize_name, package_label
 
@@ -239,3 +240,18 @@ def _index_url_for(artifact: Artifact, package: str, config: FetchConfig) -> str
 def _missing_message(what: str, artifact: Artifact, config: FetchConfig) -> str:
     where = "the store (--offline)" if config.offline else "the store, find-links, mirrors or index"
     return f"{what}: {artifact.filename} (sha256 {artifact.sha256}) is not in {where}"
+
+
+def fetch_env(
+    env: str, locks_dir: Path, config: FetchConfig, progress: Progress | None = None
+) -> None:
+    """Every artifact of the env's current lock into the store (a no-op when all are there);
+    a LockError naming the first missing ones otherwise."""
+    lock = current_lock(env_dir(env, locks_dir))
+    report = fetch_lock(lock, config, progress)
+    if not report.complete:
+        listed = "; ".join(report.missing[:3]) + (" ..." if len(report.missing) > 3 else "")
+        raise LockError(
+            f"{len(report.missing)} artifact(s) of {env} cannot be fetched: {listed}",
+            hint=f"`envaudit fetch {env}` says where it looked (find-links, mirrors, index)",
+        )

@@ -45,7 +45,7 @@ def jit_cache_folder(env: str | None, closure_hash: str | None) -> Path:
 JIT_CACHE_SWITCHES: dict[str, str] = {
     # FA4 compiles its kernels in every process unless this is "1" (flash_attn/cute/
     # cache_utils.py); a cached audit of its four dev solutions spent 18.9 s validating with it
-    # off and 0.8 s with it on, on the H200 (docs/benchmarks.md, s51)
+    # off and 0.8 s with it on, on the H200 (docs/lab/audit-throughput.md, s51)
     "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED": "1",
 }
 """Variables that turn a library's own compile cache on, and their value. The kernels it then

@@ -3,7 +3,7 @@
 env.toml declares; lock.json is the closure: every artifact by file name, size and sha256, the
 base, the source builds and their inputs, and `closure_hash`, the sha256 of the canonical JSON
 of all of it. Neither file names a download URL or a registry host: artifacts are found by hash
-through whatever indexes, mirrors or find-links the user configures (DESIGN.md, Locks).
+through whatever indexes, mirrors or find-links the user configures (docs/locks.md).
 """
 
 from __future__ import annotations

@@ -15,9 +15,10 @@ mounted into the container can, so every runtime uses the same folder:
 - `heartbeat`: touched by the supervisor while it watches. A worker whose heartbeat goes stale
   exits at once (`ORPHANED`) and sends nothing more;
 - `gate`: made by the supervisor when the job says `gated`: the worker was started while the
-  previous job on its GPU was still running or its worker exiting (runtime/supervisor.py,
-  Handoff), and does no GPU work of its job (loading the solution included) until the file
-  exists. It is made once the previous worker has sent its last line;
+  previous job on its GPU was still running or its worker exiting
+  (runtime/supervision/supervisor.py, Handoff), and does no GPU work of its job (loading the
+  solution included) until the file exists. It is made once the previous worker has sent its last
+  line;
 - `quiet`: made by the supervisor, for a `gated` job, once the previous worker's process has
   gone: no other job's process is left on the GPU. The worker may check its solution before
   (inputs, reference, validation: nothing there is measured) but measures nothing until the
@@ -47,7 +48,7 @@ from typing import Any, BinaryIO
 JOB_FILE = "job.json"
 BYTECODE_CACHE_ENV = "ENVAUDIT_BYTECODE_CACHE"
 """Set in a fork server's environment when it keeps its imports' bytecode in a folder of its
-own (runtime/launchers.py, bytecode_cache): its workers then never write there."""
+own (runtime/supervision/launchers.py, bytecode_cache): its workers then never write there."""
 PROGRESS_FILE = "progress.jsonl"
 HEARTBEAT_FILE = "heartbeat"
 GATE_FILE = "gate"

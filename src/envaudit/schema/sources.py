@@ -2,8 +2,8 @@
 library modules its worker imports before loading it.
 
 Standard library only: the fork server (envaudit.harness.forkserver) reads it to choose which
-of its processes forks a job, the audit (runtime/audit.py) to order its jobs, and the worker
-(envaudit.harness.preload) to import ahead what the solution's first lines would.
+of its processes forks a job, the audit (runtime/scheduling/audit.py) to order its jobs, and the
+worker (envaudit.harness.preload) to import ahead what the solution's first lines would.
 """
 
 from __future__ import annotations
@@ -56,10 +56,10 @@ def imports_libraries_first(
     """Whether the solution's entry module (`entry_point`, as its solution.json's spec gives
     it) imports, before any code of its own (leading_imports), a library beyond the standard
     library and EVERY_WORKERS_LIBRARIES. Its worker then imports that library before its gate,
-    for seconds (on the H200 machine, s52 in docs/benchmarks.md: FA4's flash_attn.cute
+    for seconds (on the H200 machine, s52 in docs/lab/audit-throughput.md: FA4's flash_attn.cute
     4.9-6.1 s, flashinfer.gdn_prefill 2.3-2.6 s, tilelang 1.1 s), so an audit stages such jobs
-    deeper (runtime/audit.py, stage_ahead). `sources` are the solution.json's entries, read
-    from `folder` where not inline. False where a source cannot be read: the job's load says
+    deeper (runtime/scheduling/audit.py, stage_ahead). `sources` are the solution.json's entries,
+    read from `folder` where not inline. False where a source cannot be read: the job's load says
     why."""
     try:
         files = _python_sources(sources, folder)

@@ -10,8 +10,8 @@ ends, the reaper reads end-of-file at once and kills and removes every container
 registered. A job that ends normally has removed its container already; the reaper then asks
 the engine nothing.
 
-Run as `python -m envaudit.runtime.reaper KIND` (docker or podman); it imports the engine
-client only when it has containers to remove.
+Run as `python -m envaudit.runtime.supervision.reaper KIND` (docker or podman); it imports the
+engine client only when it has containers to remove.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class Reaper:
         if self._process is None or self._process.poll() is not None:
             try:
                 self._process = subprocess.Popen(
-                    [sys.executable, "-m", "envaudit.runtime.reaper", self.kind],
+                    [sys.executable, "-m", "envaudit.runtime.supervision.reaper", self.kind],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,

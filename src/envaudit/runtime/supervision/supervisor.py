@@ -21,8 +21,8 @@ The next job's worker can also be started earlier, beside the previous job itsel
 (`stage_batch`, a StagedWorker): it makes its context and records its environment while the
 previous job measures, waits at its gate, and is followed from where it stands once the
 previous worker has sent its last line. A context made by another process does not move what
-the harness measures (benchmarks/context_overlap.py, docs/benchmarks.md); its solution is not
-even loaded before the gate opens.
+the harness measures (benchmarks/context_overlap.py, docs/lab/audit-throughput.md); its solution is
+not even loaded before the gate opens.
 
 Job folders live under one root; each is held by an exclusive file lock for the supervisor's
 lifetime, so the folders a killed supervisor left behind are recognised (their lock is free) and
@@ -48,7 +48,7 @@ from typing import Any
 
 from envaudit.errors import EnvauditError
 from envaudit.runtime.jobs import Job
-from envaudit.runtime.launchers import Launcher, WorkerHandle
+from envaudit.runtime.supervision.launchers import Launcher, WorkerHandle
 from envaudit.runtime.timeline import mark
 from envaudit.schema.progress import (
     CONTEXT_LOST,
@@ -84,7 +84,7 @@ POLL_S = 0.005
 """How often a supervisor looks at its worker (its events, its exit, the GPU's previous
 worker for the quiet gate). Each look is a few system calls; at 50 ms, the look that saw a job's
 last line and the one that saw its worker gone added 25 ms each on average to every handoff
-between two jobs on a GPU (docs/benchmarks.md, s43)."""
+between two jobs on a GPU (docs/lab/audit-throughput.md, s43)."""
 HEARTBEAT_TOUCH_S = 0.25
 """How often the supervisor renews its heartbeat (a worker gives up after HEARTBEAT_STALE_S)."""
 

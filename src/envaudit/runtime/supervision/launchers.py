@@ -224,9 +224,9 @@ def bytecode_cache(python: str, env: Mapping[str, str]) -> tuple[list[str], dict
     When the interpreter's torch has no bytecode (a stack installed without it, or a Python run
     with PYTHONDONTWRITEBYTECODE over such a stack: the GPU machine's), every server would
     compile torch's sources again: `import torch` took 3.1-3.3 s there from sources against
-    1.4-1.5 s from bytecode (docs/benchmarks.md). Such a process then reads and writes bytecode
-    in a folder of envaudit's cache (`-X pycache_prefix`), not beside the stack's sources, which
-    stay as they are. Bytecode is written there only before any solution is loaded: a server's
+    1.4-1.5 s from bytecode (docs/lab/audit-throughput.md). Such a process then reads and writes
+    bytecode in a folder of envaudit's cache (`-X pycache_prefix`), not beside the stack's sources,
+    which stay as they are. Bytecode is written there only before any solution is loaded: a server's
     workers stop writing it as they are forked (forkserver._child), a fresh worker just before
     it loads the solution (harness/worker.py), so no solution's code can leave bytecode there
     for a later process to run. A stack with bytecode is left alone."""

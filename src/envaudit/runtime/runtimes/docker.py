@@ -34,13 +34,14 @@ from envaudit.image.build import (
 from envaudit.image.engine import Engine, EngineError
 from envaudit.image.overlay import overlay_tag
 from envaudit.image.plan import HARNESS_MOUNT, LABEL_PREFIX, USER
+from envaudit.lock.fetch import fetch_env
+from envaudit.runtime.base import Progress, RunOptions, Runtime
 from envaudit.runtime.devices import Gpu, device_nodes, require_gpu
 from envaudit.runtime.jit import jit_cache_folder, jit_environment, prepare_jit_cache
 from envaudit.runtime.jobs import Job
-from envaudit.runtime.launchers import Launcher, WorkerHandle
-from envaudit.runtime.reaper import Reaper, reaper_for
-from envaudit.runtime.registry import Progress, RunOptions, Runtime, fetch_env
 from envaudit.runtime.staging import staged_harness
+from envaudit.runtime.supervision.launchers import Launcher, WorkerHandle
+from envaudit.runtime.supervision.reaper import Reaper, reaper_for
 from envaudit.schema.progress import seal_reference_folder
 from envaudit.settings import (
     CONTAINER_MEMORY_BYTES,
@@ -64,8 +65,8 @@ REMOVE_RETRY_S = 0.2
 class ContainerHandle:
     """A worker in a container. A thread of its own waits for the container to stop (one
     request that the engine answers when it does), so the exit is seen within milliseconds: the
-    next job's gate opens on it (runtime/supervisor.py, Handoff). Should that wait fail (the
-    engine restarted, say), the state is asked for instead, at most every POLL_INTERVAL_S, so a
+    next job's gate opens on it (runtime/supervision/supervisor.py, Handoff). Should that wait fail
+    (the engine restarted, say), the state is asked for instead, at most every POLL_INTERVAL_S, so a
     timed kernel does not share the host with a stream of engine requests."""
 
     def __init__(self, container: Any, reaper: Reaper | None = None) -> None:
@@ -353,9 +354,9 @@ class ContainerRuntime(Runtime):
     a FlexAttention one 4.6 s more for the compiler: longer than many jobs of the dev suite
     (1.1-1.6 s), so one staged worker alone was still starting when its gate opened."""
 
-    def __init__(self, kind: str) -> None:
-        self.name = kind  # one class serves docker and podman
-        self.kind = kind
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.kind = name  # one class serves docker and podman
 
     def unavailable(self) -> str | None:
         try:
@@ -389,7 +390,7 @@ class ContainerRuntime(Runtime):
                     f" engine and cannot be made here: {reason}",
                     hint="build or load that base, or run over an imported stack (--over)",
                 )
-        fetch_env(env, options, progress)
+        fetch_env(env, options.locks_dir, options.config, progress.on_fetch)
         done = build_image(
             build, engine, options.config, on_step=progress.on_step, on_base_line=progress.on_line
         )

@@ -24,9 +24,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from envaudit.errors import EXIT_USAGE, EnvauditError
-from envaudit.schema.result_line import kept_result_lines
 from envaudit.schema.results import append_line, read_lines
 
 RETRYABLE = {"FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "PREEMPTED"}
@@ -56,15 +56,28 @@ class SlurmError(EnvauditError):
         super().__init__(message, EXIT_USAGE, hint=hint)
 
 
+def _flag(flag: str, help: str, **typer_options: Any) -> dict[str, Any]:
+    return {"flag": flag, "help": help, "typer": typer_options}
+
+
 @dataclass(frozen=True)
 class SlurmSettings:
-    partition: str | None = None
-    account: str | None = None
-    time_limit: str | None = None
+    """How an audit runs as a Slurm job array; a field's metadata is its `audit` flag."""
+
+    partition: str | None = field(default=None, metadata=_flag("--partition", "slurm."))
+    account: str | None = field(default=None, metadata=_flag("--account", "slurm."))
+    time_limit: str | None = field(
+        default=None, metadata=_flag("--time-limit", "slurm: per task (`30`, `1:00:00`).")
+    )
     """Per task, in Slurm's format (`30`, `1:00:00`)."""
-    retries: int = 2
+    retries: int = field(
+        default=2, metadata=_flag("--retries", "slurm: resubmissions of a failed task.", min=0)
+    )
     poll_s: float = 2.0
-    shard: int = 0
+    shard: int = field(
+        default=0,
+        metadata=_flag("--shard", "slurm: workloads per task (0: a solution's all).", min=0),
+    )
     """Workloads per task (0: all of a solution's workloads in one task)."""
 
 
@@ -209,6 +222,8 @@ def _failed(state: str | None, folder: Path, index: int, task: Task) -> bool:
     if state != "COMPLETED":
         return False
     path = task_report(folder, index)
+    from envaudit.schema.result_line import kept_result_lines  # pydantic: not at the CLI's start
+
     kept = kept_result_lines(path) if path.is_file() else {}
     seen = {line.workload.uuid for line in kept.values()}
     return not set(task.workloads) <= seen

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from envaudit.errors import EXIT_FAILED
 from envaudit.lock.config import FetchConfig, uv_binary
+from envaudit.lock.fetch import fetch_env
 from envaudit.lock.files import LockError, env_dir
 from envaudit.lock.offline import (
     create_venv,
@@ -27,11 +28,11 @@ from envaudit.lock.offline import (
 )
 from envaudit.lock.resolve import current_lock
 from envaudit.lock.store import Store
+from envaudit.runtime.base import Progress, RunOptions, Runtime
 from envaudit.runtime.jit import jit_cache_folder, jit_environment, prepare_jit_cache
 from envaudit.runtime.jobs import Job
-from envaudit.runtime.launchers import ForkServerLauncher, Launcher
-from envaudit.runtime.registry import Progress, RunOptions, Runtime, fetch_env
 from envaudit.runtime.staging import staged_harness
+from envaudit.runtime.supervision.launchers import ForkServerLauncher, Launcher
 from envaudit.schema.locks import Artifact, Lock
 from envaudit.schema.paths import exclusive_lock
 from envaudit.settings import cache_root
@@ -158,7 +159,7 @@ class LocalRuntime(Runtime):
         if (root / MARKER).is_file():
             return None
         require_python(lock.python, env)
-        fetch_env(env, options, progress)
+        fetch_env(env, options.locks_dir, options.config, progress.on_fetch)
         ensure_environment(lock, options.config)
         return f"made the local environment of {env} ({lock.closure_hash[:16]})"
 

@@ -25,10 +25,10 @@ from envaudit.lock.verify import (
     installed_distributions,
     python_version,
 )
+from envaudit.runtime.base import RunOptions, Runtime
 from envaudit.runtime.jit import jit_cache_folder, jit_environment, prepare_jit_cache
 from envaudit.runtime.jobs import Job
-from envaudit.runtime.launchers import ForkServerLauncher, Launcher
-from envaudit.runtime.registry import RunOptions, Runtime
+from envaudit.runtime.supervision.launchers import ForkServerLauncher, Launcher
 
 HARNESS_NEEDS = ("torch", "safetensors")
 """What the harness imports besides the standard library (found, not imported, here)."""
@@ -61,7 +61,6 @@ class HostRuntime(Runtime):
             _launcher(device_env, Path("jit")).warm()
 
     def prepare(self, job: Job, options: RunOptions) -> tuple[Job, Launcher]:
-        self.require()
         self.warm(job.device_env)  # its start overlaps the environment check (~0.4 s)
         check, closure = env_check(job.context.env, options.locks_dir)
         folder = jit_cache_folder(job.context.env, closure)

@@ -9,9 +9,10 @@ environment cannot be made is reported with its hint, and the audit goes on.
 On a GPU, the next job is prepared and its first worker started (gated: it makes its CUDA
 context, records its environment and imports what its solution's first call would, then waits)
 as soon as the current job's worker has started, so a job begins where the previous one ends
-(runtime/supervisor.py, StagedWorker). The container runtimes start two jobs ahead, since a
-container's start outlasts short jobs. `ENVAUDIT_STAGE_NEXT=N` starts N ahead; 0 turns staging
-off: each job then starts once the previous one has sent its last line, as `envaudit run` does.
+(runtime/supervision/supervisor.py, StagedWorker). The container runtimes start two jobs ahead,
+since a container's start outlasts short jobs. `ENVAUDIT_STAGE_NEXT=N` starts N ahead; 0 turns
+staging off: each job then starts once the previous one has sent its last line, as `envaudit run`
+does.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from envaudit.dataset.traceset import DatasetRootError, TraceSet, load_traceset
 from envaudit.errors import EnvauditError, WriteFailed
+from envaudit.runtime.base import RunOptions, Runtime
 from envaudit.runtime.devices import gpus, require_gpu
 from envaudit.runtime.jobs import (
     RunRequest,
@@ -39,16 +41,8 @@ from envaudit.runtime.jobs import (
     find_solution,
     select_workloads,
 )
-from envaudit.runtime.launchers import server_idle_s
-from envaudit.runtime.registry import (
-    PreparedJob,
-    RunOptions,
-    get_runtime,
-    run_job,
-    run_prepared,
-    stage_job,
-)
-from envaudit.runtime.slurm import (
+from envaudit.runtime.registry import get_runtime
+from envaudit.runtime.scheduling.slurm import (
     SlurmSettings,
     Task,
     array_record,
@@ -56,7 +50,16 @@ from envaudit.runtime.slurm import (
     merge_task_reports,
     run_tasks,
 )
-from envaudit.runtime.supervisor import Handoff
+from envaudit.runtime.scheduling.steps import (
+    PreparedJob,
+    plan_run,
+    prepare,
+    run_job,
+    stage,
+    supervise,
+)
+from envaudit.runtime.supervision.launchers import server_idle_s
+from envaudit.runtime.supervision.supervisor import Handoff
 from envaudit.runtime.timeline import mark
 from envaudit.schema.models import Solution
 from envaudit.schema.names import shown
@@ -76,8 +79,8 @@ STAGE_SWITCH = STAGE_NEXT.name
 LIBRARY_STAGE_AHEAD = 2
 """The least an audit stages ahead when one of its solutions imports a library before its own
 code (imports_libraries_first): such a worker takes seconds to reach its gate, longer than
-many jobs. On the H200 machine (s52, docs/benchmarks.md) two ahead took the cached audit of the
-four FA4 `dev` solutions from 16.0 s to 13.9 s; on the six `dev` solutions that import none,
+many jobs. On the H200 machine (s52, docs/lab/audit-throughput.md) two ahead took the cached audit
+of the four FA4 `dev` solutions from 16.0 s to 13.9 s; on the six `dev` solutions that import none,
 two ahead and one ahead took the same time (s53-s54). It was withdrawn once (156f4a1) for an
 FA4 line that read 6% slow at two ahead; that line read both ways with nothing beside it, the
 power controller acting or not within its measurement (s56-s59), and the warm-up now waits
@@ -266,8 +269,8 @@ def place_compiler_jobs(plan: AuditPlan, names: list[str], depth: int) -> list[s
     it beside the job before it: these go right after the first job, so their start overlaps
     the first job's start and run. Placed first, their start would have nothing to overlap;
     placed later, they are staged only once the jobs before them begin, and the jobs before
-    them are often shorter than that start (s30 in docs/benchmarks.md: 8 s of gate waits after
-    FlexAttention's, fourth of six). With nothing staged (`depth` 0) the order stays."""
+    them are often shorter than that start (s30 in docs/lab/audit-throughput.md: 8 s of gate waits
+    after FlexAttention's, fourth of six). With nothing staged (`depth` 0) the order stays."""
     forks = get_runtime(plan.runtime).forks_workers
     if not forks and depth == 0:
         return names
@@ -281,7 +284,7 @@ def place_compiler_jobs(plan: AuditPlan, names: list[str], depth: int) -> list[s
 
 def stage_ahead(runtime: str, libraries_first: bool = False) -> int:
     """How many jobs' workers to start ahead on a GPU: ENVAUDIT_STAGE_NEXT, else the runtime's
-    stage_ahead (runtime/registry.py), at least LIBRARY_STAGE_AHEAD when `libraries_first` (a
+    stage_ahead (runtime/base.py), at least LIBRARY_STAGE_AHEAD when `libraries_first` (a
     solution of the audit imports a library before its own code)."""
     chosen = read(STAGE_NEXT)
     if chosen is None:
@@ -312,18 +315,46 @@ def run_audit(
     ordered = place_compiler_jobs(plan, ready, depth)
     mark("jobs_ready")
     guard = threading.Lock()
+    runtime = get_runtime(plan.runtime, plan.options.env, plan.options.over)
+    threads = []
+    for slots in device_pools(plan):
+        pool: queue.SimpleQueue[str] = queue.SimpleQueue()
+        for name in ordered:
+            pool.put(name)
+        for gpu, device in slots:
+            slot = DeviceSlot(plan, runtime, report, result, guard, depth, on_job, gpu, device)
+            threads.append(threading.Thread(target=slot.work, args=(pool,)))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if result.fatal is not None:
+        raise result.fatal  # the report's lines are not this run's: count none of them
+    counted = _counted(result)
+    mark("audit_end")
+    return counted
 
-    def work(pool: queue.SimpleQueue[str], gpu: str | None, device: str | None) -> None:
-        handoff = Handoff() if gpu is not None else None
+
+@dataclass
+class DeviceSlot:
+    """One device's turn through its pool's queue: one job at a time; on a GPU, the next
+    `depth` jobs staged ahead (their first workers started, gated) and the GPU handed from one
+    job's worker to the next (supervision/supervisor.py, Handoff)."""
+
+    plan: AuditPlan
+    runtime: Runtime
+    report: Path
+    result: AuditResult
+    guard: threading.Lock
+    depth: int
+    on_job: Callable[[str, str], None] | None
+    gpu: str | None
+    device: str | None
+
+    def work(self, pool: queue.SimpleQueue[str]) -> None:
+        handoff = Handoff() if self.gpu is not None else None
         ahead = ThreadPoolExecutor(1, thread_name_prefix="envaudit-stage")
         pending: deque[tuple[str, Future[PreparedJob] | None]] = deque()
-
-        def stage(name: str) -> PreparedJob:
-            if handoff is not None:
-                handoff.launched.wait()  # the current job's worker has started
-            mark("job_staged", name)
-            return stage_job(_request(plan, name, gpu, device, report), plan.runtime, plan.options)
-
         try:
             while True:
                 if not pending:
@@ -332,34 +363,13 @@ def run_audit(
                         break
                     pending.append((taken, None))
                 name, current = pending.popleft()
-                if on_job:
-                    on_job(name, gpu or device or "")
+                if self.on_job:
+                    self.on_job(name, self.gpu or self.device or "")
                 mark("job_begin", name)
                 if handoff is not None:
                     handoff.launched.clear()
-                # Later jobs are taken from the pool early only to be staged (on a GPU): a
-                # CPU slot (--cpu-jobs) takes its next job only when it is free.
-                while handoff is not None and len(pending) < depth:
-                    following = _take(pool)
-                    if following is None:
-                        break
-                    pending.append((following, ahead.submit(stage, following)))
-                try:
-                    if current is not None:
-                        run_prepared(current.result(), plan.options, handoff)
-                    else:
-                        request = _request(plan, name, gpu, device, report)
-                        run_job(request, plan.runtime, plan.options, handoff)
-                except WriteFailed as exc:
-                    with guard:
-                        result.fatal = result.fatal or exc
-                    _drain(pool)
-                except EnvauditError as exc:
-                    with guard:
-                        result.errors.append(f"{name}: {exc.one_line()}")
-                finally:
-                    if handoff is not None:
-                        handoff.launched.set()  # a job that never started its worker
+                    self._stage_following(pool, pending, ahead, handoff)
+                self._run(name, current, pool, handoff)
                 mark("job_end", name)
         finally:
             for _, staged in pending:
@@ -371,22 +381,54 @@ def run_audit(
             if handoff is not None:
                 handoff.wait()  # the GPU's last worker has gone before the audit ends
 
-    threads = []
-    for slots in device_pools(plan):
-        pool: queue.SimpleQueue[str] = queue.SimpleQueue()
-        for name in ordered:
-            pool.put(name)
-        for gpu, device in slots:
-            threads.append(threading.Thread(target=work, args=(pool, gpu, device)))
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if result.fatal is not None:
-        raise result.fatal  # the report's lines are not this run's: count none of them
-    counted = _counted(result)
-    mark("audit_end")
-    return counted
+    def _stage_following(
+        self,
+        pool: queue.SimpleQueue[str],
+        pending: deque[tuple[str, Future[PreparedJob] | None]],
+        ahead: ThreadPoolExecutor,
+        handoff: Handoff,
+    ) -> None:
+        """Take later jobs from the pool early, only to stage them (on a GPU: a CPU slot, with
+        --cpu-jobs, takes its next job only when it is free)."""
+        while len(pending) < self.depth:
+            following = _take(pool)
+            if following is None:
+                break
+            pending.append((following, ahead.submit(self._start_ahead, following, handoff)))
+
+    def _start_ahead(self, name: str, handoff: Handoff) -> PreparedJob:
+        handoff.launched.wait()  # the current job's worker has started
+        mark("job_staged", name)
+        request = _request(self.plan, name, self.gpu, self.device, self.report)
+        job = plan_run(request, self.runtime)
+        return stage(prepare(self.runtime, job, self.plan.options), self.plan.options)
+
+    def _run(
+        self,
+        name: str,
+        current: Future[PreparedJob] | None,
+        pool: queue.SimpleQueue[str],
+        handoff: Handoff | None,
+    ) -> None:
+        """Supervise the job (staged, or planned now); a write failure ends the audit (the
+        pool is drained), any other error is the job's and the audit goes on."""
+        plan = self.plan
+        try:
+            if current is not None:
+                supervise(current.result(), plan.options, handoff)
+            else:
+                request = _request(plan, name, self.gpu, self.device, self.report)
+                run_job(request, self.runtime, plan.options, handoff)
+        except WriteFailed as exc:
+            with self.guard:
+                self.result.fatal = self.result.fatal or exc
+            _drain(pool)
+        except EnvauditError as exc:
+            with self.guard:
+                self.result.errors.append(f"{name}: {exc.one_line()}")
+        finally:
+            if handoff is not None:
+                handoff.launched.set()  # a job that never started its worker
 
 
 def _take(pool: queue.SimpleQueue[str]) -> str | None:
@@ -447,7 +489,7 @@ def run_slurm_audit(
     on_event: Callable[[str], None] | None = None,
     prepare_env: BuildHook | None = None,
 ) -> AuditResult:
-    """The audit as one Slurm job array (runtime/slurm.py): one task per solution, or per
+    """The audit as one Slurm job array (runtime/scheduling/slurm.py): one task per solution, or per
     `settings.shard` of its workloads; with `--resume`, only tasks whose workloads lack a line.
     The tasks' lines are merged into OUT/results.jsonl when every task has ended; the array's
     files stay in OUT/slurm/<start time>-<pid>/."""

@@ -15,6 +15,7 @@ import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from envaudit.commands.run import MakeEnv
 from envaudit.dataset.traceset import DatasetRootError, load_traceset
 from envaudit.errors import EXIT_USAGE, EnvauditError
 from envaudit.lock.history import (
@@ -26,9 +27,11 @@ from envaudit.lock.history import (
     git_show,
     run_git,
 )
+from envaudit.runtime.base import RunOptions, Runtime
 from envaudit.runtime.devices import gpus
 from envaudit.runtime.jobs import RunRequest
-from envaudit.runtime.registry import RunOptions, run_job
+from envaudit.runtime.registry import RUNTIME_NAMES, get_runtime
+from envaudit.runtime.scheduling.steps import run_job
 from envaudit.schema.models import solution_revision
 from envaudit.schema.names import name_problem, shown
 from envaudit.schema.options import EvalOptions
@@ -104,7 +107,7 @@ def plan_reproduction(
 
 
 def run_reproduction(
-    plan: Reproduction, runtime: str, options: RunOptions, report: Path
+    plan: Reproduction, runtime: Runtime, options: RunOptions, report: Path
 ) -> ResultLine:
     """Run the planned workload once; the new result line."""
     request = RunRequest(
@@ -265,3 +268,49 @@ def _device(
         notes.append(f"device: driver {chosen.driver} here, {driver} then (--other-driver)")
     notes.append(f"device: {chosen.name} {chosen.uuid} (recorded: {recorded.gpu_uuid})")
     return chosen.uuid, None
+
+
+@dataclass(frozen=True)
+class ReproduceRequest:
+    """What `envaudit reproduce` was asked, beside the recorded line."""
+
+    runtime: str | None
+    over: str | None
+    workload_timeout_s: float
+    data_root: Path
+    solutions_root: Path
+    locks_dir: Path
+    gpu: str | None
+    other_driver: bool
+    out: Path
+
+
+def reproduce_recorded(
+    recorded: ResultLine, ask: ReproduceRequest, make_env: MakeEnv
+) -> tuple[Reproduction, ResultLine]:
+    """The plan and the new line of a recorded line run again: in the runtime asked for, else
+    the one it ran in (the host runtime for a trace), over the stack it ran over."""
+    ran_in = str(recorded.context.runtime or "")  # a trace's is "flashinfer-bench"
+    chosen = ask.runtime or (ran_in if ran_in in RUNTIME_NAMES else "host")
+    plan = plan_reproduction(
+        recorded,
+        ask.data_root,
+        ask.solutions_root,
+        ask.locks_dir,
+        scratch_folder(),
+        ask.gpu,
+        ask.other_driver,
+    )
+    if chosen == "host":  # this interpreter as it is: the lock is checked, not made
+        plan = replace(plan, env=None, notes=[*plan.notes, "runtime: host (this interpreter)"])
+    env_check = recorded.context.env_check
+    recorded_over = env_check.overlay_on if env_check else None
+    over = ask.over or (recorded_over if get_runtime(chosen).takes_over else None)
+    options = RunOptions(
+        over=over, workload_timeout_s=ask.workload_timeout_s, locks_dir=plan.locks_dir
+    )
+    runtime = get_runtime(chosen, plan.env, over)
+    if plan.env:
+        make_env(runtime, replace(options, env=plan.env), plan.env)
+    ask.out.mkdir(parents=True, exist_ok=True)
+    return plan, run_reproduction(plan, runtime, options, ask.out / "reproduce.jsonl")

@@ -1,0 +1,56 @@
+"""`envaudit run`: one solution on its workloads, its env made ready first, in one runtime."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from envaudit.commands.candidate import stage_candidate
+from envaudit.errors import EnvauditError
+from envaudit.runtime.base import RunOptions, Runtime
+from envaudit.runtime.jobs import Job, RunRequest
+from envaudit.runtime.registry import get_runtime
+from envaudit.runtime.scheduling.steps import plan_run, prepare, supervise
+from envaudit.runtime.supervision.supervisor import BatchResult
+
+MakeEnv = Callable[[Runtime, RunOptions, str], None]
+"""(runtime, options, env): make the env ready in the runtime, showing progress (the command
+line's, console.py), or raise an EnvauditError (exit 2)."""
+
+
+def solution_to_run(
+    solution: str | None,
+    candidate: Path | None,
+    definition: str | None,
+    data_root: Path,
+    solutions_root: Path,
+    env: str | None,
+) -> tuple[str, Path]:
+    """(solution name, the folder holding it): --solution as given, or a --candidate main.py
+    staged as a solution of --definition in a folder of its own (nothing is written into
+    solutions/). EnvauditError (exit 2) for flags that do not go together."""
+    if (solution is None) == (candidate is None):
+        raise EnvauditError("give either --solution NAME or --candidate PATH --definition NAME")
+    if candidate is None:
+        if definition is not None:
+            raise EnvauditError(
+                "--definition goes with --candidate (a solution names its own definition)"
+            )
+        assert solution is not None
+        return solution, solutions_root
+    if definition is None:
+        raise EnvauditError("--candidate needs --definition NAME (the definition it implements)")
+    return stage_candidate(candidate, definition, data_root, solutions_root, env)
+
+
+def run_solution(
+    request: RunRequest, runtime_name: str, options: RunOptions, make_env: MakeEnv
+) -> tuple[Job, BatchResult]:
+    """Everything checked first (the runtime's name and options, then plan_run), then the env
+    made (the --env override, else the one the solution declares), then the job supervised."""
+    runtime = get_runtime(runtime_name, options.env, options.over)
+    job = plan_run(request, runtime)
+    env = options.env or job.context.declared_env
+    if env:
+        make_env(runtime, options, env)
+    return supervise(prepare(runtime, job, options), options)
