@@ -80,7 +80,7 @@ REPORT_LINES := docs/results/h200/libraries/audit-dev.jsonl docs/results/h200/li
 	docs/results/h200/gdn-strict-diagnostic.jsonl \
 	docs/results/h200/natten/natten.jsonl docs/results/h200/natten/torch-flex.jsonl
 report: bootstrap
-	.venv/bin/envaudit merge $(REPORT_LINES) --out docs/
+	.venv/bin/envaudit merge $(REPORT_LINES) --out docs/report
 
 clean:
 	rm -rf .venv .pytest_cache .mypy_cache .ruff_cache

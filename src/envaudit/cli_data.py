@@ -46,8 +46,13 @@ def check_inputs(
 def merge(
     files: Annotated[list[Path], typer.Argument(help="Result files to merge.")],
     out: Annotated[
-        Path, typer.Option("--out", help="Folder for the report.", parser=parse_path)
-    ] = Path("docs"),
+        Path,
+        typer.Option(
+            "--out",
+            help="Folder for the report (the committed one: docs/report, `make report`).",
+            parser=parse_path,
+        ),
+    ] = Path("results/report"),
     data_root: DataRoot = Path("workloads"),
     solutions_root: SolutionsRoot = Path("solutions"),
 ) -> None:

@@ -247,7 +247,7 @@ def upstreams(
     ),
     out: Annotated[
         Path, typer.Option("--out", help="Report file (JSON).", parser=parse_path)
-    ] = Path("docs/upstreams.json"),
+    ] = Path("results/upstreams.json"),
 ) -> None:
     """Pinned versions and commits vs what registries and remotes have now."""
     from envaudit.console import progress_bar

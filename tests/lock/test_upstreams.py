@@ -171,7 +171,7 @@ def test_offline_asks_nothing(locks: Path, tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_offline_does_not_overwrite_checked_results(locks: Path, tmp_path: Path) -> None:
-    """A report that holds answers (docs/upstreams.json) is not replaced by one that asked
+    """A report that holds answers (docs/report/upstreams.json) is not replaced by one that asked
     nothing: refused, exit 2, naming the file; an offline report may replace an offline one."""
     out = tmp_path / "upstreams.json"
     checked = {"offline": False, "pins": [{"name": "six", "status": "current"}], "summary": {}}

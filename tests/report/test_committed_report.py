@@ -1,9 +1,10 @@
-"""`make report` (`envaudit merge $(REPORT_LINES) --out docs/`, the result files the Makefile
+"""`make report` (`envaudit merge $(REPORT_LINES) --out docs/report`, the result files the Makefile
 names) reproduces the committed report byte for byte, apart from the generation time (and the
 --out folder named in the command line)."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from typer.testing import CliRunner
 from envaudit.cli import app
 from tests.conftest import REPO
 
-DOCS = REPO / "docs"
+DOCS = REPO / "docs" / "report"
 VOLATILE = re.compile(rb'^.*("generated_at"|Generated \d{4}-).*$', re.MULTILINE)
 
 
@@ -39,3 +40,35 @@ def test_committed_report_regenerates_byte_for_byte(tmp_path: Path, monkeypatch)
     assert not different, "regenerate with `make report` and commit: " + ", ".join(different)
     committed_plots = {p.relative_to(DOCS) for p in (DOCS / "plots").iterdir()}
     assert committed_plots == {p for p in produced if p.parts[0] == "plots"}
+
+
+def test_the_readme_counts_are_the_reports() -> None:
+    """README's sentence of counts is checked against the committed report, so it cannot go
+    stale when the report is regenerated."""
+    from envaudit.schema.result_line import kept_result_lines
+
+    readme = (REPO / "README.md").read_text().replace("\n", " ")
+    found = re.search(
+        r"It counts (\d+) result lines of (\d+) solutions over (\d+) definitions,"
+        r" (\d+) of them PASSED",
+        readme,
+    )
+    assert found, "README no longer states the report's counts in the checked form"
+    lines, solutions, definitions, passed = (int(n) for n in found.groups())
+    summary = json.loads((DOCS / "summary.json").read_text())
+    kept = list(kept_result_lines(DOCS / "results.jsonl").values())
+    assert lines == summary["lines"] == len(kept)
+    assert solutions == len({line.solution for line in kept})
+    assert definitions == len(summary["definitions"])
+    assert passed == sum(line.status == "PASSED" for line in kept)
+
+
+def test_a_plain_merge_writes_under_results_not_docs(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "docs").mkdir()
+    inputs = [str(REPO / "docs" / "results" / "h200" / "flashmla" / "flashmla-13.1.jsonl")]
+    data = ["--data-root", str(REPO / "workloads"), "--solutions-root", str(REPO / "solutions")]
+    result = CliRunner().invoke(app, ["merge", *inputs, *data])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "results" / "report" / "summary.json").is_file()
+    assert not any((tmp_path / "docs").iterdir())

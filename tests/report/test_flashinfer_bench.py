@@ -225,9 +225,9 @@ def test_get_best_trace_picks_our_fastest_passing_solution_per_workload(tmp_path
     repo = Path(__file__).resolve().parents[2]
     for part in ("definitions", "workloads"):
         shutil.copytree(repo / "workloads" / part, tmp_path / part)
-    shutil.copytree(repo / "docs" / "traces", tmp_path / "traces")
+    shutil.copytree(repo / "docs" / "report" / "traces", tmp_path / "traces")
     traceset = TraceSet.from_path(str(tmp_path))
-    summary = json.loads((repo / "docs" / "summary.json").read_text())
+    summary = json.loads((repo / "docs" / "report" / "summary.json").read_text())
     axes_of = {
         json.loads(raw)["workload"]["uuid"]: json.loads(raw)["workload"]["axes"]
         for path in (repo / "workloads" / "workloads").rglob("*.jsonl")

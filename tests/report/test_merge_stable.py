@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from envaudit.cli import app
 from tests.conftest import REPO
 
-DOCS = REPO / "docs"
+DOCS = REPO / "docs" / "report"
 VOLATILE = re.compile(r"^.*(\"generated_at\"|Generated \d{4}-|envaudit merge ).*$", re.MULTILINE)
 
 
@@ -25,7 +25,7 @@ def test_merging_the_reports_own_lines_keeps_the_environment_comparisons(
 ) -> None:
     monkeypatch.chdir(REPO)
     out = tmp_path / "again"
-    result = CliRunner().invoke(app, ["merge", "docs/results.jsonl", "--out", str(out)])
+    result = CliRunner().invoke(app, ["merge", "docs/report/results.jsonl", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "Environment comparisons" in (DOCS / "performance.md").read_text()
     assert _masked(out / "performance.md") == _masked(DOCS / "performance.md")

@@ -34,9 +34,9 @@ SCHEMA = DOCS / "schema" / "result-line.schema.json"
 
 
 def result_files() -> list[Path]:
-    """Every committed file of result lines: docs/results.jsonl and docs/results/**, without
+    """Every committed file of result lines: docs/report/results.jsonl and docs/results/**, without
     the side files (distribution lists beside a report, audit timelines)."""
-    found = [DOCS / "results.jsonl", *sorted((DOCS / "results").rglob("*.jsonl"))]
+    found = [DOCS / "report" / "results.jsonl", *sorted((DOCS / "results").rglob("*.jsonl"))]
     return [
         p for p in found if not p.name.endswith(".distributions.jsonl") and "timeline" not in p.name
     ]

@@ -403,7 +403,7 @@ def _join(*parts: str | None) -> str | None:
 def write_upstreams(report: dict[str, Any], path: Path) -> Path:
     """Atomically replace the report file (temp file in the same folder, then rename). An
     offline report, which asked nothing, never replaces one that holds answers (the committed
-    docs/upstreams.json): that is refused, exit 2, and the file is left as it was."""
+    docs/report/upstreams.json): that is refused, exit 2, and the file is left as it was."""
     if report.get("offline") and _holds_checked_results(path):
         raise LockError(
             f"{path} holds checked results (offline: false); --offline asked nothing and is"
