@@ -1,15 +1,18 @@
-"""The command line's dataset and report commands: check-inputs, merge, export-solutions.
-`envaudit.cli` adds them to the one app."""
+"""The command line's dataset and report commands: check-inputs, merge, export-solutions and
+compare. `envaudit.cli` adds them to the one app."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from envaudit.cli_common import DataRoot, SolutionsRoot, parse_path, render, reported
+from envaudit.cli_common import DataRoot, SolutionsRoot, parse_path, render, reported, usage_error
 from envaudit.errors import EXIT_FAILED, EXIT_OK, EnvauditError
+
+if TYPE_CHECKING:
+    from envaudit.report.compare import Comparison
 
 data_app = typer.Typer()
 
@@ -92,3 +95,96 @@ def export_solutions_command(
     with reported():
         written = export_solutions(solutions_root, data_root, out)
     typer.echo(f"{len(written)} solutions written under {out / 'solutions'}")
+
+
+@data_app.command()
+def compare(
+    before: Annotated[
+        Path, typer.Argument(help="Result file, report folder or trace file of the base.")
+    ],
+    after: Annotated[Path, typer.Argument(help="The same, of the change.")],
+    threshold: Annotated[
+        float,
+        typer.Option(
+            "--threshold",
+            metavar="PCT",
+            help="Slower/faster only when the 95% interval of after/before lies wholly beyond"
+            " 1 ± PCT/100 (0: beyond noise at all).",
+        ),
+    ] = 0.0,
+    across_envs: Annotated[
+        bool,
+        typer.Option("--across-envs", help="Pair lines of different envs (the env is no key)."),
+    ] = False,
+    markdown: Annotated[
+        bool, typer.Option("--markdown", help="A Markdown table (GitHub step summary, PR).")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    junit: Annotated[
+        Path | None,
+        typer.Option("--junit", help="Also write JUnit XML here.", parser=parse_path),
+    ] = None,
+) -> None:
+    """Pair the lines of BEFORE and AFTER by definition, solution, env and workload uuid and
+    give each pair a verdict: faster, slower, within noise, newly failing, newly passing or
+    missing. Exit 1 on any slower or newly failing pair, 0 otherwise, 2 on unusable input."""
+    from envaudit.report import compare as comparing
+
+    if markdown and as_json:
+        usage_error("--markdown and --json both name the output; give one")
+    with reported():
+        sides = (comparing.read_side(before, across_envs), comparing.read_side(after, across_envs))
+        result = comparing.compare_sides(*sides, threshold_pct=threshold, across_envs=across_envs)
+        if junit is not None:
+            comparing.write_junit(result, junit)
+    for side in sides:
+        for finding in side.findings:
+            typer.echo(f"warning: {finding}", err=True)
+    if markdown:
+        typer.echo(comparing.render_markdown(result), nl=False)
+    elif as_json:
+        typer.echo(comparing.render_json(result), nl=False)
+    else:
+        _print_comparison(result)
+    raise typer.Exit(result.exit_code)
+
+
+def _print_comparison(result: Comparison) -> None:
+    """The pairs as a terminal table (regressions first), the notes, the summary line."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from envaudit.report.compare import env_text, ratio_text, status_text, verdict_text
+
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console.width = max(console.width, 140)
+    table = Table()
+    for column in ("verdict", "solution", "workload", "env", "status", "after/before [95%]"):
+        table.add_column(column)
+    table.add_column("timing")
+    for pair in result.pairs:
+        style = VERDICT_STYLES.get(pair.verdict, "")
+        table.add_row(
+            f"[{style}]{verdict_text(pair)}[/]" if style else verdict_text(pair),
+            pair.solution,
+            pair.label or pair.workload,
+            env_text(pair),
+            status_text(pair),
+            ratio_text(pair),
+            pair.mode or "–",
+        )
+    console.print(table)
+    for note in result.notes:
+        console.print(f"note: {note}", markup=False, soft_wrap=True)
+    console.print(result.summary_line(), markup=False, soft_wrap=True)
+
+
+VERDICT_STYLES = {
+    "newly failing": "bold red",
+    "slower": "red",
+    "missing": "yellow",
+    "newly passing": "green",
+    "faster": "green",
+    "still failing": "yellow",
+}

@@ -1,0 +1,498 @@
+"""`envaudit compare BEFORE AFTER`: did a change make anything slower or wrong, beyond noise?
+
+Each side is a result file, a report folder (its results.jsonl) or a file of FlashInfer-Bench
+traces, read the way `envaudit merge` reads its inputs (report/merge.py `merge_files` with
+report/traces.py `trace_to_line`), every line through `ResultLine`. Within one side only the
+newest line of each pair key counts (the rule of schema/results.py: the newest timestamp, a tie
+going to the line read later).
+
+Lines are paired by (definition, solution, env, workload uuid); with `across_envs` the env is
+left out of the key (one side's env against the other's, say a compiler upgrade), and a side
+that holds one solution and workload in two envs is refused. The sides may come from different
+GPUs: pairs are compared all the same, and the summary says so when the GPU models differ.
+
+Per pair: both statuses, the time ratio after/before and its 95% interval, and a verdict. The
+ratio and its interval are those of `envaudit reproduce` (report/side_by_side.py `compare_runs`,
+arithmetic in report/intervals.py): graph medians where both lines have one, else eager
+medians; each median's uncertainty is its within-run standard error plus the run-to-run spread
+measured on an H200 (1.6% per run), so one run per side gives an interval about +-4.5% wide.
+
+Verdicts, with T = threshold_pct / 100:
+- "slower": the interval lies wholly above 1 + T; "faster": wholly below 1 - T;
+- "within noise": otherwise;
+- "newly failing": PASSED before, any other status after; "newly passing": the reverse;
+- "missing": the pair is in one side only (`only_in` says which);
+- "still failing": neither side PASSED (both statuses are shown);
+- "not timed": both PASSED but they share no timing mode with a median.
+A regression is "slower" or "newly failing": the command then exits 1.
+
+With T = 0 (the default) "slower" means what `reproduce` means by it: the interval excludes
+1.0. A larger T asks for a change that is both beyond noise and larger than T: with one run per
+side the interval's lower end is about ratio / 1.045, so T = 2% flags only ratios above ~1.066.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import xml.etree.ElementTree as ET
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from envaudit.errors import EXIT_FAILED, EXIT_OK, EnvauditError
+from envaudit.report.merge import UnreadableInputs, merge_files
+from envaudit.report.side_by_side import compare_runs
+from envaudit.report.traces import trace_to_line
+from envaudit.schema.result_line import ResultLine
+from envaudit.schema.writes import replace_text
+
+DEFAULT_THRESHOLD_PCT = 0.0
+REPORT_FILE = "results.jsonl"
+VERDICTS = (
+    "faster",
+    "slower",
+    "within noise",
+    "newly failing",
+    "newly passing",
+    "missing",
+    "still failing",
+    "not timed",
+)
+"""In the summary's order; the first six are always counted, the last two when they occur."""
+ORDER = (
+    "newly failing",
+    "slower",
+    "missing",
+    "newly passing",
+    "still failing",
+    "not timed",
+    "faster",
+    "within noise",
+)
+"""The order of rows: regressions first, then what a reviewer should look at."""
+REGRESSIONS = ("slower", "newly failing")
+INPUTS_HINT = (
+    "each side is a result file (.jsonl), a report folder holding results.jsonl"
+    " (`envaudit merge --out DIR`), or a file of FlashInfer-Bench traces"
+)
+PAIRED_BY = "definition, solution, env and workload uuid"
+PAIRED_ACROSS_ENVS = "definition, solution and workload uuid (--across-envs: the env is not part)"
+
+
+class PairKey(NamedTuple):
+    definition: str
+    solution: str
+    env: str
+    """Empty when pairing across envs."""
+    workload: str
+
+
+@dataclass
+class Side:
+    """One side as read: the file, the line that counts per pair key, what reading found."""
+
+    path: Path
+    lines: dict[PairKey, ResultLine]
+    findings: list[str] = field(default_factory=list)
+    older: int = 0
+    """Lines left out because a newer line of the same pair key was read."""
+
+
+@dataclass
+class Pair:
+    """One pair as the outputs show it; every list is [before, after]. `ratio` is after/before
+    of the medians of `mode` (None without a timing both lines share), `ci95` its interval,
+    `source` the FILE:LINE each line was read from."""
+
+    definition: str
+    solution: str
+    workload: str
+    label: str | None
+    env: list[str | None]
+    status: list[str | None]
+    verdict: str
+    only_in: str | None = None
+    mode: str | None = None
+    median_ms: list[float | None] = field(default_factory=lambda: [None, None])
+    ratio: float | None = None
+    ci95: list[float] | None = None
+    gpu: list[str | None] = field(default_factory=lambda: [None, None])
+    gpu_differs: bool = False
+    notes: list[str] = field(default_factory=list)
+    source: list[str | None] = field(default_factory=lambda: [None, None])
+
+
+@dataclass
+class Comparison:
+    before: str
+    after: str
+    paired_by: str
+    threshold_pct: float
+    pairs: list[Pair]
+    counts: dict[str, int]
+    notes: list[str]
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_FAILED if any(self.counts.get(v) for v in REGRESSIONS) else EXIT_OK
+
+    def summary_line(self) -> str:
+        shown = [*VERDICTS[:6], *(v for v in VERDICTS[6:] if self.counts.get(v))]
+        parts = ", ".join(f"{self.counts.get(v, 0)} {v}" for v in shown)
+        return f"{len(self.pairs)} pairs: {parts}"
+
+
+# ---------------------------------------------------------------- reading
+
+
+def read_side(spec: Path, across_envs: bool = False) -> Side:
+    """The newest line per pair key of a result file, a report folder or a trace file;
+    EnvauditError (exit 2) naming the file when it holds no result line or cannot be read."""
+    path = _result_file(spec)
+    try:
+        merged = merge_files([path], convert=trace_to_line)
+    except UnreadableInputs as exc:
+        raise EnvauditError("; ".join(exc.problems), hint=INPUTS_HINT) from None
+    findings = [f.render() for f in merged.findings]
+    if not merged.runs:
+        raise EnvauditError(
+            f"{path}: holds no result line", hint=INPUTS_HINT, findings=findings[:5]
+        )
+    if across_envs:
+        _refuse_two_envs(path, merged.runs)
+    lines: dict[PairKey, ResultLine] = {}
+    for line in merged.runs:  # every line read, in file order
+        key = pair_key(line, across_envs)
+        old = lines.get(key)
+        if old is None or line.instant >= old.instant:
+            lines[key] = line
+    return Side(path, lines, findings, len(merged.runs) - len(lines))
+
+
+def _result_file(spec: Path) -> Path:
+    if not spec.is_dir():
+        return spec  # merge_files names a missing or unreadable file
+    inside = spec / REPORT_FILE
+    if not inside.exists() and not inside.is_symlink():
+        raise EnvauditError(f"{spec}: a folder without {REPORT_FILE}", hint=INPUTS_HINT)
+    return inside
+
+
+def pair_key(line: ResultLine, across_envs: bool = False) -> PairKey:
+    env = "" if across_envs else str(line.context.env or "")
+    return PairKey(line.definition, line.solution, env, line.workload.uuid)
+
+
+def _refuse_two_envs(path: Path, lines: Iterable[ResultLine]) -> None:
+    envs: dict[PairKey, set[str]] = {}
+    for line in lines:
+        envs.setdefault(pair_key(line, True), set()).add(str(line.context.env or ""))
+    for key, found in envs.items():
+        if len(found) > 1:
+            raise EnvauditError(
+                f"{path}: {key.solution} / {key.workload} was run in {len(found)} envs"
+                f" ({', '.join(sorted(found))}); --across-envs pairs one env per side",
+                hint="compare without --across-envs, or give each side the lines of one env",
+            )
+
+
+# ---------------------------------------------------------------- comparing
+
+
+def compare_sides(
+    before: Side,
+    after: Side,
+    threshold_pct: float = DEFAULT_THRESHOLD_PCT,
+    across_envs: bool = False,
+) -> Comparison:
+    """Every pair key of either side with its verdict, regressions first."""
+    if not math.isfinite(threshold_pct) or not 0 <= threshold_pct < 100:
+        raise EnvauditError(
+            f"--threshold must be a percentage from 0 to under 100, got {threshold_pct}"
+        )
+    pairs = [
+        make_pair(before.lines.get(key), after.lines.get(key), threshold_pct)
+        for key in sorted(before.lines.keys() | after.lines.keys())
+    ]
+    pairs.sort(key=lambda p: (ORDER.index(p.verdict), p.definition, p.solution, _row(p)))
+    return Comparison(
+        before=str(before.path),
+        after=str(after.path),
+        paired_by=PAIRED_ACROSS_ENVS if across_envs else PAIRED_BY,
+        threshold_pct=threshold_pct,
+        pairs=pairs,
+        counts=counts_of(pairs),
+        notes=_notes(before, after, pairs, threshold_pct, across_envs),
+    )
+
+
+def _row(pair: Pair) -> tuple[str, str, str]:
+    return (pair.label or pair.workload, pair.workload, env_text(pair))
+
+
+def make_pair(before: ResultLine | None, after: ResultLine | None, threshold_pct: float) -> Pair:
+    """One pair's figures and verdict; one of the lines may be None (missing)."""
+    either = before if before is not None else after
+    assert either is not None
+    pair = Pair(
+        definition=either.definition,
+        solution=either.solution,
+        workload=either.workload.uuid,
+        label=either.workload.label,
+        env=[_env(before), _env(after)],
+        status=[_status(before), _status(after)],
+        verdict="missing",
+        gpu=[_gpu_model(before), _gpu_model(after)],
+        source=[_source(before), _source(after)],
+    )
+    if before is None or after is None:
+        pair.only_in = "after" if before is None else "before"
+        return pair
+    pair.gpu_differs = pair.gpu[0] != pair.gpu[1]
+    timing = compare_runs(before, after).get("timing")
+    if timing is not None:
+        pair.mode = timing["mode"]
+        pair.median_ms = [float(v) for v in timing["median_ms"]]
+        pair.ratio = float(timing["ratio_now_then"])
+        pair.ci95 = [float(v) for v in timing["ci95"]] if timing["ci95"] else None
+        kinds = [_timer(line, timing["mode"]) for line in (before, after)]
+        if kinds[0] != kinds[1]:
+            pair.notes.append(f"timed differently: {kinds[0]} before, {kinds[1]} after")
+    if pair.gpu_differs:
+        pair.notes.append(f"GPU model differs: {pair.gpu[0]} before, {pair.gpu[1]} after")
+    pair.verdict = verdict(pair.status[0], pair.status[1], pair.ci95, threshold_pct)
+    return pair
+
+
+def verdict(
+    before: str | None, after: str | None, ci95: Sequence[float] | None, threshold_pct: float
+) -> str:
+    """The verdict of one pair from its statuses and the interval of after/before."""
+    if before is None or after is None:
+        return "missing"
+    passed_before, passed_after = before == "PASSED", after == "PASSED"
+    if passed_before != passed_after:
+        return "newly failing" if passed_before else "newly passing"
+    if not passed_before:
+        return "still failing"
+    if not ci95:
+        return "not timed"
+    margin = threshold_pct / 100
+    low, high = ci95
+    if low > 1 + margin:
+        return "slower"
+    if high < 1 - margin:
+        return "faster"
+    return "within noise"
+
+
+def _env(line: ResultLine | None) -> str | None:
+    return None if line is None else line.context.env
+
+
+def _status(line: ResultLine | None) -> str | None:
+    return None if line is None else line.status
+
+
+def _gpu_model(line: ResultLine | None) -> str | None:
+    return None if line is None else line.environment.gpu_name
+
+
+def _source(line: ResultLine | None) -> str | None:
+    return None if line is None else line.source
+
+
+def _timer(line: ResultLine, mode: str) -> str | None:
+    stats = line.stats("graph" if mode == "graph" else "eager")
+    return None if stats is None else stats.mode
+
+
+def _notes(
+    before: Side, after: Side, pairs: list[Pair], threshold_pct: float, across_envs: bool
+) -> list[str]:
+    notes = [f"paired by {PAIRED_ACROSS_ENVS if across_envs else PAIRED_BY}"]
+    for name, side in (("before", before), ("after", after)):
+        older = f", {side.older} older lines of the same pairs left out" if side.older else ""
+        notes.append(f"{name}: {side.path} ({len(side.lines)} pair keys{older})")
+    bounds = (
+        f"1 + {threshold_pct:g}% / below 1 - {threshold_pct:g}%" if threshold_pct else "/ below 1"
+    )
+    notes.append(
+        f"slower / faster: the 95% interval of after/before lies wholly above {bounds}"
+        " (graph medians where both sides have them, else eager)"
+    )
+    models = [sorted({str(m) for m in _models(side)}) for side in (before, after)]
+    if models[0] != models[1]:
+        notes.append(
+            f"the sides ran on different GPU models (before: {', '.join(models[0])}; after:"
+            f" {', '.join(models[1])}): pairs are compared all the same, and flagged"
+        )
+    envs = [{k.env for k in side.lines} for side in (before, after)]
+    if not across_envs and not any(p.only_in is None for p in pairs) and envs[0] != envs[1]:
+        notes.append(
+            f"no pair is in both sides: they ran in different envs (before:"
+            f" {', '.join(sorted(envs[0]))}; after: {', '.join(sorted(envs[1]))});"
+            " --across-envs pairs them by definition, solution and workload"
+        )
+    return notes
+
+
+def _models(side: Side) -> set[str | None]:
+    return {line.environment.gpu_name for line in side.lines.values()}
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def as_dict(comparison: Comparison) -> dict[str, Any]:
+    return {
+        "before": comparison.before,
+        "after": comparison.after,
+        "paired_by": comparison.paired_by,
+        "threshold_pct": comparison.threshold_pct,
+        "summary": {
+            "pairs": len(comparison.pairs),
+            "counts": comparison.counts,
+            "line": comparison.summary_line(),
+            "regression": comparison.exit_code == EXIT_FAILED,
+            "exit_code": comparison.exit_code,
+        },
+        "notes": comparison.notes,
+        "pairs": [asdict(p) for p in comparison.pairs],
+    }
+
+
+def render_json(comparison: Comparison) -> str:
+    return json.dumps(as_dict(comparison), indent=1) + "\n"
+
+
+def ratio_text(pair: Pair) -> str:
+    """`1.0123 [0.9681, 1.0585]`, or a dash when the pair has no shared timing."""
+    if pair.ratio is None:
+        return "–"
+    bounds = f" [{pair.ci95[0]:.4f}, {pair.ci95[1]:.4f}]" if pair.ci95 else ""
+    return f"{pair.ratio:.4f}{bounds}"
+
+
+def status_text(pair: Pair) -> str:
+    before, after = (s or "–" for s in pair.status)
+    return before if before == after else f"{before} → {after}"
+
+
+def verdict_text(pair: Pair) -> str:
+    if pair.only_in:
+        return f"missing (only {pair.only_in})"
+    return pair.verdict + (" (GPU differs)" if pair.gpu_differs else "")
+
+
+def render_markdown(comparison: Comparison) -> str:
+    """A table for a GitHub step summary or a PR comment: regressions first."""
+    found = [f"{comparison.counts[v]} {v}" for v in REGRESSIONS if comparison.counts[v]]
+    title = ", ".join(found) if found else "no regression"
+    rows = [f"### envaudit compare: {title}", "", f"**{comparison.summary_line()}**", ""]
+    rows += [f"- {_cell(note)}" for note in comparison.notes]
+    rows += [
+        "",
+        "| verdict | solution | workload | env | status | median ms (before → after)"
+        " | after/before [95% interval] | timing |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for pair in comparison.pairs:
+        medians = " → ".join("–" if m is None else f"{m:.4g}" for m in pair.median_ms)
+        cells = (
+            verdict_text(pair),
+            pair.solution,
+            pair.label or pair.workload,
+            env_text(pair),
+            status_text(pair),
+            medians,
+            ratio_text(pair),
+            pair.mode or "–",
+        )
+        rows.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def env_text(pair: Pair) -> str:
+    """One env, or `before → after` when the pair was made across envs."""
+    return " → ".join(dict.fromkeys(e for e in pair.env if e)) or "–"
+
+
+def _cell(text: str) -> str:
+    """Markdown table cell text: pipes escaped, on one line."""
+    return " ".join(text.replace("|", "\\|").split())
+
+
+# ---------------------------------------------------------------- JUnit
+
+_NOT_XML = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def render_junit(comparison: Comparison) -> str:
+    """JUnit XML: one testcase per pair; a failure for slower and newly failing, skipped for
+    missing."""
+    counts = comparison.counts
+    totals = {
+        "tests": str(len(comparison.pairs)),
+        "failures": str(sum(counts[v] for v in REGRESSIONS)),
+        "errors": "0",
+        "skipped": str(counts["missing"]),
+    }
+    suites = ET.Element("testsuites", {"name": "envaudit compare", **totals})
+    suite = ET.SubElement(suites, "testsuite", {"name": "envaudit compare", **totals})
+    properties = ET.SubElement(suite, "properties")
+    for name, value in (
+        ("before", comparison.before),
+        ("after", comparison.after),
+        ("paired_by", comparison.paired_by),
+        ("threshold_pct", f"{comparison.threshold_pct:g}"),
+    ):
+        ET.SubElement(properties, "property", {"name": name, "value": _xml(value)})
+    for pair in comparison.pairs:
+        _testcase(suite, pair)
+    ET.SubElement(suite, "system-out").text = _xml(
+        "\n".join([comparison.summary_line(), *comparison.notes])
+    )
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, "unicode") + "\n"
+
+
+def _testcase(suite: ET.Element, pair: Pair) -> None:
+    env = env_text(pair)
+    case = ET.SubElement(
+        suite,
+        "testcase",
+        {
+            "classname": _xml(pair.definition),
+            "name": _xml(f"{pair.solution} / {pair.label or pair.workload} [{env}]"),
+        },
+    )
+    message = f"{verdict_text(pair)}: status {status_text(pair)}; after/before {ratio_text(pair)}"
+    details = _xml(json.dumps(asdict(pair), indent=1))
+    if pair.verdict in REGRESSIONS:
+        failure = ET.SubElement(case, "failure", {"type": pair.verdict, "message": _xml(message)})
+        failure.text = details
+    elif pair.verdict == "missing":
+        ET.SubElement(case, "skipped", {"message": _xml(message)})
+    else:
+        ET.SubElement(case, "system-out").text = _xml(message)
+
+
+def _xml(text: str) -> str:
+    """Text XML 1.0 can hold (control characters dropped; ElementTree escapes the rest)."""
+    return _NOT_XML.sub("", text)
+
+
+def write_junit(comparison: Comparison, path: Path) -> Path:
+    """The JUnit file, replaced atomically (WriteFailed, exit 2, when it cannot be written)."""
+    return replace_text(path, render_junit(comparison))
+
+
+def counts_of(pairs: Iterable[Pair]) -> dict[str, int]:
+    """Pairs per verdict (every verdict named, zero where none)."""
+    found = Counter(p.verdict for p in pairs)
+    return {v: found.get(v, 0) for v in VERDICTS}
