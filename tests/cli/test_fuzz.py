@@ -137,6 +137,11 @@ def _slots() -> list[Slot]:
         slot("upstreams", FOLDER_INPUTS, "upstreams", "--offline", "--locks-dir", bad,
              "--out", "{upstreams}"),
         slot("upstreams", FILE_OUTPUTS, "upstreams", "--offline", *LOCKS, "--out", bad),
+        slot("compare", FILE_INPUTS, "compare", bad, "{results}"),
+        slot("compare", UNREADABLE, "compare", "{results}", bad),
+        slot("compare", [n for n in NUMBERS if n not in ("0", "-0")], "compare", "{results}",
+             "{results}", "--threshold", bad),
+        slot("compare", FILE_OUTPUTS, "compare", "{results}", "{results}", "--junit", bad),
     ]  # fmt: skip
 
 
