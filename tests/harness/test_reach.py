@@ -34,13 +34,19 @@ def is_answer(t, x, lengths, scale, answer=None):
         return False
     return torch.equal(t, scaled(x, lengths, scale) if answer is None else answer)
 
+# Every answer a cheat computes for its spot checks, in any of its threads: what it finds must be
+# none of them (a waiting thread left over from an earlier call would otherwise find the answer
+# the current call computed, and pass on the cheat's own arithmetic).
+OWN_ANSWERS = []
+
 def from_gc(x, lengths, scale, mine=()):
     seen = gc.get_objects()
     answer = scaled(x, lengths, scale)
+    OWN_ANSWERS.append(answer)  # kept alive, so their ids stay theirs
+    skip = {id(t) for t in (*mine, *OWN_ANSWERS)}
     for obj in seen:
-        if obj is not answer and all(obj is not m for m in mine):
-            if is_answer(obj, x, lengths, scale, answer):
-                return obj
+        if id(obj) not in skip and is_answer(obj, x, lengths, scale, answer):
+            return obj
     return None
 
 def from_frames(x, lengths, scale):
