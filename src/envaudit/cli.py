@@ -5,7 +5,6 @@ error handling every command shares in cli_common.py."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -302,7 +301,7 @@ def audit(
             data_root=data_root,
             solutions_root=solutions_root,
             suite=suite,
-            evaluation=replace(evaluation, graph_timing=True),
+            evaluation=evaluation,
             each_gpu=each_gpu,
             cpu_jobs=cpu_jobs,
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -20,13 +21,16 @@ from rich.progress import (
 from rich.table import Table
 
 from envaudit.errors import EnvauditError
-from envaudit.image.build import BuildPlan, BuildResult
 from envaudit.runtime.base import Progress as PrepareProgress
 from envaudit.runtime.base import RunOptions, Runtime
 from envaudit.runtime.registry import get_runtime
-from envaudit.runtime.scheduling.audit import AuditResult
 from envaudit.runtime.scheduling.steps import ensure_env
-from envaudit.schema.result_line import ResultLine, result_lines
+
+if TYPE_CHECKING:  # the image layer brings the Docker SDK, the line's models pydantic: a command's
+    # start pays for neither (a run on the host uses no image; its summary is read at the end)
+    from envaudit.image.build import BuildPlan, BuildResult
+    from envaudit.runtime.scheduling.audit import AuditResult
+    from envaudit.schema.result_line import ResultLine
 
 
 def print_run_summary(
@@ -39,6 +43,8 @@ def print_run_summary(
     """Print one row per workload of this run; return True when any workload failed."""
     console = console or Console(highlight=False, width=120)
     wanted = written | set(skipped)  # --resume: the kept lines count too
+    from envaudit.schema.result_line import result_lines
+
     latest: dict[str, ResultLine] = {}
     for _, line in result_lines(report):
         if line is not None and line.solution == solution and line.workload.uuid in wanted:

@@ -19,6 +19,11 @@ EXIT_USAGE = 2
 """Usage or environment error: bad arguments, no engine, no GPU, an unreadable file."""
 
 
+def shown(value: str, limit: int = 60) -> str:
+    """`value` quoted for a message, cut to `limit` characters."""
+    return repr(value if len(value) <= limit else value[: limit - 3] + "...")
+
+
 def hint_line(hint: str) -> str:
     return f"hint: {hint}"
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
 
-from envaudit.errors import EXIT_USAGE, EnvauditError
+from envaudit.errors import EXIT_USAGE, EnvauditError, shown
 
 T = TypeVar("T")
 Kind = Literal["user", "experiment", "internal", "test"]
@@ -397,19 +397,13 @@ SETTINGS: tuple[Setting[Any], ...] = (
 BY_NAME = {s.name: s for s in SETTINGS}
 
 
-def _shown(raw: str, limit: int = 60) -> str:
-    """`raw` quoted for a message, cut to `limit` characters (as envaudit.schema.names.shown,
-    which this module, below the schema, does not import)."""
-    return repr(raw if len(raw) <= limit else raw[: limit - 3] + "...")
-
-
 def _parsed(setting: Setting[T], raw: str) -> T:
     try:
         return setting.parse(raw)
     except ValueError:
         default = setting.fallback if setting.fallback is not None else setting.default
         raise EnvauditError(
-            f"{setting.name}={_shown(raw)} is not {setting.expected}",
+            f"{setting.name}={shown(raw)} is not {setting.expected}",
             EXIT_USAGE,
             hint=f"set {setting.name} to {setting.expected}, or unset it (default: {default});"
             f" every variable: {DOCS_PATH}",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from envaudit.errors import shown as shown  # where every layer's messages quote a value
 from envaudit.schema.paths import PathOutsideRoot
 
 NAME_MAX = 255
@@ -29,11 +30,6 @@ def name_problem(value: str) -> str | None:
     if len(value.encode("utf-8", "surrogateescape")) > NAME_MAX:
         return f"it is longer than {NAME_MAX} bytes"
     return None
-
-
-def shown(value: str, limit: int = 60) -> str:
-    """`value` quoted for a message, cut to `limit` characters."""
-    return repr(value if len(value) <= limit else value[: limit - 3] + "...")
 
 
 def named_path(root: Path, *names: str, what: str = "name") -> Path:

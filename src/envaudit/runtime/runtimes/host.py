@@ -35,7 +35,6 @@ HARNESS_NEEDS = ("torch", "safetensors")
 
 
 class HostRuntime(Runtime):
-    name = "host"
     summary = "this interpreter, checked against the declared lock"
     takes_env = False
     forks_workers = True

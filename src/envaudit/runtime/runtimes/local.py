@@ -142,7 +142,6 @@ def require_python(version: str, env: str) -> None:
 
 
 class LocalRuntime(Runtime):
-    name = "local"
     forks_workers = True
     summary = "a uv venv built offline from the lock and the store"
 

@@ -101,8 +101,8 @@ class AuditPlan:
     data_root: Path = Path("workloads")
     solutions_root: Path = Path("solutions")
     suite: str | None = None
-    evaluation: EvalOptions = field(default_factory=lambda: EvalOptions(graph_timing=True))
-    """What every job checks and how it times; graph timing applies on a GPU only."""
+    evaluation: EvalOptions = field(default_factory=EvalOptions)
+    """What every job checks and how it times (graph timing is the audit's own: evaluation_on)."""
     each_gpu: bool = False
     """Run every solution on every GPU named (to compare cards), not once per GPU model."""
     cpu_jobs: int = 1
@@ -117,8 +117,9 @@ class AuditPlan:
         return self.suite or ("dev" if gpu else "smoke")
 
     def evaluation_on(self, gpu: bool) -> EvalOptions:
-        """The evaluation options of a job on a GPU (gpu) or the CPU: no graph on the CPU."""
-        return replace(self.evaluation, graph_timing=self.evaluation.graph_timing and gpu)
+        """The evaluation options of a job on a GPU (gpu) or the CPU: an audit times the call
+        captured in a CUDA graph too wherever there is one, on a GPU."""
+        return replace(self.evaluation, graph_timing=gpu)
 
     def solution(self, name: str) -> tuple[Path, Solution]:
         """find_solution's answer for `name`, parsed once per audit: the plan's checks, its
