@@ -113,6 +113,9 @@ def test_committed_json_schemas_match_the_models() -> None:
         ("envaudit.schema.expressions", ["torch", "pydantic", "numpy"]),
         ("envaudit.harness.inputs", ["typer", "pydantic", "docker", "rich"]),
         ("envaudit.dataset.checks", ["torch", "typer"]),
+        # what `envaudit run` imports before planning: no Docker SDK, no pydantic line models
+        ("envaudit.console", ["docker", "envaudit.schema.result_line"]),
+        ("envaudit.commands.run", ["docker"]),
     ],
 )
 def test_layers_import_only_what_they_may(module: str, forbidden: list[str]) -> None:
