@@ -27,7 +27,8 @@
 # tar of store entries (files named by their sha256, as in the store), cut by `split -b` into
 # part-NN files, with wheels.tar.sha256 beside the first: fewer calls than one folder per wheel.
 # `store` rejoins the parts, checks the tar's hash and every entry's, and fills the store.
-# OUT/steps.txt gets the wall time of every step.
+# OUT/steps.txt gets the wall time of every step. ENGINE_TARBALL names the engine's archive when
+# it is not scratch/docker-engine/docker-engine.tar.xz.
 set -u
 cmd=$1 out=$2
 shift 2
@@ -37,7 +38,7 @@ steps="$out/steps.txt"
 source "$(dirname "$0")/steps.sh"
 export ENVAUDIT_STORE=$scratch/store
 setup() {
-  eval "$(scripts/gpu/docker-up.sh "$scratch/d" scratch/docker-engine/docker-engine.tar.xz)" || exit 1
+  eval "$(scripts/gpu/docker-up.sh "$scratch/d" "${ENGINE_TARBALL:-scratch/docker-engine/docker-engine.tar.xz}")" || exit 1
   export PYTHONPATH=$PWD/src:$scratch/pylib
   export ENVAUDIT_CACHE=$scratch/cache ENVAUDIT_OFFLINE=1
   export ENVAUDIT_NVIDIA_DRIVER_DIR=/usr/local/nvidia PYTHONUNBUFFERED=1
