@@ -10,8 +10,10 @@
 #                                        start the driver in its own session for the solutions
 #                                        LIST names (one a line), return
 #   scripts/gpu/record-audit.sh part STATE PARTS_DIR     stash more parts
-#   scripts/gpu/record-audit.sh poll STATE SECONDS       wait up to SECONDS for the driver to end,
-#                                                        then print its steps and line count
+#   scripts/gpu/record-audit.sh poll STATE SECONDS [DEST]  wait up to SECONDS for the driver to
+#                                        end, print its steps and line count, and pack what is
+#                                        there to DEST (every call: the machine can go back
+#                                        between calls, 30 s idle, and take the state with it)
 #   scripts/gpu/record-audit.sh pack STATE DEST          result files and packed logs to DEST
 #   NPARTS (default 2) is how many parts the driver waits for.
 set -u
@@ -61,6 +63,7 @@ case $cmd in
     cat "$session/steps.txt" "$session/integrity/steps.txt" 2>/dev/null
     wc -l "$session"/audit-*/results.jsonl 2>/dev/null
     tail -3 "$state/driver.log"
+    [ -n "${2:-}" ] && bash "$(dirname "$0")/library-session.sh" pack "$session" "$2"
     ;;
   pack)
     bash "$(dirname "$0")/library-session.sh" pack "$session" "$1"

@@ -70,7 +70,7 @@ def with_iqr(entry: dict, iqr: float = 0.001) -> dict:
 
 
 def test_a_win_within_noise_does_not_beat_the_baseline(tmp_path: Path) -> None:
-    from envaudit.report.summary import preferred_solutions
+    from envaudit.report.choice import preferred_solutions
 
     lines = [with_iqr(line("d-torch", w, 1.0)) for w in ("w1", "w2")]
     lines += [with_iqr(line("d-fast", w, 0.99, env="fast-env")) for w in ("w1", "w2")]
@@ -82,7 +82,7 @@ def test_a_win_within_noise_does_not_beat_the_baseline(tmp_path: Path) -> None:
 
 
 def test_a_clear_win_is_chosen_with_its_interval(tmp_path: Path) -> None:
-    from envaudit.report.summary import preferred_solutions
+    from envaudit.report.choice import preferred_solutions
 
     lines = [with_iqr(line("d-torch", w, 1.0)) for w in ("w1", "w2")]
     lines += [with_iqr(line("d-fast", w, 0.5, env="fast-env")) for w in ("w1", "w2")]

@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from envaudit.report.choice import preferred_solutions
 from envaudit.report.merge import merge_files
-from envaudit.report.summary import SolutionInfo, build_summary, preferred_solutions
+from envaudit.report.summary import SolutionInfo, build_summary
 
 GPU_A, GPU_A2, GPU_B = (
     "GPU-aaaaaaaa-0000-0000-0000-000000000000",

@@ -22,6 +22,7 @@ from typing import Any
 from envaudit.dataset.interfaces import load_interfaces
 from envaudit.dataset.traceset import DatasetRootError, load_traceset
 from envaudit.errors import EnvauditError, free_bytes
+from envaudit.report.choice import preferred_solutions
 from envaudit.report.markdown import render_markdown
 from envaudit.report.merge import (
     MergeResult,
@@ -30,7 +31,7 @@ from envaudit.report.merge import (
     render_results,
 )
 from envaudit.report.plots import render_plots
-from envaudit.report.summary import SolutionInfo, build_summary, preferred_solutions
+from envaudit.report.summary import SolutionInfo, build_summary
 from envaudit.report.traces import render_traces, trace_to_line
 from envaudit.schema.locks import Lock
 from envaudit.schema.names import check_under, name_problem, shown
@@ -119,7 +120,8 @@ def render_report(
     stand_ins = stand_in_notes(locks_root)
     for env in summary["environments"]:
         env["stand_in"] = stand_ins.get(str(env["closure_hash"]), [])
-    preferred = preferred_solutions(summary)
+    suites = {name: suite.workloads for name, suite in traceset.suites.items()}
+    preferred = preferred_solutions(summary, suites)
     try:
         traces = render_traces(merged.lines, solutions, definitions, workloads, out)
     except ValueError as exc:

@@ -53,32 +53,82 @@ def _gpu_label(summary: Mapping[str, Any], device: str) -> str:
     return f"{device} ({cards})" if cards else device
 
 
+def short_name(solution: str, definition: str) -> str:
+    """A solution's name without its definition's (the definition heads the row or section)."""
+    prefix = f"{definition}-"
+    return solution[len(prefix) :] if solution.startswith(prefix) else solution
+
+
 def _overview(summary: Mapping[str, Any], preferred: Mapping[str, Any]) -> str:
-    rows = [
-        "## At a glance\n",
-        "| definition | GPU | passed (all solutions) | preferred | speedup | runner-up |",
-        "|---|---|---|---|---:|---|",
-    ]
-    for name, block in summary["definitions"].items():
-        for device, dblock in block["devices"].items():
+    """Per GPU model, one row per definition and comparison: the choice on equal footing."""
+    models = sorted({m for b in summary["definitions"].values() for m in b["devices"]})
+    rows = ["## At a glance\n"]
+    for model in models:
+        rows += [
+            f"{_gpu_label(summary, model)}:\n",
+            "| definition | passed | workloads compared | preferred | speedup [95% CI] | runner-up"
+            " | left out |",
+            "|---|---|---|---|---:|---|---|",
+        ]
+        for name, block in summary["definitions"].items():
+            dblock = block["devices"].get(model)
+            if dblock is None:
+                continue
             passed = sum(s["workloads"]["passed"] for s in dblock["solutions"])
             total = sum(s["workloads"]["total"] for s in dblock["solutions"])
-            choice = preferred["choices"][name][device]
-            best, runner = choice["choice"], choice["runner_up"]
-            best_text = f"none ({choice['reason']})" if best == "none" else f"`{best['solution']}`"
-            speed = "–" if best == "none" else _speedup(best["geomean_speedup"], best.get("ci95"))
-            runner_text = f"`{runner['solution']}`" if runner else "–"
-            if runner and best != "none" and runner["solution"] == best["solution"]:
-                best_text += f" ({best['env']})"
-                runner_text += f" ({runner['env']})"
-            if runner and choice.get("indistinguishable"):
-                runner_text += " (indistinguishable)"
-            rows.append(
-                f"| {name} | {_gpu_label(summary, device)} | {passed}/{total} | {best_text}"
-                f" | {speed} | {runner_text} |"
-            )
-    rows.append(f"\nRule: {preferred['rule']}.\n")
+            choice = preferred["choices"][name][model]
+            left = [_left(item, name) for item in choice["left_out"]]
+            comparisons = choice["comparisons"] or [None]
+            for i, comparison in enumerate(comparisons):
+                head = f"{name} | {passed}/{total}" if i == 0 else "″ | ″"
+                if comparison is None:
+                    rows.append(
+                        f"| {head} | – | none ({choice['reason']}) | – | – | {_join(left)} |"
+                    )
+                    continue
+                out = left + [_left(item, name) for item in comparison["left_out"]]
+                rows.append(
+                    f"| {head} | {_compared(comparison)} | {_choice_cells(comparison, name)}"
+                    f" | {_join(out)} |"
+                )
+        rows.append("")
+    rows.append(f"Rule: {preferred['rule']}.\n")
     return "\n".join(rows)
+
+
+def _compared(comparison: Mapping[str, Any]) -> str:
+    """ "2 (dev suite, run by all)", "5 (all suite)": the set a choice was made on."""
+    notes = [f"{comparison['suite']} suite"] if comparison.get("suite") else []
+    if comparison["scope"] == "common":
+        notes.append("run by all")
+    return f"{len(comparison['workloads'])}" + (f" ({', '.join(notes)})" if notes else "")
+
+
+def _choice_cells(comparison: Mapping[str, Any], definition: str) -> str:
+    best, runner = comparison["choice"], comparison["runner_up"]
+    if best == "none":
+        return "none | – | –"
+    speed = _speedup(best["geomean_speedup"], best.get("ci95"))
+    runner_text = "–"
+    if runner:
+        runner_text = f"`{short_name(runner['solution'], definition)}`"
+        runner_text += f" {_num(runner['geomean_speedup'], 2)}x"
+        if runner["solution"] == best["solution"]:
+            runner_text += f" ({runner['env']})"
+        if comparison.get("indistinguishable"):
+            runner_text += " (indistinguishable)"
+    best_text = f"`{short_name(best['solution'], definition)}`"
+    if runner and runner["solution"] == best["solution"]:
+        best_text += f" ({best['env']})"
+    return f"{best_text} | {speed} | {runner_text}"
+
+
+def _left(item: Mapping[str, Any], definition: str) -> str:
+    return f"`{short_name(str(item['solution']), definition)}`: {item['reason']}"
+
+
+def _join(items: Sequence[str]) -> str:
+    return "; ".join(items) if items else "–"
 
 
 def _provenance(summary: Mapping[str, Any]) -> str:

@@ -24,20 +24,11 @@ from envaudit.report.intervals import (
     geomean_interval,
     geomean_log_variance,
     holds_one,
-    interval,
     speedup_interval,
 )
 from envaudit.report.merge import MergeResult
 from envaudit.schema.result_line import Achieved, ProbePoint, ResultLine, TimingStats
 
-PREFERENCE_RULE = (
-    "candidates: solutions that passed every workload of the definition measured on this GPU"
-    " (at least the baseline's workloads); choice: the highest geometric-mean speedup over the"
-    " baseline (graph timing where both have it, else eager); the baseline itself is a candidate"
-    " at speedup 1.0, and a solution whose speedup's 95% interval holds 1.0 (within noise) ranks"
-    " below it; the choice and the runner-up are called indistinguishable when the interval of"
-    " their ratio holds 1.0"
-)
 MODES: tuple[Literal["eager", "graph"], ...] = ("eager", "graph")
 
 
@@ -354,77 +345,3 @@ def _environments(lines: Iterable[ResultLine]) -> list[dict[str, Any]]:
 def _date_range(lines: Iterable[ResultLine]) -> list[str] | None:
     stamps = sorted(ln.timestamp for ln in lines if ln.timestamp)
     return [stamps[0], stamps[-1]] if stamps else None
-
-
-def preferred_solutions(summary: Mapping[str, Any]) -> dict[str, Any]:
-    """One measured choice per definition and GPU, with the rule and the runner-up."""
-    choices: dict[str, Any] = {}
-    for definition, block in summary["definitions"].items():
-        per_device = {}
-        for device, dblock in block["devices"].items():
-            per_device[device] = _choose(dblock["solutions"], block["baseline"])
-        choices[definition] = per_device
-    return {"rule": PREFERENCE_RULE, "choices": choices}
-
-
-def _rank(candidate: Mapping[str, Any]) -> tuple[float, bool, str]:
-    """Fastest first; a win within noise counts as none, so the baseline goes ahead of it."""
-    speedup = float(candidate["geomean_speedup"])
-    if candidate["within_noise"]:
-        speedup = min(speedup, 1.0)
-    return -speedup, not candidate["is_baseline"], str(candidate["solution"])
-
-
-def _public(candidate: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in candidate.items() if k not in ("log_variance", "is_baseline")}
-
-
-def _indistinguishable(first: Mapping[str, Any], second: Mapping[str, Any]) -> bool | None:
-    """Whether the interval of first/second (geometric-mean speedups) holds 1.0."""
-    variances = (first["log_variance"], second["log_variance"])
-    if variances[0] is None or variances[1] is None:
-        return None
-    ratio = first["geomean_speedup"] / second["geomean_speedup"]
-    return holds_one(interval(math.log(ratio), variances[0] + variances[1]))
-
-
-def _choose(solutions: list[Mapping[str, Any]], baseline: str | None) -> dict[str, Any]:
-    base = next((s for s in solutions if s["baseline"]), None)
-    needed = base["workloads"]["total"] if base else 0
-    candidates = []
-    for entry in solutions:
-        counts = entry["workloads"]
-        if counts["passed"] != counts["total"] or counts["total"] < needed:
-            continue
-        geo = entry["geomean_speedup"]
-        speedup = 1.0 if entry["baseline"] else geo["primary"]
-        if speedup is None:
-            continue
-        candidates.append(
-            {
-                "solution": entry["solution"],
-                "env": entry["env"],
-                "closure_hash": entry["closure_hash"],
-                "geomean_speedup": speedup,
-                "ci95": None if entry["baseline"] else geo.get("primary_ci95"),
-                "within_noise": False if entry["baseline"] else geo.get("within_noise"),
-                "log_variance": 0.0 if entry["baseline"] else geo.get("log_variance"),
-                "is_baseline": bool(entry["baseline"]),
-            }
-        )
-    candidates.sort(key=_rank)
-    choice: dict[str, Any] = {
-        "choice": _public(candidates[0]) if candidates else "none",
-        "runner_up": _public(candidates[1]) if len(candidates) > 1 else None,
-        "baseline": baseline,
-        "candidates": len(candidates),
-    }
-    if len(candidates) > 1:
-        choice["indistinguishable"] = _indistinguishable(candidates[0], candidates[1])
-    if not candidates:
-        choice["reason"] = (
-            "no baseline measured on this GPU: speedups are undefined"
-            if base is None
-            else "no solution passed every workload"
-        )
-    return choice

@@ -1,0 +1,103 @@
+"""Choices on equal footing: a solution is only ranked against others on the same workloads,
+and every solution left out of a choice is listed with its reason."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from envaudit.report.choice import preferred_solutions
+from envaudit.report.markdown import render_markdown
+from envaudit.report.summary import SolutionInfo
+from tests.report.test_merge import GPU_B, MODEL_A, MODEL_B, line, summarize, write
+
+SOLUTIONS = {
+    "d-torch": SolutionInfo("d-torch", "d", "me", "torch-2.11-cu130", True),
+    "d-fast": SolutionInfo("d-fast", "d", "me", "fast-env", False),
+    "d-wide": SolutionInfo("d-wide", "d", "me", "torch-2.11-cu130", False),
+}
+
+
+def choices(tmp_path: Path, lines: list[dict[str, Any]], suites: Any = None) -> dict[str, Any]:
+    _, summary = summarize([write(tmp_path / "r.jsonl", lines)])
+    return preferred_solutions(summary, suites)["choices"]["d"]
+
+
+def test_a_faster_solution_with_fewer_workloads_wins_only_where_both_ran(tmp_path: Path) -> None:
+    lines = [line("d-torch", w, 10.0) for w in ("w1", "w2", "w3")]
+    lines += [line("d-fast", w, 1.0) for w in ("w1", "w2")]  # 10x, on two of three
+    lines += [line("d-wide", "w1", 5.0), line("d-wide", "w2", 5.0), line("d-wide", "w3", 1.0)]
+    suites = {"dev": {"d": ["w1", "w2"]}, "all": {"d": ["w1", "w2", "w3"]}}
+    choice = choices(tmp_path, lines, suites)[MODEL_A]
+    common, full = choice["comparisons"]
+    assert (common["scope"], common["suite"], common["workloads"]) == (
+        "common",
+        "dev",
+        ["w1", "w2"],
+    )
+    assert common["choice"]["solution"] == "d-fast" and common["runner_up"]["solution"] == "d-wide"
+    assert common["choice"]["geomean_speedup"] == 10.0
+    assert common["runner_up"]["geomean_speedup"] == 2.0  # over w1 and w2 only, not its 10x on w3
+    assert (full["scope"], full["suite"]) == ("full", "all")
+    assert full["choice"]["solution"] == "d-wide"
+    assert full["left_out"] == [
+        {"solution": "d-fast", "env": "torch-2.11-cu130", "reason": "not run on 1: w3"}
+    ]
+    assert choice["choice"]["solution"] == "d-fast" and choice["left_out"] == []
+
+
+def test_a_solution_failing_one_workload_is_left_out_with_the_workload(tmp_path: Path) -> None:
+    lines = [line("d-torch", w, 10.0) for w in ("w1", "w2")]
+    lines += [line("d-fast", "w1", 1.0), line("d-fast", "w2", 1.0, status="INCORRECT_NUMERICAL")]
+    choice = choices(tmp_path, lines)[MODEL_A]
+    assert choice["choice"]["solution"] == "d-torch"
+    assert [c["scope"] for c in choice["comparisons"]] == ["all measured"]
+    assert choice["left_out"] == [
+        {
+            "solution": "d-fast",
+            "env": "torch-2.11-cu130",
+            "reason": "failed: w2 INCORRECT_NUMERICAL",
+        }
+    ]
+
+
+def test_a_solution_measured_on_another_gpu_model_is_named_not_compared(tmp_path: Path) -> None:
+    lines = [line("d-torch", "w1", 10.0), line("d-torch", "w1", 10.0, gpu=GPU_B)]
+    lines += [line("d-fast", "w1", 1.0, gpu=GPU_B)]
+    found = choices(tmp_path, lines)
+    assert found[MODEL_A]["choice"]["solution"] == "d-torch"
+    assert found[MODEL_A]["left_out"] == [
+        {"solution": "d-fast", "env": None, "reason": f"measured only on {MODEL_B}"}
+    ]
+    assert found[MODEL_B]["choice"]["solution"] == "d-fast" and not found[MODEL_B]["left_out"]
+
+
+def test_no_baseline_no_choice(tmp_path: Path) -> None:
+    choice = choices(tmp_path, [line("d-fast", "w1", 1.0)])[MODEL_A]
+    assert choice["choice"] == "none" and "no baseline" in choice["reason"]
+
+
+def test_the_overview_says_what_each_choice_was_made_on(tmp_path: Path) -> None:
+    lines = [line("d-torch", w, 10.0) for w in ("w1", "w2", "w3")]
+    lines += [line("d-fast", w, 1.0) for w in ("w1", "w2")]
+    _, summary = summarize([write(tmp_path / "r.jsonl", lines)])
+    text = render_markdown(summary, preferred_solutions(summary), [], "envaudit merge", "now")
+    glance = text.split("## At a glance")[1].split("## Provenance")[0]
+    assert "| d | 5/5 | 2 (run by all) | `fast` | 10.00x [9.69, 10.32] | `torch` 1.00x | – |" in glance
+    assert "| ″ | ″ | 3 | `torch` | 1.00x | – | `fast`: not run on 1: w3 |" in glance
+    assert glance.count(MODEL_A.split(",")[0]) == 1  # the GPU once, not once a row
+
+
+def test_the_committed_reports_gdn_prefill_choice_is_made_where_both_ran() -> None:
+    """FlashInfer's prefill ran the dev suite's two workloads, Triton all five: FlashInfer is
+    chosen on the two, Triton on the five with FlashInfer named as not run on three."""
+    preferred = json.loads(Path("docs/report/preferred-solutions.json").read_text())
+    [choice] = preferred["choices"]["gdn_prefill_qk4_v8_d128_k_last"].values()
+    common, full = choice["comparisons"]
+    assert common["suite"] == "dev" and len(common["workloads"]) == 2
+    assert common["choice"]["solution"] == "gdn_prefill_qk4_v8_d128_k_last-flashinfer"
+    assert common["choice"]["geomean_speedup"] > 40
+    assert full["suite"] == "all" and full["choice"]["solution"].endswith("-triton")
+    [left] = full["left_out"]
+    assert left["solution"].endswith("-flashinfer") and left["reason"].startswith("not run on 3:")
