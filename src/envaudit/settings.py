@@ -330,6 +330,15 @@ REQUIRE_SLURM = Setting(
     _switch,
     fallback="0",
 )
+REQUIRE_CHROMIUM = Setting(
+    "ENVAUDIT_REQUIRE_CHROMIUM",
+    "test",
+    SWITCH,
+    "",
+    "1 (CI): the report.html tests fail instead of skipping where no chromium is installed.",
+    _switch,
+    fallback="0",
+)
 UPDATE_GOLDEN = Setting(
     "ENVAUDIT_UPDATE_GOLDEN",
     "test",
@@ -389,6 +398,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     BYTECODE_CACHE,
     REQUIRE_ENGINE,
     REQUIRE_SLURM,
+    REQUIRE_CHROMIUM,
     UPDATE_GOLDEN,
     GPU_FAULTS,
     TEST_OUT,

@@ -1,6 +1,7 @@
 """plots/: one speedup figure per definition and GPU with a measured non-baseline solution, one
-roofline figure per GPU, failures drawn as marked gaps, and byte-identical output on a rerun
-(the figures are committed and CI regenerates them)."""
+roofline figure per GPU, failures drawn as marked gaps and workloads not run as neutral ones,
+95% intervals as whiskers, and byte-identical output on a rerun (the figures are committed and
+CI regenerates them)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import matplotlib
 import pytest
 
 from envaudit.report.merge import merge_files
-from envaudit.report.plots import short_gpu, write_plots
+from envaudit.report.plots import FAIL_COLOUR, NOT_RUN_COLOUR, short_gpu, write_plots
 from envaudit.report.summary import SolutionInfo, build_summary
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,6 +37,7 @@ def row(label: str | None, uuid: str, status: str = "PASSED", **extra: Any) -> d
         "speedup_primary": speedup,
         "primary_timing": "eager",
         "roofline_fraction": extra.pop("roofline", None),
+        "speedup_ci95": extra.pop("ci", None),
     }
 
 
@@ -146,6 +148,49 @@ def test_failed_workload_is_a_marked_gap(tmp_path: Path) -> None:
     assert "failed or not compared" in svg
 
 
+def with_a_partial_solution(summary: dict[str, Any]) -> dict[str, Any]:
+    """hand_made_summary plus toy_op-cuda, which ran "small" only (with an interval): the other
+    two workloads are not run, not failed; and an interval on toy_op-triton's "small"."""
+    solutions = summary["definitions"]["toy_op"]["devices"][GPU]["solutions"]
+    solutions[1]["per_workload"][0]["speedup_ci95"] = [3.3, 3.7]
+    partial = row("small", "aaaaaaaa-1", speedup=2.0, ci=[1.9, 2.1])
+    solutions.append(entry("toy_op-cuda", False, [partial], geomean=2.0))
+    return summary
+
+
+def drawn_style(svg: str, gid: str) -> str:
+    """The style of the shape drawn under this gid."""
+    group = ET.fromstring(svg).find(f".//*[@id='{gid}']")
+    assert group is not None, gid
+    path = group.find("{http://www.w3.org/2000/svg}path")
+    assert path is not None, gid
+    return path.get("style") or ""
+
+
+def test_speedup_bars_carry_their_95_percent_interval(tmp_path: Path) -> None:
+    write_plots(with_a_partial_solution(hand_made_summary()), tmp_path)
+    svg = (tmp_path / "plots" / f"toy_op.{TAG}.svg").read_text()
+    # workloads in (label, uuid) order: cccccccc-3 (no label), large, small
+    assert 'id="ci-0-2"' in svg and 'id="ci-1-2"' in svg  # "small" has an interval, both bars
+    assert 'id="ci-0-0"' not in svg  # cccccccc-3's row has none, so no whisker is made up
+    assert svg.count('id="ci-') == 2
+    assert "95% interval per workload" in svg
+
+
+def test_not_run_is_drawn_neutral_and_apart_from_a_failure(tmp_path: Path) -> None:
+    write_plots(with_a_partial_solution(hand_made_summary()), tmp_path)
+    svg = (tmp_path / "plots" / f"toy_op.{TAG}.svg").read_text()
+    assert svg.count('id="failed-') == 1 and 'id="failed-0-1"' in svg  # triton's RUNTIME_ERROR
+    assert svg.count('id="notrun-') == 2  # cuda never ran cccccccc-3 nor large
+    failed = drawn_style(svg, "failed-0-1")
+    for gid in ("notrun-1-0", "notrun-1-1"):
+        neutral = drawn_style(svg, gid)
+        assert f"fill: {NOT_RUN_COLOUR}" in neutral
+        assert FAIL_COLOUR not in neutral and "url(#h" not in neutral  # no red, no hatch
+    assert FAIL_COLOUR in failed and "url(#h" in failed  # the failure keeps its red hatch
+    assert "not run (nothing to compare)" in svg and "failed or not compared" in svg
+
+
 def test_roofline_lists_every_solution_with_a_fraction(tmp_path: Path) -> None:
     write_plots(hand_made_summary(), tmp_path)
     svg = (tmp_path / "plots" / f"roofline.{TAG}.svg").read_text()
@@ -157,8 +202,8 @@ def test_roofline_lists_every_solution_with_a_fraction(tmp_path: Path) -> None:
 
 def test_rerun_is_byte_identical_and_leaves_rcparams_alone(tmp_path: Path) -> None:
     before = dict(matplotlib.rcParams)
-    first = write_plots(hand_made_summary(), tmp_path / "a")
-    second = write_plots(hand_made_summary(), tmp_path / "b")
+    first = write_plots(with_a_partial_solution(hand_made_summary()), tmp_path / "a")
+    second = write_plots(with_a_partial_solution(hand_made_summary()), tmp_path / "b")
     assert [p.name for p in first] == [p.name for p in second]
     for a, b in zip(first, second, strict=True):
         assert a.read_bytes() == b.read_bytes(), a.name

@@ -23,6 +23,7 @@ from envaudit.dataset.interfaces import load_interfaces
 from envaudit.dataset.traceset import DatasetRootError, load_traceset
 from envaudit.errors import EnvauditError, free_bytes
 from envaudit.report.choice import preferred_solutions
+from envaudit.report.html import render_html
 from envaudit.report.markdown import render_markdown
 from envaudit.report.merge import (
     MergeResult,
@@ -137,7 +138,9 @@ def render_report(
         files[out / name] = json.dumps(payload, indent=1, sort_keys=True) + "\n"
     markdown = render_markdown(summary, preferred, interfaces, command, generated_at)
     files[out / "performance.md"] = markdown
-    files.update(render_plots(summary, out))
+    plots = render_plots(summary, out)
+    files.update(plots)
+    files[out / "report.html"] = render_html(summary, preferred, plots, out, command, generated_at)
     files.update(traces)
     return files
 

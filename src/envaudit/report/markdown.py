@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from envaudit.report.env_compare import table
+from envaudit.report.intervals import RUN_TO_RUN_SD, Z95
+from envaudit.report.plots import short_gpu, speedup_plot
 
 
 def _num(value: float | None, digits: int = 3) -> str:
@@ -193,41 +196,133 @@ def _reproduce(summary: Mapping[str, Any]) -> str:
 
 
 def _definition(name: str, block: Mapping[str, Any], summary: Mapping[str, Any]) -> str:
-    rows = [f"## {name}\n", f"Baseline: `{block['baseline'] or 'none declared'}`.\n"]
+    """One definition: its figures first (the quickest read), then per GPU model the solutions
+    and the workloads, one figure per cell, and what the intervals stand on."""
+    rows = [f"## {name}\n"]
+    rows += _plot_links(name, block)
+    rows.append(f"Baseline: `{block['baseline'] or 'none declared'}`.\n")
     for device, dblock in block["devices"].items():
-        rows += [
-            f"{_gpu_label(summary, device)}:\n",
-            "| solution | env | passed | per workload: status, median ms (graph/eager), speedup"
-            " | geomean speedup | roofline |",
-            "|---|---|---|---|---:|---:|",
-        ]
-        for entry in dblock["solutions"]:
-            counts = entry["workloads"]
-            failed = ", ".join(f"{k} {v}" for k, v in counts["failed"].items())
-            passed = f"{counts['passed']}/{counts['total']}" + (f" ({failed})" if failed else "")
-            cells = []
-            for row in entry["per_workload"]:
-                label = row["label"] or row["uuid"][:8]
-                strict = _strict(row) + _scale_probe(row)
-                if row["status"] != "PASSED":
-                    cells.append(f"{label}: **{row['status']}**{strict}")
-                    continue
-                timing = f"{_ms(row['graph_median_ms'])}/{_ms(row['eager_median_ms'])}"
-                speed = (
-                    f", {_speedup(row['speedup_primary'], row.get('speedup_ci95'))}"
-                    if row["speedup_primary"] and not entry["baseline"]
-                    else (", 1.00x" if row["speedup_primary"] else "")
-                )
-                cells.append(f"{label}: {timing}{speed}{strict}")
-            geo = entry["geomean_speedup"]
-            rows.append(
-                f"| `{entry['solution']}` | {entry['env']}{_env_warning(entry)} | {passed}"
-                f" | {'<br>'.join(cells)}"
-                f" | {_speedup(geo['primary'], geo.get('primary_ci95')) if geo['primary'] else '–'}"
-                f" | {_num(entry['roofline_fraction_median'], 2)} |"
-            )
-        rows.append("")
+        rows.append(f"{_gpu_label(summary, device)}:\n")
+        rows += _solution_table(name, dblock["solutions"])
+        rows += _workload_table(name, dblock["solutions"])
+    rows.append(_interval_caption() + "\n")
     return "\n".join(rows)
+
+
+def _plot_links(name: str, block: Mapping[str, Any]) -> list[str]:
+    """The speedup figure of each GPU model that has one (plots.speedup_plot names the file
+    render_plots writes, and None where it writes none)."""
+    links = []
+    for device, dblock in block["devices"].items():
+        path = speedup_plot(name, device, dblock["solutions"])
+        if path is not None:
+            links.append(f"![{name}: speedup per workload, {short_gpu(device)}]({path})\n")
+    return links
+
+
+def _solution_table(name: str, solutions: Sequence[Mapping[str, Any]]) -> list[str]:
+    rows = [
+        "| solution | env | passed | geomean speedup | 95% CI | roofline |",
+        "|---|---|---|---:|---|---:|",
+    ]
+    for entry in solutions:
+        geo = entry["geomean_speedup"]
+        rows.append(
+            f"| `{short_name(entry['solution'], name)}` | {entry['env']}{_env_warning(entry)}"
+            f" | {_passed(entry)} | {_times(geo['primary'])} | {_ci(geo.get('primary_ci95'))}"
+            f" | {_num(entry['roofline_fraction_median'], 2)} |"
+        )
+    return [*rows, ""]
+
+
+def _passed(entry: Mapping[str, Any]) -> str:
+    """ "4/5 (RUNTIME_ERROR 1)": passed over run, then each failed status with its count."""
+    counts = entry["workloads"]
+    failed = ", ".join(f"{k} {v}" for k, v in counts["failed"].items())
+    return f"{counts['passed']}/{counts['total']}" + (f" ({failed})" if failed else "")
+
+
+def _workload_table(name: str, solutions: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Long form, one row per (workload, solution), workloads in the summary's (label, uuid)
+    order; a workload's name is written once, a ditto mark below it."""
+    rows = [
+        "| workload | solution | status | graph median ms | eager median ms | speedup | 95% CI"
+        " | notes |",
+        "|---|---|---|---:|---:|---:|---|---|",
+    ]
+    labels = _solution_labels(name, solutions)
+    previous = None
+    for key, label, entry, row in _workload_rows(solutions, labels):
+        workload = "″" if key == previous else str(row["label"] or row["uuid"][:8])
+        previous = key
+        rows.append(f"| {workload} | {label} | {_row_cells(entry, row)} |")
+    return [*rows, ""]
+
+
+def _solution_labels(name: str, solutions: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Short names, with the env where one solution appears in several envs on this GPU."""
+    shorts = [short_name(str(e["solution"]), name) for e in solutions]
+    return [
+        f"`{short}`" + (f" ({e['env']})" if shorts.count(short) > 1 else "")
+        for short, e in zip(shorts, solutions, strict=True)
+    ]
+
+
+def _workload_rows(
+    solutions: Sequence[Mapping[str, Any]], labels: Sequence[str]
+) -> list[tuple[tuple[str, str], str, Mapping[str, Any], Mapping[str, Any]]]:
+    """(workload key, solution label, entry, row), by workload then in the solutions' order."""
+    found = [
+        ((str(row["label"] or ""), str(row["uuid"])), index, label, entry, row)
+        for index, (label, entry) in enumerate(zip(labels, solutions, strict=True))
+        for row in entry["per_workload"]
+    ]
+    found.sort(key=lambda item: (item[0], item[1]))
+    return [(key, label, entry, row) for key, _, label, entry, row in found]
+
+
+def _row_cells(entry: Mapping[str, Any], row: Mapping[str, Any]) -> str:
+    """status | graph ms | eager ms | speedup | 95% CI | notes; a baseline's speedup is 1.00x by
+    definition and has no interval of its own."""
+    passed = row["status"] == "PASSED"
+    status = "PASSED" if passed else f"**{row['status']}**"
+    speedup = row["speedup_primary"] if passed else None
+    bounds = None if entry["baseline"] else row.get("speedup_ci95")
+    if speedup and entry["baseline"]:
+        speedup = 1.0
+    return (
+        f"{status} | {_ms(row['graph_median_ms'])} | {_ms(row['eager_median_ms'])}"
+        f" | {_times(speedup)} | {_ci(bounds)} | {_notes(row)}"
+    )
+
+
+def _times(value: float | None) -> str:
+    return f"{_num(value, 2)}x" if value else "–"
+
+
+def _ci(bounds: Sequence[float] | None) -> str:
+    """ "[2.31, 2.47]", "[0.98, 1.04] within noise" (the interval holds 1.0), "–" without one."""
+    if not bounds:
+        return "–"
+    text = f"[{bounds[0]:.2f}, {bounds[1]:.2f}]"
+    return text + (" within noise" if bounds[0] <= 1.0 <= bounds[1] else "")
+
+
+def _notes(row: Mapping[str, Any]) -> str:
+    notes = [note for note in (_strict(row), _scale_probe(row)) if note]
+    return "; ".join(notes) or "–"
+
+
+def _interval_caption() -> str:
+    """Where the 95% CI columns come from, with the floor's figures computed from the constants
+    in envaudit.report.intervals, so the sentence cannot drift from the arithmetic."""
+    floor = 100 * RUN_TO_RUN_SD
+    one = 100 * Z95 * math.sqrt(2) * RUN_TO_RUN_SD
+    return (
+        "95% CI: from each line's quartiles plus a fixed run-to-run floor of"
+        f" {floor:.1f}% per line; that floor alone gives about ±{one:.1f}% on one workload's"
+        " speedup, and most intervals here are that floor. Within noise: the interval holds 1.0."
+    )
 
 
 def _speedup(value: float, bounds: Sequence[float] | None) -> str:
@@ -244,9 +339,9 @@ def _strict(row: Mapping[str, Any]) -> str:
     if row.get("strict_holds") is None:
         return ""
     if row["strict_holds"]:
-        return ", strict bound holds"
+        return "strict bound holds"
     factor = row.get("strict_factor")
-    return f", strict bound missed ({factor:.3g}x)" if factor else ", strict bound missed"
+    return f"strict bound missed ({factor:.3g}x)" if factor else "strict bound missed"
 
 
 def _scale_probe(row: Mapping[str, Any]) -> str:
@@ -264,7 +359,7 @@ def _scale_probe(row: Mapping[str, Any]) -> str:
         verdict = "ok" if point["status"] == "PASSED" else point["status"]
         error = point.get("max_absolute_error")
         cells.append(f"{name} {verdict}" + (f" {error:.2g}" if error is not None else ""))
-    return ", scale " + ", ".join(cells)
+    return "scale " + ", ".join(cells)
 
 
 def _env_warning(entry: Mapping[str, Any]) -> str:

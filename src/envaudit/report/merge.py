@@ -272,11 +272,28 @@ def _admit(line: ResultLine, kept: dict[LineKey, ResultLine], result: MergeResul
 
 
 def render_results(lines: Iterable[ResultLine], runs: Iterable[ResultLine] = ()) -> str:
-    """results.jsonl: the merged lines, without our bookkeeping keys, in a stable order. The
-    repeats among `runs` (same key, status and solution revision as the kept line: what
-    env_compare puts intervals on) go just before their kept line, so that merging this file
-    again keeps the same lines and the same repeats, and the report, its environment
-    comparisons included, comes out the same. A conflict's dropped line is not written."""
+    """results.jsonl: the merged lines, without our bookkeeping keys, in a stable order (see
+    `_written_order`)."""
+    return "".join(_result_text(line) for line in _written_order(lines, runs))
+
+
+def result_line_numbers(
+    lines: Iterable[ResultLine], runs: Iterable[ResultLine] = ()
+) -> dict[LineKey, int]:
+    """Each kept line's number (1-based) in the results.jsonl `render_results` writes: what
+    `envaudit reproduce results.jsonl:N` takes."""
+    lines = list(lines)
+    kept = {id(line) for line in lines}
+    order = _written_order(lines, runs)
+    return {line.key: n for n, line in enumerate(order, 1) if id(line) in kept}
+
+
+def _written_order(lines: Iterable[ResultLine], runs: Iterable[ResultLine]) -> list[ResultLine]:
+    """The kept lines in merge order, each preceded by its repeats among `runs` (same key,
+    status and solution revision as the kept line: what env_compare puts intervals on), so
+    that merging the file again keeps the same lines and the same repeats, and the report,
+    its environment comparisons included, comes out the same. A conflict's dropped line is
+    not written."""
     kept = {line.key: line for line in lines}
     repeats: dict[LineKey, list[ResultLine]] = {}
     for run in runs:
@@ -284,7 +301,7 @@ def render_results(lines: Iterable[ResultLine], runs: Iterable[ResultLine] = ())
         line = kept.get(key)
         if line is not None and run is not line and _same_run(run, line):
             repeats.setdefault(key, []).append(run)
-    return "".join(_result_text(run) for key in kept for run in [*repeats.get(key, []), kept[key]])
+    return [run for key in kept for run in [*repeats.get(key, []), kept[key]]]
 
 
 def _same_run(a: ResultLine, b: ResultLine) -> bool:

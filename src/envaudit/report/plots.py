@@ -8,6 +8,8 @@ stamps in the files. matplotlib is pinned exactly in pyproject.toml for the same
 outlines and PNG rasterisation change between releases.
 
 Figures never mix GPUs: one speedup figure per definition and GPU, one roofline figure per GPU.
+performance.md links each speedup figure by ``speedup_plot``, the rule ``render_plots`` names
+them by, so a link never points at a figure that was not drawn.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import matplotlib
 from matplotlib.axes import Axes
@@ -37,20 +39,33 @@ LOG_SCALE_RATIO = 10.0
 """Speedups spanning more than this factor (baseline 1.0 included) are drawn on a log axis."""
 
 FAIL_COLOUR = "#c0392b"
+NOT_RUN_COLOUR = "#bdbdbd"
+NOT_RUN_TEXT_COLOUR = "#595959"
 BASELINE_COLOUR = "#7f7f7f"
+CI_COLOUR = "#262626"
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 
 SVG_HASH_SALT = "envaudit-plots"
+PLOTS_DIR = "plots"
+"""The figures' folder under the report's --out, which is where performance.md lives."""
+
 _FAILED_LABEL = "failed or not compared (status on the bar)"
+_NOT_RUN_LABEL = "not run (nothing to compare)"
+_CI_LABEL = "95% interval per workload"
+_LEGEND_LAST = (_CI_LABEL, _NOT_RUN_LABEL, _FAILED_LABEL)
 _VENDORS = frozenset({"nvidia", "amd", "intel", "geforce", "tesla"})
 
 
 @dataclass(frozen=True)
 class _Slot:
-    """One solution's bar at one workload: a speedup, or why there is none."""
+    """One solution's bar at one workload: a speedup (with its 95% interval where the summary has
+    one), or why there is none. ``kind`` keeps a workload nobody failed ("not run": the solution
+    or the baseline never ran it) apart from a failure, so the figure draws them differently."""
 
     speedup: float | None
     mark: str | None
+    kind: Literal["bar", "failed", "not run"] = "bar"
+    ci: tuple[float, float] | None = None
 
 
 def write_plots(summary: Mapping[str, Any], out: Path) -> list[Path]:
@@ -64,7 +79,7 @@ def write_plots(summary: Mapping[str, Any], out: Path) -> list[Path]:
 
 def render_plots(summary: Mapping[str, Any], out: Path) -> dict[Path, bytes]:
     """Every figure's bytes by its path under ``out/plots/``, PNG then SVG; nothing written."""
-    target = out / "plots"
+    target = out / PLOTS_DIR
     rendered: dict[Path, bytes] = {}
     devices = summary.get("devices") or {}
     with _reproducible_rc():
@@ -74,13 +89,27 @@ def render_plots(summary: Mapping[str, Any], out: Path) -> dict[Path, bytes]:
                     continue
                 gpu = _gpu_name(devices, device)
                 fig = _speedup_figure(definition, gpu, device, dblock["solutions"])
-                stem = f"{_safe(definition)}.{short_gpu(device)}"
-                rendered.update(_render(fig, target / stem))
+                rendered.update(_render(fig, target / _speedup_stem(definition, device)))
         for device in _roofline_devices(summary):
             gpu = _gpu_name(devices, device)
             fig = _roofline_figure(gpu, device, _roofline_entries(summary, device))
             rendered.update(_render(fig, target / f"roofline.{short_gpu(device)}"))
     return rendered
+
+
+def speedup_plot(
+    definition: str, device: str, solutions: Sequence[Mapping[str, Any]]
+) -> str | None:
+    """The PNG ``render_plots`` draws for this definition on this GPU model, as a path relative
+    to the report folder (``plots/<definition>.<short_gpu>.png``), or None where it draws none
+    (no non-baseline speedup): performance.md links exactly the files this module writes."""
+    if not _has_speedup(solutions):
+        return None
+    return f"{PLOTS_DIR}/{_speedup_stem(definition, device)}.png"
+
+
+def _speedup_stem(definition: str, device: str) -> str:
+    return f"{_safe(definition)}.{short_gpu(device)}"
 
 
 def short_gpu(model: str) -> str:
@@ -123,8 +152,8 @@ def _render(fig: Figure, stem: Path) -> dict[Path, bytes]:
     fig.savefig(svg, format="svg", dpi=DPI, metadata={"Date": None})
     fig.clear()
     return {
-        stem.with_suffix(stem.suffix + ".png"): png.getvalue(),
-        stem.with_suffix(stem.suffix + ".svg"): svg.getvalue(),
+        stem.parent / f"{stem.name}.png": png.getvalue(),
+        stem.parent / f"{stem.name}.svg": svg.getvalue(),
     }
 
 
@@ -160,19 +189,22 @@ def _slots(
 ) -> list[_Slot]:
     """Bars for one solution; a missing bar always says why (its status, or the baseline's)."""
     mine = {str(r["uuid"]): r for r in entry["per_workload"]}
-    slots = []
-    for workload in workloads:
-        uuid = str(workload["uuid"])
-        row = mine.get(uuid)
-        if row is None:
-            slots.append(_Slot(None, "not run"))
-        elif row["status"] != "PASSED":
-            slots.append(_Slot(None, str(row["status"])))
-        elif row.get("speedup_primary"):
-            slots.append(_Slot(float(row["speedup_primary"]), None))
-        else:
-            slots.append(_Slot(None, f"baseline {base.get(uuid, 'not run')}"))
-    return slots
+    return [_slot(mine.get(str(w["uuid"])), base.get(str(w["uuid"]))) for w in workloads]
+
+
+def _slot(row: Mapping[str, Any] | None, base_status: str | None) -> _Slot:
+    """A workload the solution (or the baseline) never ran is "not run", not a failure."""
+    if row is None:
+        return _Slot(None, "not run", "not run")
+    if row["status"] != "PASSED":
+        return _Slot(None, str(row["status"]), "failed")
+    if row.get("speedup_primary"):
+        bounds = row.get("speedup_ci95")
+        ci = (float(bounds[0]), float(bounds[1])) if bounds else None
+        return _Slot(float(row["speedup_primary"]), None, "bar", ci)
+    if base_status is None:
+        return _Slot(None, "baseline not run", "not run")
+    return _Slot(None, f"baseline {base_status}", "failed")
 
 
 def _speedup_figure(
@@ -189,18 +221,20 @@ def _speedup_figure(
     ax = fig.add_subplot()
     log = _use_log(slots)
     _draw_baseline(ax, baseline)
-    failures = _draw_bars(ax, others, slots, log)
+    gaps = _draw_bars(ax, others, slots, log)
     _style_speedup_axes(ax, workloads, log, _lowest(slots))
-    _failure_reasons(ax, failures, log)
+    _failure_reasons(ax, gaps, log)
     ax.set_title(f"{definition}\n{_where(gpu, device)}", fontsize=10)
     _speedup_legend(fig, ax)
     return fig
 
 
 def _speedup_legend(fig: Figure, ax: Axes) -> None:
-    """Below the axes (long solution names would cover bars), the failure key last."""
+    """Below the axes (long solution names would cover bars); the interval, not-run and failure
+    keys last, in that order."""
     pairs = sorted(
-        zip(*ax.get_legend_handles_labels(), strict=True), key=lambda p: p[1] == _FAILED_LABEL
+        zip(*ax.get_legend_handles_labels(), strict=True),
+        key=lambda p: _LEGEND_LAST.index(p[1]) + 1 if p[1] in _LEGEND_LAST else 0,
     )
     handles, labels = [p[0] for p in pairs], [p[1] for p in pairs]
     ncols = 1 if len(labels) <= 4 else 2
@@ -217,7 +251,9 @@ def _use_log(slots: Sequence[Sequence[_Slot]]) -> bool:
 
 
 def _lowest(slots: Sequence[Sequence[_Slot]]) -> float:
-    return min(_speedups(slots))
+    """The lowest bar, or the lowest end of an interval, so a log axis shows every whisker."""
+    lows = [s.ci[0] for row in slots for s in row if s.ci and s.ci[0] > 0]
+    return min(_speedups(slots) + lows)
 
 
 def _draw_baseline(ax: Axes, baseline: Mapping[str, Any] | None) -> None:
@@ -231,11 +267,12 @@ def _draw_baseline(ax: Axes, baseline: Mapping[str, Any] | None) -> None:
 
 def _draw_bars(
     ax: Axes, others: Sequence[Mapping[str, Any]], slots: Sequence[Sequence[_Slot]], log: bool
-) -> list[tuple[float, str]]:
+) -> list[tuple[float, _Slot]]:
     """Grouped bars, one colour per solution. On a log axis bars grow from the baseline's 1.0 (a
-    log axis has no zero), so a slowdown points down; on a linear axis they start at 0."""
+    log axis has no zero), so a slowdown points down; on a linear axis they start at 0. Returns
+    the gaps (no bar) with their x, for ``_failure_reasons`` to label once the axes are final."""
     width = 0.8 / max(len(others), 1)
-    failures: list[tuple[float, str]] = []
+    gaps: list[tuple[float, _Slot]] = []
     for i, (entry, row) in enumerate(zip(others, slots, strict=True)):
         xs = [x - 0.4 + width * (i + 0.5) for x in range(len(row))]
         base = 1.0 if log else 0.0
@@ -245,11 +282,38 @@ def _draw_bars(
         ax.bar(xs, heights, width=width * 0.9, bottom=base, color=colour, label=label, zorder=2)
         for j, (x, slot) in enumerate(zip(xs, row, strict=True)):
             if slot.speedup is not None:
-                _value_label(ax, x, slot.speedup, below=log and slot.speedup < 1.0)
+                _interval_bar(ax, x, slot, f"ci-{i}-{j}")
+                _value_label(ax, x, slot, below=log and slot.speedup < 1.0)
+            elif slot.kind == "not run":
+                _not_run_mark(ax, x, width, f"notrun-{i}-{j}")
+                gaps.append((x, slot))
             else:
                 _failure_mark(ax, x, width, f"failed-{i}-{j}")
-                failures.append((x, str(slot.mark)))
-    return failures
+                gaps.append((x, slot))
+    return gaps
+
+
+def _interval_bar(ax: Axes, x: float, slot: _Slot, gid: str) -> None:
+    """The workload's 95% interval as a whisker on its bar, so a reader sees which differences
+    are outside the run-to-run noise. Bars without an interval in the summary get none."""
+    if slot.ci is None or slot.speedup is None:
+        return
+    low, high = slot.ci
+    drawn = ax.errorbar(
+        [x],
+        [slot.speedup],
+        yerr=[[max(slot.speedup - low, 0.0)], [max(high - slot.speedup, 0.0)]],
+        fmt="none",
+        ecolor=CI_COLOUR,
+        elinewidth=0.9,
+        capsize=2.5,
+        capthick=0.9,
+        zorder=3,
+    )
+    for collection in drawn.lines[2]:
+        collection.set_gid(gid)
+    if not any(text == _CI_LABEL for text in ax.get_legend_handles_labels()[1]):
+        drawn.set_label(_CI_LABEL)
 
 
 def _fmt(entry: Mapping[str, Any]) -> str:
@@ -257,10 +321,13 @@ def _fmt(entry: Mapping[str, Any]) -> str:
     return f"{value:.2f}×" if value else "n/a"
 
 
-def _value_label(ax: Axes, x: float, value: float, below: bool) -> None:
+def _value_label(ax: Axes, x: float, slot: _Slot, below: bool) -> None:
+    """The speedup, written past the end of its whisker (or bar) so the two never overlap."""
+    value = float(slot.speedup or 0.0)
+    end = (slot.ci[0] if below else slot.ci[1]) if slot.ci else value
     ax.annotate(
         f"{value:.2f}×",
-        (x, value),
+        (x, end),
         xytext=(0, -2 if below else 2),
         textcoords="offset points",
         ha="center",
@@ -282,26 +349,39 @@ def _failure_mark(ax: Axes, x: float, width: float, gid: str) -> None:
     ax.plot([x], [1.0], marker="x", color=FAIL_COLOUR, markersize=9, mew=2, zorder=3)
 
 
-def _failure_reasons(ax: Axes, failures: Sequence[tuple[float, str]], log: bool) -> None:
+def _not_run_mark(ax: Axes, x: float, width: float, gid: str) -> None:
+    """A plain grey band: nothing was measured, so nothing failed; no hatch and no ✕, which the
+    failure mark keeps for itself. The gid lets tests find it in the SVG."""
+    half = width * 0.45
+    span = ax.axvspan(
+        x - half, x + half, facecolor=NOT_RUN_COLOUR, edgecolor="none", alpha=0.35, zorder=1
+    )
+    span.set_gid(gid)
+    if not any(patch.get_label() == _NOT_RUN_LABEL for patch in ax.patches):
+        span.set_label(_NOT_RUN_LABEL)
+
+
+def _failure_reasons(ax: Axes, gaps: Sequence[tuple[float, _Slot]], log: bool) -> None:
     """Write each gap's status inside the axes, in the half away from the 1.0 line, so it never
-    covers the ✕ nor runs into the title. Needs the final y limits, hence after styling."""
+    covers the ✕ nor runs into the title: red for a failure, grey for "not run". Needs the final
+    y limits, hence after styling."""
     low, high = ax.get_ylim()
     if log:
         low, high, one = math.log(low), math.log(high), 0.0
     else:
         one = 1.0
     at_top = (one - low) / (high - low) < 0.5
-    for x, reason in failures:
+    for x, slot in gaps:
         ax.text(
             x,
             0.97 if at_top else 0.03,
-            reason,
+            str(slot.mark),
             transform=ax.get_xaxis_transform(),
             ha="center",
             va="top" if at_top else "bottom",
             rotation=90,
             fontsize=7,
-            color=FAIL_COLOUR,
+            color=NOT_RUN_TEXT_COLOUR if slot.kind == "not run" else FAIL_COLOUR,
             bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "none"},
             zorder=4,
         )

@@ -26,8 +26,9 @@ from envaudit.report.intervals import (
     holds_one,
     speedup_interval,
 )
-from envaudit.report.merge import MergeResult
+from envaudit.report.merge import MergeResult, result_line_numbers
 from envaudit.schema.result_line import Achieved, ProbePoint, ResultLine, TimingStats
+from envaudit.schema.results import LineKey
 
 MODES: tuple[Literal["eager", "graph"], ...] = ("eager", "graph")
 
@@ -102,6 +103,7 @@ def build_summary(
     for line in merged.lines:
         env, closure = env_of(line)
         groups[line.definition][gpu_model_of(line)][(line.solution, env, closure)].append(line)
+    numbers = result_line_numbers(merged.lines, merged.runs)
     summary_defs: dict[str, Any] = {}
     for definition in sorted(groups):
         baseline = next(
@@ -110,7 +112,7 @@ def build_summary(
         devices = {}
         for model in sorted(groups[definition]):
             entries = {k: _newest_per_workload(v) for k, v in groups[definition][model].items()}
-            devices[model] = _device_block(entries, baseline)
+            devices[model] = _device_block(entries, baseline, numbers)
         summary_defs[definition] = {
             "baseline": baseline,
             "op_type": (definitions.get(definition) or {}).get("op_type"),
@@ -138,13 +140,15 @@ def build_summary(
 
 
 def _device_block(
-    entries: Mapping[tuple[str, str, str | None], list[ResultLine]], baseline: str | None
+    entries: Mapping[tuple[str, str, str | None], list[ResultLine]],
+    baseline: str | None,
+    numbers: Mapping[LineKey, int],
 ) -> dict[str, Any]:
     base_key = _baseline_key(entries, baseline)
     base_lines = {ln.workload.uuid: ln for ln in entries.get(base_key, [])} if base_key else {}
     solutions = []
     for key in sorted(entries, key=lambda k: (k[0], k[1], k[2] or "")):
-        solutions.append(_solution_block(key, entries[key], base_lines, key == base_key))
+        solutions.append(_solution_block(key, entries[key], base_lines, key == base_key, numbers))
     return {"baseline_env": base_key[1] if base_key else None, "solutions": solutions}
 
 
@@ -163,9 +167,13 @@ def _solution_block(
     lines: list[ResultLine],
     base_lines: Mapping[str, ResultLine],
     is_baseline: bool,
+    numbers: Mapping[LineKey, int],
 ) -> dict[str, Any]:
     name, env, closure = key
-    per_workload = [_workload_row(ln, base_lines.get(ln.workload.uuid)) for ln in lines]
+    per_workload = [
+        _workload_row(ln, base_lines.get(ln.workload.uuid)) | {"results_line": numbers.get(ln.key)}
+        for ln in lines
+    ]
     per_workload.sort(key=lambda row: (str(row["label"]), row["uuid"]))
     failed: dict[str, int] = defaultdict(int)
     for ln in lines:
@@ -238,6 +246,7 @@ def _workload_row(line: ResultLine, base: ResultLine | None) -> dict[str, Any]:
         "label": line.workload.label,
         "device": device_of(line),
         "status": line.status,
+        "harness_hash": line.environment.harness_hash,
         "eager_median_ms": _round(line.median("eager")),
         "graph_median_ms": _round(line.median("graph")),
     }

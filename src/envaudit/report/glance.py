@@ -1,0 +1,89 @@
+"""The "at a glance" rows both performance.md and report.html show: per definition and GPU
+model, one row per comparison of report.choice, with what it was made on and who was left out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def short_name(solution: str, definition: str) -> str:
+    """A solution's name without its definition's (the definition heads the row or section)."""
+    prefix = f"{definition}-"
+    return solution[len(prefix) :] if solution.startswith(prefix) else solution
+
+
+def speedup_text(value: float, bounds: Sequence[float] | None) -> str:
+    """ "2.39x [2.31, 2.47]", "1.01x [0.98, 1.04], within noise" (the interval holds 1.0)."""
+    text = f"{value:.2f}x" if abs(value) < 1000 else f"{value:.0f}x"
+    if not bounds:
+        return text
+    text += f" [{bounds[0]:.2f}, {bounds[1]:.2f}]"
+    return text + (", within noise" if bounds[0] <= 1.0 <= bounds[1] else "")
+
+
+def choice_rows(
+    definition: str, dblock: Mapping[str, Any], choice: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """One row per comparison (the first carries the definition's pass count)."""
+    passed = sum(s["workloads"]["passed"] for s in dblock["solutions"])
+    total = sum(s["workloads"]["total"] for s in dblock["solutions"])
+    left = [_left(item, definition) for item in choice["left_out"]]
+    base = {"definition": definition, "passed": passed, "total": total}
+    if not choice["comparisons"]:
+        return [base | _empty(f"none ({choice['reason']})") | {"left_out": left, "first": True}]
+    rows = []
+    for i, comparison in enumerate(choice["comparisons"]):
+        out = left + [_left(item, definition) for item in comparison["left_out"]]
+        rows.append(
+            base
+            | {"first": i == 0, "compared": compared_text(comparison), "left_out": out}
+            | _choice(comparison, definition)
+        )
+    return rows
+
+
+def compared_text(comparison: Mapping[str, Any]) -> str:
+    """ "2 (dev suite, run by all)", "5 (all suite)": the set a choice was made on."""
+    notes = [f"{comparison['suite']} suite"] if comparison.get("suite") else []
+    if comparison["scope"] == "common":
+        notes.append("run by all")
+    return f"{len(comparison['workloads'])}" + (f" ({', '.join(notes)})" if notes else "")
+
+
+def _empty(preferred: str) -> dict[str, Any]:
+    return {
+        "compared": "–",
+        "preferred": preferred,
+        "speedup": None,
+        "speedup_text": "–",
+        "ci": "",
+        "runner_up": "–",
+    }
+
+
+def _choice(comparison: Mapping[str, Any], definition: str) -> dict[str, Any]:
+    best, runner = comparison["choice"], comparison["runner_up"]
+    if best == "none":
+        return _empty("none")
+    same = runner is not None and runner["solution"] == best["solution"]
+    runner_text = "–"
+    if runner:
+        runner_text = f"{short_name(runner['solution'], definition)}"
+        runner_text += f" {runner['geomean_speedup']:.2f}x" + (
+            f" ({runner['env']})" if same else ""
+        )
+        if comparison.get("indistinguishable"):
+            runner_text += " (indistinguishable)"
+    return {
+        "preferred": short_name(best["solution"], definition)
+        + (f" ({best['env']})" if same else ""),
+        "speedup": best["geomean_speedup"],
+        "speedup_text": speedup_text(best["geomean_speedup"], best.get("ci95")),
+        "ci": "[{:.2f}, {:.2f}]".format(*best["ci95"]) if best.get("ci95") else "",
+        "runner_up": runner_text,
+    }
+
+
+def _left(item: Mapping[str, Any], definition: str) -> str:
+    return f"{short_name(str(item['solution']), definition)}: {item['reason']}"

@@ -1,0 +1,111 @@
+"""report.html in a real headless Chromium (Debian's `chromium`, installed by .ci/run): it loads
+with no console message, its script runs, tables sort and rows filter; and it fetches nothing."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from envaudit.settings import REQUIRE_CHROMIUM, value
+
+REPORT = Path("docs/report/report.html")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+# CI installs chromium and sets ENVAUDIT_REQUIRE_CHROMIUM: there a missing browser fails the
+# tests instead of skipping them.
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None and not value(REQUIRE_CHROMIUM),
+    reason="needs chromium (.ci/run installs it)",
+)
+
+
+def chromium(tmp_path: Path, url: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    """One headless page load; a profile of its own so runs never share state."""
+    assert CHROMIUM is not None
+    args = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
+    args += [f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0"]
+    return subprocess.run(
+        [*args, *extra, url], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def dom(tmp_path: Path, fragment: str = "") -> tuple[str, str]:
+    done = chromium(tmp_path, REPORT.resolve().as_uri() + fragment, "--dump-dom")
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout, done.stderr
+
+
+def table_column(page: str, table_id: str, column: int) -> list[str]:
+    body = page.split(f'id="{table_id}"', 1)[1].split("</tbody>", 1)[0]
+    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", body, re.S)[1:]  # [0] is the header row
+    return [
+        re.sub(r"<[^>]+>", "", re.findall(r"<td[^>]*>(.*?)</td>", r, re.S)[column]) for r in rows
+    ]
+
+
+def test_the_committed_report_loads_without_a_console_message(tmp_path: Path) -> None:
+    page, log = dom(tmp_path)
+    assert 'data-ready="1"' in page  # the script ran to its end
+    assert not re.findall(r"CONSOLE.*", log)
+
+
+def test_tables_sort_from_the_address(tmp_path: Path) -> None:
+    page, _ = dom(tmp_path, "#sort=glance-1:4:desc")
+    speedups = [float(x.rstrip("x")) for x in table_column(page, "glance-1", 4) if x != "–"]
+    assert len(speedups) > 10 and speedups == sorted(speedups, reverse=True)
+    page, _ = dom(tmp_path, "#sort=glance-1:0:asc")
+    names = table_column(page, "glance-1", 0)
+    assert names == sorted(names) and names != table_column(dom(tmp_path)[0], "glance-1", 0)[::-1]
+
+
+def test_rows_filter_from_the_address(tmp_path: Path) -> None:
+    page, _ = dom(tmp_path, "#filter=flashinfer")
+    shown = re.search(r'id="shown"[^>]*>(\d+) of (\d+) rows<', page)
+    assert shown is not None
+    hits, total = int(shown[1]), int(shown[2])
+    assert 0 < hits < total
+    tags = re.findall(r"<tr\b[^>]*>", page)
+    visible = [t for t in tags if "title=" in t and "hidden" not in t]
+    assert 0 < len(visible) <= hits and all("flashinfer" in t.lower() for t in visible)
+
+
+def test_the_page_is_self_contained() -> None:
+    text = REPORT.read_text()
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", text)
+    assert "default-src 'none'" in text  # and the browser is told to fetch nothing
+    plots = re.findall(r'<img class="plot"[^>]*src="data:image/svg\+xml;base64,', text)
+    summary = json.loads(Path("docs/report/summary.json").read_text())
+    assert len(plots) == sum(1 for p in Path("docs/report/plots").glob("*.svg")) - 1  # roofline
+    assert summary["lines"] > 0
+
+
+def test_names_from_data_are_escaped(tmp_path: Path) -> None:
+    from envaudit.report.html import render_html
+
+    evil = "<script>alert(1)</script>"
+    summary = {
+        "lines": 0,
+        "definitions": {},
+        "devices": {},
+        "environments": [
+            {"env": evil, "closure_hash": None, "runtime": "host", "image_id": None}
+            | {"python": "3.12", "torch": "2.11"}
+        ],
+        "harness_hashes": [],
+    }
+    text = render_html(summary, {"rule": "r", "choices": {}}, {}, tmp_path, evil, "now")
+    assert evil not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+
+
+def test_a_screenshot_renders(tmp_path: Path) -> None:
+    shot = tmp_path / "shot.png"
+    done = chromium(
+        tmp_path, REPORT.resolve().as_uri(), f"--screenshot={shot}", "--window-size=1400,1000"
+    )
+    assert done.returncode == 0 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert shot.stat().st_size > 50_000  # a page with tables drawn, not a blank one
