@@ -81,6 +81,7 @@ REPORT_LINES := docs/results/h200/libraries/audit-dev.jsonl docs/results/h200/li
 	docs/results/h200/natten/natten.jsonl docs/results/h200/natten/torch-flex.jsonl
 report: bootstrap
 	.venv/bin/envaudit merge $(REPORT_LINES) --out docs/report
+	scripts/report-screenshot.sh docs/report/report.html docs/report-screenshot.png
 
 clean:
 	rm -rf .venv .pytest_cache .mypy_cache .ruff_cache

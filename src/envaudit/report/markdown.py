@@ -6,7 +6,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from envaudit.report.env_compare import table
+from envaudit.report.env_compare import INTERVAL_METHOD, table
+from envaudit.report.glance import choice_rows, short_name
 from envaudit.report.intervals import RUN_TO_RUN_SD, Z95
 from envaudit.report.plots import short_gpu, speedup_plot
 
@@ -56,12 +57,6 @@ def _gpu_label(summary: Mapping[str, Any], device: str) -> str:
     return f"{device} ({cards})" if cards else device
 
 
-def short_name(solution: str, definition: str) -> str:
-    """A solution's name without its definition's (the definition heads the row or section)."""
-    prefix = f"{definition}-"
-    return solution[len(prefix) :] if solution.startswith(prefix) else solution
-
-
 def _overview(summary: Mapping[str, Any], preferred: Mapping[str, Any]) -> str:
     """Per GPU model, one row per definition and comparison: the choice on equal footing."""
     models = sorted({m for b in summary["definitions"].values() for m in b["devices"]})
@@ -74,64 +69,19 @@ def _overview(summary: Mapping[str, Any], preferred: Mapping[str, Any]) -> str:
             "|---|---|---|---|---:|---|---|",
         ]
         for name, block in summary["definitions"].items():
-            dblock = block["devices"].get(model)
-            if dblock is None:
+            if model not in block["devices"]:
                 continue
-            passed = sum(s["workloads"]["passed"] for s in dblock["solutions"])
-            total = sum(s["workloads"]["total"] for s in dblock["solutions"])
             choice = preferred["choices"][name][model]
-            left = [_left(item, name) for item in choice["left_out"]]
-            comparisons = choice["comparisons"] or [None]
-            for i, comparison in enumerate(comparisons):
-                head = f"{name} | {passed}/{total}" if i == 0 else "″ | ″"
-                if comparison is None:
-                    rows.append(
-                        f"| {head} | – | none ({choice['reason']}) | – | – | {_join(left)} |"
-                    )
-                    continue
-                out = left + [_left(item, name) for item in comparison["left_out"]]
+            for row in choice_rows(name, block["devices"][model], choice):
+                head = f"{name} | {row['passed']}/{row['total']}" if row["first"] else "″ | ″"
+                best = row["preferred"] if row["speedup"] is None else f"`{row['preferred']}`"
                 rows.append(
-                    f"| {head} | {_compared(comparison)} | {_choice_cells(comparison, name)}"
-                    f" | {_join(out)} |"
+                    f"| {head} | {row['compared']} | {best} | {row['speedup_text']}"
+                    f" | {row['runner_up']} | {'; '.join(row['left_out']) or '–'} |"
                 )
         rows.append("")
     rows.append(f"Rule: {preferred['rule']}.\n")
     return "\n".join(rows)
-
-
-def _compared(comparison: Mapping[str, Any]) -> str:
-    """ "2 (dev suite, run by all)", "5 (all suite)": the set a choice was made on."""
-    notes = [f"{comparison['suite']} suite"] if comparison.get("suite") else []
-    if comparison["scope"] == "common":
-        notes.append("run by all")
-    return f"{len(comparison['workloads'])}" + (f" ({', '.join(notes)})" if notes else "")
-
-
-def _choice_cells(comparison: Mapping[str, Any], definition: str) -> str:
-    best, runner = comparison["choice"], comparison["runner_up"]
-    if best == "none":
-        return "none | – | –"
-    speed = _speedup(best["geomean_speedup"], best.get("ci95"))
-    runner_text = "–"
-    if runner:
-        runner_text = f"`{short_name(runner['solution'], definition)}`"
-        runner_text += f" {_num(runner['geomean_speedup'], 2)}x"
-        if runner["solution"] == best["solution"]:
-            runner_text += f" ({runner['env']})"
-        if comparison.get("indistinguishable"):
-            runner_text += " (indistinguishable)"
-    best_text = f"`{short_name(best['solution'], definition)}`"
-    if runner and runner["solution"] == best["solution"]:
-        best_text += f" ({best['env']})"
-    return f"{best_text} | {speed} | {runner_text}"
-
-
-def _left(item: Mapping[str, Any], definition: str) -> str:
-    return f"`{short_name(str(item['solution']), definition)}`: {item['reason']}"
-
-
-def _join(items: Sequence[str]) -> str:
-    return "; ".join(items) if items else "–"
 
 
 def _provenance(summary: Mapping[str, Any]) -> str:
@@ -169,28 +119,36 @@ def _provenance(summary: Mapping[str, Any]) -> str:
 
 
 def _reproduce(summary: Mapping[str, Any]) -> str:
-    rows = ["## How to reproduce\n", "One command per environment and GPU that produced lines:\n"]
-    seen: set[tuple[str, str, str, str]] = set()
-    for block in summary["definitions"].values():
-        for dblock in block["devices"].values():
+    """One `envaudit reproduce results.jsonl:N` per environment and GPU model (its first line):
+    reproduce reads the line's lock by closure hash and solution revision by hash, so the
+    command cannot drift from what was run. Every row of report.html carries its own."""
+    rows = [
+        "## How to reproduce\n",
+        "`envaudit reproduce results.jsonl:N` runs line N of this folder's results.jsonl again in",
+        "what it records (its lock by closure hash, its solution revision by hash, a GPU of its",
+        "model) and prints both side by side with the ratio's interval; report.html gives N for",
+        "every row. One line per environment and GPU model:\n",
+    ]
+    first: dict[tuple[str, str], tuple[int, str]] = {}
+    imported: set[str] = set()
+    for name, block in summary["definitions"].items():
+        for model, dblock in block["devices"].items():
             for entry in dblock["solutions"]:
-                over = str(entry.get("over") or "")
-                for device in entry.get("gpus") or ["cpu"]:
-                    seen.add((str(entry["runtime"]), entry["env"], device, over))
-    for runtime, env, device, over in sorted(seen):
-        if runtime == "flashinfer-bench":  # imported traces: no runtime of ours made them
-            rows.append(
-                f"- {env} on {device}: measured by FlashInfer-Bench (imported traces); envaudit"
-                " cannot repeat that run as recorded: `envaudit run --solution <solution>"
-                " --gpu GPU-<uuid> --suite dev --graph-timing` runs it in the env it declares"
-            )
-            continue
-        target = f"--gpu {device}" if device.startswith("GPU-") else "--device cpu"
-        extra = "" if runtime == "host" else f" --env {env}"
-        extra += f" --over {over}" if over else ""
+                if entry["runtime"] == "flashinfer-bench":
+                    imported.add(str(entry["env"]))
+                    continue
+                for row in entry["per_workload"]:
+                    number = row.get("results_line")
+                    key = (str(entry["env"]), model)
+                    if number and (key not in first or number < first[key][0]):
+                        first[key] = (number, f"{entry['solution']}, {row['label'] or name}")
+    for (env, model), (number, what) in sorted(first.items()):
+        rows.append(f"- {env} on {model}: `envaudit reproduce results.jsonl:{number}` ({what})")
+    for env in sorted(imported):  # imported traces: no runtime of ours made them
         rows.append(
-            f"- {env} on {device[:12]}: `envaudit run --solution <solution> --runtime {runtime}"
-            f"{extra} {target} --suite dev --graph-timing`"
+            f"- {env}: measured by FlashInfer-Bench (imported traces); envaudit cannot repeat"
+            " that run as recorded: `envaudit run --solution <solution> --gpu GPU-<uuid>"
+            " --suite dev --graph-timing` runs it in the env it declares"
         )
     return "\n".join(rows) + "\n"
 
@@ -325,15 +283,6 @@ def _interval_caption() -> str:
     )
 
 
-def _speedup(value: float, bounds: Sequence[float] | None) -> str:
-    """ "2.39x [2.31, 2.47]", "1.01x [0.98, 1.04], within noise" (the interval holds 1.0)."""
-    text = f"{_num(value, 2)}x"
-    if not bounds:
-        return text
-    text += f" [{bounds[0]:.2f}, {bounds[1]:.2f}]"
-    return text + (", within noise" if bounds[0] <= 1.0 <= bounds[1] else "")
-
-
 def _strict(row: Mapping[str, Any]) -> str:
     """The strict diagnostic bound (--strict-diagnostic), where the line has one."""
     if row.get("strict_holds") is None:
@@ -381,8 +330,8 @@ def _env_comparisons(comparisons: Sequence[Mapping[str, Any]]) -> str:
     parts = [
         "## Environment comparisons\n",
         "The same solution in two environments on one GPU model, from repeated runs: per workload",
-        "the ratio of the medians over runs (declared env / other env; below 1 the declared env",
-        "is faster) with a 95% bootstrap interval; within noise when the interval holds 1.0.",
+        "the time ratio of the second env over the first (below 1 the second is faster), with its",
+        f"95% interval; within noise when the interval holds 1.0. {INTERVAL_METHOD}",
         "About one interval in twenty excludes 1.0 by chance: read the geometric mean first.\n",
     ]
     for item in comparisons:
