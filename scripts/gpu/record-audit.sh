@@ -15,6 +15,11 @@
 #                                        there to DEST (every call: the machine can go back
 #                                        between calls, 30 s idle, and take the state with it)
 #   scripts/gpu/record-audit.sh pack STATE DEST          result files and packed logs to DEST
+#   scripts/gpu/record-audit.sh host STATE DEST LIST     one call, no engine: the integrity tests,
+#                                        then the `all` suite of LIST's solutions on the host
+#                                        interpreter (the machine's stack, verified against each
+#                                        lock) for at most AUDIT_S seconds (default 400); lines,
+#                                        test output and packed logs to DEST
 #   NPARTS (default 2) is how many parts the driver waits for.
 set -u
 cmd=$1 state=$2
@@ -64,6 +69,21 @@ case $cmd in
     wc -l "$session"/audit-*/results.jsonl 2>/dev/null
     tail -3 "$state/driver.log"
     [ -n "${2:-}" ] && bash "$(dirname "$0")/library-session.sh" pack "$session" "$2"
+    ;;
+  host)
+    dest=$1 list=$2
+    mkdir -p "$dest"
+    out=$dest steps=$dest/steps.txt
+    source "$(dirname "$0")/steps.sh"
+    bash "$(dirname "$0")/integrity.sh" "$dest/integrity"
+    source "$(dirname "$0")/harness-env.sh"
+    export ENVAUDIT_OFFLINE=1
+    args=(--runtime host --gpu "$uuid" --suite all --timeout 150 --out "$state/host" --resume)
+    while read -r s; do [ -n "$s" ] && args+=(--solution "$s"); done <"$list"
+    step audit timeout "${AUDIT_S:-400}" python3 -m envaudit audit "${args[@]}"
+    cp "$state/host/results.jsonl" "$dest/host-all.jsonl" 2>/dev/null
+    wc -l "$dest/host-all.jsonl" | tee -a "$steps"
+    tar -C "$state/host" -czf "$dest/host-logs.tgz" --exclude='*.jsonl' . 2>/dev/null
     ;;
   pack)
     bash "$(dirname "$0")/library-session.sh" pack "$session" "$1"
