@@ -4,17 +4,30 @@ Entry point `file.py::func`. Destination-passing style (the default): `func(*inp
 with outputs preallocated by the harness; otherwise `func(*inputs)` returns the outputs. An
 optional module-level `prepare(*inputs)` runs outside timing; its result is passed to every call
 as the keyword argument `prepared`.
+
+Languages `cuda` and `cpp` with the torch binding (FlashInfer-Bench's TorchBuilder; entry point
+`main.cpp::run`, the symbol its pybind module exports) are compiled here, in the solution's
+process and environment, before any workload: torch.utils.cpp_extension builds every
+.cu/.cpp/.cc/.cxx/.c source with the sources' folder on the include path, `cuda` with the
+environment's nvcc (CUDA_HOME) for the GPU's arch (or TORCH_CUDA_ARCH_LIST where no GPU is
+seen). The build folder is named by (sources hash, arch) under TORCH_EXTENSIONS_DIR, which the
+runtime points into the environment's own JIT cache folder (runtime/jit.py): a second job of the
+same sources in the same environment loads the built module instead of compiling again. The
+compiler's output is kept (`NativeBuild.log`); a failed build is a COMPILE_ERROR with it.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import importlib.util
+import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +39,26 @@ class SolutionLoadError(RuntimeError):
     """The solution's sources could not be found, compiled or imported (COMPILE_ERROR)."""
 
 
+@dataclass(frozen=True)
+class NativeBuild:
+    """What compiling a cuda/cpp solution cost and said: recorded on its result lines."""
+
+    module: str
+    arch: str
+    seconds: float
+    cached: bool
+    log: str
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "module": self.module,
+            "arch": self.arch,
+            "seconds": round(self.seconds, 6),
+            "cached": self.cached,
+            "log": self.log,
+        }
+
+
 @dataclass
 class LoadedSolution:
     name: str
@@ -33,6 +66,7 @@ class LoadedSolution:
     prepare: Callable[..., Any] | None
     destination_passing: bool
     source_hash: str
+    build: NativeBuild | None = None
 
     def call(self, inputs: Mapping[str, Any], outputs: list[Any] | None, prepared: Any) -> Any:
         args = list(inputs.values())
@@ -77,7 +111,10 @@ def hash_sources(files: Mapping[str, bytes]) -> str:
 
 def load_solution(solution: Mapping[str, Any], files: Mapping[str, bytes]) -> LoadedSolution:
     """Import the entry module from a private copy of the sources (`source_files`), so imports
-    between the solution's own files work and nothing is written next to the originals."""
+    between the solution's own files work and nothing is written next to the originals; or,
+    for `cuda` and `cpp`, compile them first (`build_native`)."""
+    if str(solution["spec"].get("language", "")).lower() in NATIVE_LANGUAGES:
+        return build_native(solution, files)
     entry_file, func_name = solution["spec"]["entry_point"].split("::")
     if entry_file not in files:
         raise SolutionLoadError(f"entry file {entry_file} is not among the sources")
@@ -110,3 +147,142 @@ def load_solution(solution: Mapping[str, Any], files: Mapping[str, bytes]) -> Lo
         destination_passing=bool(solution["spec"].get("destination_passing_style", True)),
         source_hash=hash_sources(files),
     )
+
+
+NATIVE_LANGUAGES = ("cuda", "cpp")
+NATIVE_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")
+LOG_TAIL = 8000
+"""Characters of the compiler's output kept on a line (its end: where the errors are)."""
+
+
+def build_native(solution: Mapping[str, Any], files: Mapping[str, bytes]) -> LoadedSolution:
+    """Compile a cuda/cpp solution with torch's extension builder and take its entry symbol."""
+    spec = solution["spec"]
+    binding = str(spec.get("binding") or "torch").lower()
+    if binding != "torch":
+        raise SolutionLoadError(f"binding {binding!r} is not supported (torch is)")
+    entry_file, symbol = str(spec["entry_point"]).split("::")
+    if entry_file not in files:
+        raise SolutionLoadError(f"entry file {entry_file} is not among the sources")
+    with_cuda = str(spec["language"]).lower() == "cuda"
+    arch = _native_arch(with_cuda)
+    source_hash = hash_sources(files)
+    module = f"envaudit_{source_hash[:16]}_{arch.replace('.', '_').replace('+', '_')}"
+    build_dir = _extensions_root() / module
+    sources_dir = build_dir / "src"
+    for rel, data in files.items():
+        target = sources_dir / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.is_file() or target.read_bytes() != data:
+            target.write_bytes(data)
+    compiled = sorted(str(sources_dir / rel) for rel in files if rel.endswith(NATIVE_SUFFIXES))
+    cached = any(build_dir.glob(f"{module}*.so"))
+    began = time.perf_counter()
+    with _captured_output() as log:
+        try:
+            extension = _load_extension(module, compiled, sources_dir, build_dir, with_cuda)
+        except Exception as exc:  # the compiler's or the linker's failure, any exception type
+            output = log.read()
+            raise SolutionLoadError(
+                f"building {entry_file} failed: {type(exc).__name__}: {_tail(str(exc))}"
+                + (f"\ncompiler output:\n{_tail(output)}" if output.strip() else "")
+            ) from exc
+    seconds = time.perf_counter() - began
+    func = getattr(extension, symbol, None)
+    if not callable(func):
+        raise SolutionLoadError(f"the module built from {entry_file} exports no {symbol}")
+    return LoadedSolution(
+        name=str(solution["name"]),
+        func=func,
+        prepare=None,
+        destination_passing=bool(spec.get("destination_passing_style", True)),
+        source_hash=source_hash,
+        build=NativeBuild(module, arch, seconds, cached, _tail(log.read())),
+    )
+
+
+def _load_extension(
+    module: str, sources: list[str], include: Path, build_dir: Path, with_cuda: bool
+) -> Any:
+    from torch.utils import cpp_extension
+
+    # ninja from the environment's own scripts folder (a wheel puts it beside python)
+    scripts = str(Path(sys.executable).parent)
+    if scripts not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = scripts + os.pathsep + os.environ.get("PATH", "")
+    return cpp_extension.load(
+        name=module,
+        sources=sources,
+        extra_include_paths=[str(include)],
+        with_cuda=with_cuda,
+        build_directory=str(build_dir),
+        verbose=True,
+    )
+
+
+def _native_arch(with_cuda: bool) -> str:
+    """The arch the build is for, part of its folder's name: the GPU's (sm_90 on an H200), else
+    TORCH_CUDA_ARCH_LIST (compiling for a GPU needs no GPU), else `cpu` for a C++ build."""
+    import torch
+
+    if with_cuda and torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        arch = f"{major}.{minor}"
+        os.environ.setdefault("TORCH_CUDA_ARCH_LIST", arch)
+        return f"sm{major}{minor}"
+    listed = os.environ.get("TORCH_CUDA_ARCH_LIST", "")
+    if with_cuda:
+        if not listed:
+            raise SolutionLoadError(
+                "no GPU is visible and TORCH_CUDA_ARCH_LIST is unset: no arch to compile for"
+            )
+        return "sm" + "-".join(listed.replace(";", " ").split())
+    return "cpu"
+
+
+def _extensions_root() -> Path:
+    """TORCH_EXTENSIONS_DIR (the environment's JIT cache folder), else a private temp folder."""
+    root = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if root:
+        path = Path(root)
+    else:
+        path = Path(tempfile.mkdtemp(prefix="envaudit-extensions-"))
+        atexit.register(shutil.rmtree, path, True)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _tail(text: str) -> str:
+    return text if len(text) <= LOG_TAIL else "..." + text[-LOG_TAIL:]
+
+
+class _Log:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def read(self) -> str:
+        return self.path.read_text(errors="replace") if self.path.is_file() else ""
+
+
+@contextlib.contextmanager
+def _captured_output() -> Iterator[_Log]:
+    """The process's stdout and stderr (file descriptors 1 and 2, which the compiler's
+    subprocesses inherit) into a file for the duration, then back."""
+    folder = Path(tempfile.mkdtemp(prefix="envaudit-build-log-"))
+    log = _Log(folder / "build.log")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(log.path, "wb") as sink:
+        os.dup2(sink.fileno(), 1)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield log
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+    atexit.register(shutil.rmtree, folder, True)

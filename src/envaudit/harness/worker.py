@@ -120,7 +120,7 @@ def main(job_dir: Path) -> int:
 
 RELAYED = {
     "env": ("environment", "distributions", "startup"),
-    "ready": ("gate_wait_s",),
+    "ready": ("gate_wait_s", "build"),
     "begin": ("uuid",),
 }
 """The events the judge relays from the solution's process, and the fields of each."""
@@ -263,7 +263,8 @@ def solution_main(job_dir: Path, link: Link) -> int:
         clock=clock,
         quiet=QuietGate(job_dir if job.get("gated") else None),
     )
-    progress.send("ready", gate_wait_s=gate_wait)
+    built = solution.build.record() if solution.build is not None else None
+    progress.send("ready", gate_wait_s=gate_wait, **({"build": built} if built else {}))
     return _evaluate_all(ctx, link, progress, workloads)
 
 

@@ -33,6 +33,7 @@ JIT_CACHE_VARIABLES: dict[str, str] = {
     "TILELANG_CACHE_DIR": "tilelang",
     "TILELANG_TMP_DIR": "tilelang-tmp",
     "TVM_FFI_CACHE_DIR": "tvm-ffi",
+    "TORCH_EXTENSIONS_DIR": "torch-extensions",  # cuda/cpp solutions (harness/solution.py)
 }
 
 

@@ -23,6 +23,7 @@ from pydantic import (
     ConfigDict,
     Field,
     field_validator,
+    model_validator,
 )
 
 from envaudit.schema.dtypes import DTYPE_ALIASES, ITEMSIZE
@@ -293,18 +294,42 @@ class SourceFile(Model):
     content: str | None = None
 
 
+NATIVE_LANGUAGES = ("cuda", "cpp")
+"""Languages whose sources are compiled into an extension (FlashInfer-Bench's torch binding)."""
+
+
 class BuildSpec(Model):
     """How a solution is built and called."""
 
     language: str
     """FlashInfer-Bench: python, triton, cpp, cuda, tilelang, ..."""
     target_hardware: list[str] = Field(default_factory=list)
-    entry_point: Annotated[str, Field(pattern=r"^[^:]+\.py::[A-Za-z_][A-Za-z0-9_]*$")]
-    """`file.py::function`."""
+    entry_point: Annotated[
+        str, Field(pattern=r"^[^:]+\.(py|cu|cpp|cc|cxx|c)::[A-Za-z_][A-Za-z0-9_]*$")
+    ]
+    """`file.py::function`; for `cuda` and `cpp` with the torch binding, `main.cpp::run`: the
+    file the extension's symbol is defined in, and the symbol (FlashInfer-Bench's form)."""
     dependencies: list[str] | None = None
     destination_passing_style: bool = True
     """True: outputs are preallocated and passed after the inputs; False: they are returned."""
     binding: str | None = None
+
+    @model_validator(mode="after")
+    def _native_entry_needs_native_language(self) -> BuildSpec:
+        """A C/C++/CUDA entry file is compiled, never imported: only `cuda` and `cpp` say so."""
+        entry = self.entry_point.split("::")[0]
+        native = not entry.endswith(".py")
+        if native and self.language.lower() not in NATIVE_LANGUAGES:
+            raise ValueError(
+                f"entry_point {self.entry_point} is a C/C++/CUDA file, but language is"
+                f" {self.language!r} (cuda or cpp compile it)"
+            )
+        if not native and self.language.lower() in NATIVE_LANGUAGES:
+            raise ValueError(
+                f"language {self.language!r} needs a C/C++/CUDA entry file (main.cpp::run),"
+                f" not {self.entry_point}"
+            )
+        return self
 
 
 def solution_revision(spec: Mapping[str, Any], read: Callable[[str], bytes]) -> str:

@@ -205,6 +205,17 @@ class Achieved(_Part):
         return self.eager_tflops, self.eager_gbps
 
 
+class NativeBuild(_Part):
+    """How a cuda/cpp solution was compiled in its job (harness/solution.py, build_native):
+    on the job's first line."""
+
+    module: str
+    arch: str = Field(description="sm90 (the GPU's), the TORCH_CUDA_ARCH_LIST's, or cpu.")
+    seconds: Number = Field(description="The build's wall time, or the cached module's load.")
+    cached: bool = Field(description="The environment's cache held the module already.")
+    log: str = Field(description="The compiler's output, its end.")
+
+
 class Outcome(_Part):
     """The evaluation's part of a line (harness/evaluate.py, judge.py; the supervisor's for a
     worker that died): written at the top level of the line, beside its identity."""
@@ -223,6 +234,7 @@ class Outcome(_Part):
     achieved: Achieved | None = None
     recheck: Correctness | None = None
     phases_s: dict[str, Number] | None = None
+    build: NativeBuild | None = None
 
     @property
     def passed(self) -> bool:

@@ -115,6 +115,8 @@ class _Watch:
     """Started beside the previous job (StagedWorker): the seconds from its launch to its gate
     opening ran beside that job, and its first line says so (`worker_staged`)."""
     startup: dict[str, float] = field(default_factory=dict)
+    build: dict[str, Any] | None = None
+    """A cuda/cpp solution's build record (the `ready` event's), for the job's first line."""
     """Seconds from the launch to the worker's environment record (process and container
     start, imports) and from there to its solution loaded; added to the worker's first line."""
     seal: Seal | None = None
@@ -566,6 +568,8 @@ def _apply(job: Job, event: Mapping[str, Any], watch: _Watch) -> bool:
             watch.startup["worker_gate_wait"] = waited
         since_env = at - (watch.env_at or watch.launched)
         watch.startup["solution_load"] = since_env - waited
+        build = event.get("build")
+        watch.build = dict(build) if isinstance(build, dict) else None
         if watch.staged and watch.gate_opened:
             watch.startup["worker_staged"] = watch.gate_opened - watch.launched
         watch.loading = False
@@ -584,6 +588,9 @@ def _apply(job: Job, event: Mapping[str, Any], watch: _Watch) -> bool:
             phases = {k: round(v, 6) for k, v in watch.startup.items()}
             line["phases_s"] = {**phases, **(line.get("phases_s") or {})}
             watch.startup = {}
+        if watch.build is not None:
+            line["build"] = watch.build
+            watch.build = None
         append_line(job.report, line)
         mark("result", job.solution)
         watch.finished.add(uuid)
