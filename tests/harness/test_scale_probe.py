@@ -70,7 +70,7 @@ def test_the_report_shows_each_factor(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     text = (tmp_path / "out" / "performance.md").read_text()
     assert (
-        ", scale x1 ok " in text and ", x0.1 ok " in text and ", x10 INCORRECT_NUMERICAL " in text
+        "scale x1 ok " in text and ", x0.1 ok " in text and ", x10 INCORRECT_NUMERICAL " in text
     )
 
 
