@@ -238,13 +238,21 @@ def reproduce(
 @slurm_flags()
 def audit(
     solution: Annotated[
-        list[str] | None, typer.Option("--solution", help="Only these (default: all).")
+        list[str] | None,
+        typer.Option("--solution", help="Only these (default: all, or --definition's)."),
     ] = None,
     candidate: Annotated[
         Path | None,
         typer.Option("--candidate", help="A main.py run beside --definition's solutions."),
     ] = None,
-    definition: DefinitionOption = None,
+    definition: Annotated[
+        str | None,
+        typer.Option(
+            "--definition",
+            help="Every solution of this definition (either layout); with --candidate, the"
+            " definition it implements.",
+        ),
+    ] = None,
     gpu: Annotated[list[str] | None, typer.Option("--gpu", help="GPU UUID (repeatable).")] = None,
     device: Annotated[str | None, typer.Option("--device", help="`cpu`.")] = None,
     runtime: RuntimeOption = None,

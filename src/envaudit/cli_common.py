@@ -135,7 +135,12 @@ def unique_names(values: list[str] | None, option: str, plain: bool = True) -> l
 
 SolutionsRoot = Annotated[
     Path,
-    typer.Option("--solutions-root", help="Folder of <name>/solution.json.", parser=parse_path),
+    typer.Option(
+        "--solutions-root",
+        help="Folder of solutions: <name>/solution.json, or FlashInfer-Bench's *.json at any"
+        " depth (the data root's solutions/ is searched too).",
+        parser=parse_path,
+    ),
 ]
 
 

@@ -69,9 +69,7 @@ def test_the_report_shows_each_factor(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, argv)
     assert result.exit_code == 0, result.output
     text = (tmp_path / "out" / "performance.md").read_text()
-    assert (
-        "scale x1 ok " in text and ", x0.1 ok " in text and ", x10 INCORRECT_NUMERICAL " in text
-    )
+    assert "scale x1 ok " in text and ", x0.1 ok " in text and ", x10 INCORRECT_NUMERICAL " in text
 
 
 def test_a_definition_can_keep_its_inputs_out_of_the_probe(tmp_path: Path) -> None:

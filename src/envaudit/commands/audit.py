@@ -15,6 +15,7 @@ from envaudit.runtime.scheduling.audit import (
     all_solutions,
     run_audit,
     run_slurm_audit,
+    solutions_of,
 )
 from envaudit.runtime.scheduling.slurm import SlurmSettings
 
@@ -33,8 +34,10 @@ def check_audit_flags(
         )
     if gpus and device:
         raise EnvauditError("give either --gpu or --device, not both")
-    if (candidate is None) != (definition is None):
-        raise EnvauditError("--candidate PATH and --definition NAME go together")
+    if candidate is not None and definition is None:
+        raise EnvauditError(
+            "--candidate PATH needs --definition NAME (the definition it implements)"
+        )
 
 
 def audit_devices(
@@ -54,13 +57,21 @@ def solutions_to_audit(
     solutions_root: Path,
     env: str | None,
 ) -> tuple[list[str], Path]:
-    """(solution names, the folder holding them): those named, else every solution; with a
-    --candidate, it beside --definition's solutions in a folder of their own."""
+    """(solution names, the folder holding them): those named, else every solution of
+    --definition (in either layout, under --solutions-root and the data root's solutions/),
+    else every solution; with a --candidate, it beside --definition's solutions in a folder of
+    their own."""
     if candidate is not None and definition is not None:
-        names, solutions_root = stage_beside(
-            candidate, definition, data_root, solutions_root, env, names
-        )
-    return names or all_solutions(solutions_root), solutions_root
+        return stage_beside(candidate, definition, data_root, solutions_root, env, names)
+    if definition is not None:
+        if names:
+            raise EnvauditError(
+                "--solution and --definition (without --candidate) do not go together",
+                hint="name the solutions with --solution, or audit every solution of a"
+                " definition with --definition",
+            )
+        return solutions_of(definition, solutions_root, data_root), solutions_root
+    return names or all_solutions(solutions_root, data_root), solutions_root
 
 
 def execute_audit(

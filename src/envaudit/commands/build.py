@@ -8,6 +8,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+from envaudit.dataset.solutions import index_solutions
 from envaudit.errors import EnvauditError
 from envaudit.image.build import BuildPlan, BuildResult, build_image, build_overlay, plan_build
 from envaudit.image.engine import Engine
@@ -21,8 +22,8 @@ StepCallbacks = tuple[Callable[[int, int, str], None], Callable[[str], None]]
 def declared_envs(solutions_root: Path) -> dict[str, list[str]]:
     """env -> the solutions that declare it."""
     found: dict[str, list[str]] = {}
-    for path in sorted(solutions_root.glob("*/solution.json")):
-        _, solution = find_solution(path.parent.name, solutions_root)
+    for name in index_solutions([solutions_root]).names():
+        _, solution = find_solution(name, solutions_root)
         if solution.env:
             found.setdefault(solution.env, []).append(solution.name)
     return found
@@ -44,7 +45,8 @@ def envs_to_build(
     if env is not None:
         return [env]
     assert solution is not None
-    if (solutions_root / solution / "solution.json").is_file() or Path(solution).is_file():
+    index = index_solutions([solutions_root])
+    if index.find(solution) is not None or Path(solution).is_file():
         _, found = find_solution(solution, solutions_root)
         if not found.env:
             raise EnvauditError(
@@ -53,7 +55,7 @@ def envs_to_build(
         return [found.env]
     if (locks_dir / solution / "env.toml").is_file():
         return [solution]  # an env name: the image every solution declaring it runs in
-    known = sorted(p.parent.name for p in solutions_root.glob("*/solution.json"))
+    known = index.files
     envs = sorted(p.parent.name for p in locks_dir.glob("*/env.toml"))
     raise EnvauditError(
         f"--solution {solution}: no solution or environment of that name",

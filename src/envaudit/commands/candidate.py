@@ -14,9 +14,9 @@ import json
 import shutil
 from pathlib import Path
 
+from envaudit.dataset.solutions import OURS, index_solutions, solution_roots
 from envaudit.dataset.traceset import DatasetRootError, load_traceset
 from envaudit.errors import EnvauditError
-from envaudit.schema.reading import load_json
 from envaudit.schema.writes import replace_text
 from envaudit.settings import cache_root
 
@@ -42,7 +42,7 @@ def stage_candidate(
         )
     digest = hashlib.sha256(content).hexdigest()
     name = f"{definition}-candidate-{digest[:8]}"
-    chosen = env or baseline_env(solutions_root, definition)
+    chosen = env or baseline_env(solutions_root, data_root, definition)
     if chosen is None:
         raise EnvauditError(
             f"--candidate: {definition} has no baseline declaring an env to run it in",
@@ -81,40 +81,37 @@ def stage_beside(
     """For an audit: the candidate staged, with the definition's solutions (or `only` those)
     beside it in its root; (the solutions to run, that root)."""
     staged, root = stage_candidate(path, definition, data_root, solutions_root, env)
-    beside = link_definition_solutions(root, solutions_root, definition)
+    beside = link_definition_solutions(root, solutions_root, data_root, definition)
     return [*(only or beside), staged], root
 
 
-def link_definition_solutions(root: Path, solutions_root: Path, definition: str) -> list[str]:
-    """Link the definition's solutions (folders under solutions_root) into the candidate's root,
-    so an audit runs them beside it from one root; their names."""
-    names = []
-    for path in sorted(solutions_root.glob("*/solution.json")):
-        try:
-            raw = load_json(path)
-        except (OSError, ValueError):  # a FIFO, binary, not JSON, nested too deeply
+def link_definition_solutions(
+    root: Path, solutions_root: Path, data_root: Path, definition: str
+) -> list[str]:
+    """Link the definition's solutions under solutions_root (our folders, FlashInfer-Bench's
+    files) into the candidate's root, so an audit runs them beside it from one root; their
+    names, with those of the data root's solutions/, which the audit finds there itself."""
+    index = index_solutions(solution_roots(solutions_root, data_root))
+    names = index.of_definition(definition)
+    for name in names:
+        found = index.find(name)
+        if found is None or found.root != solutions_root:
             continue
-        if not isinstance(raw, dict) or raw.get("definition") != definition:
-            continue
-        link = root / path.parent.name
+        if found.layout == OURS:
+            source, link = found.path.parent, root / found.path.parent.name
+        else:
+            source, link = found.path, root / f"{found.path.parent.name}-{found.path.name}"
         if not link.exists():
-            link.symlink_to(path.parent.resolve(), target_is_directory=True)
-        names.append(path.parent.name)
+            link.symlink_to(source.resolve(), target_is_directory=source.is_dir())
     return names
 
 
-def baseline_env(solutions_root: Path, definition: str) -> str | None:
-    """The env the definition's baseline solution declares (None without one)."""
-    for path in sorted(solutions_root.glob("*/solution.json")):
-        try:
-            raw = load_json(path)
-        except (OSError, ValueError):
-            continue
-        if (
-            isinstance(raw, dict)
-            and raw.get("definition") == definition
-            and raw.get("baseline")
-            and raw.get("env")
-        ):
-            return str(raw["env"])
+def baseline_env(solutions_root: Path, data_root: Path, definition: str) -> str | None:
+    """The env the definition's baseline solution declares (None without one), in either
+    layout (a FlashInfer-Bench solution declares neither)."""
+    index = index_solutions(solution_roots(solutions_root, data_root))
+    for found in sorted((f for fs in index.files.values() for f in fs), key=lambda f: f.path):
+        header = found.header
+        if found.definition == definition and header.get("baseline") and header.get("env"):
+            return str(header["env"])
     return None

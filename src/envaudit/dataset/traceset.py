@@ -7,6 +7,7 @@ Finding and the rest of the root still loads, so `check-inputs` can report every
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,16 @@ class TraceSet:
     def workloads_of(self, definition: str) -> list[WorkloadLine]:
         return [w for w in self.workloads if w.trace.definition == definition]
 
+    def workload_files(self, definition: str, uuids: Collection[str]) -> list[str]:
+        """The files (relative to the root, in order) holding these workloads of `definition`.
+        FlashInfer-Bench reads every *.jsonl under workloads/ and goes by each line's
+        `definition`, so a root may keep them at workloads/<op_type>/<definition>.jsonl (as it
+        writes them), at workloads/<definition>.jsonl (its example root) or anywhere else: the
+        file is where the line was read, never a path built from the names."""
+        wanted = set(uuids)
+        found = (w.path for w in self.workloads_of(definition) if w.uuid in wanted)
+        return list(dict.fromkeys(found))
+
     def suite_uuids(self, suite: str) -> set[str]:
         if suite == "all" and suite not in self.suites:
             return {w.uuid for w in self.workloads}
@@ -60,7 +71,9 @@ class TraceSet:
 
 
 def load_traceset(root: Path) -> TraceSet:
-    """Read definitions/, workloads/ and suites/ under `root`."""
+    """Read definitions/, workloads/ and suites/ under `root`: every *.json under definitions/
+    and every *.jsonl under workloads/ at any depth, as FlashInfer-Bench's TraceSet.from_path
+    reads them (`<op_type>/<name>.json` or flat `<name>.json` alike)."""
     if not root.is_dir():
         raise DatasetRootError(f"{root}: not a directory")
     if not (root / "definitions").is_dir():

@@ -87,10 +87,13 @@ def torch_dtype(name: str) -> torch.dtype:
 
 
 def axis_values(definition: Mapping[str, Any], workload: Mapping[str, Any]) -> dict[str, int]:
-    """Const axes from the definition plus the workload's var axes."""
+    """Const axes from the definition plus the workload's var axes. An axis without a `type`
+    is const when it has a `value`, else var (FlashInfer-Bench writes its defaults so; the
+    schema's Axis reads them the same way)."""
     values: dict[str, int] = {}
     for name, axis in definition["axes"].items():
-        if axis["type"] == "const":
+        kind = axis.get("type") or ("const" if "value" in axis else "var")
+        if kind == "const":
             values[name] = int(axis["value"])
         elif name in workload["axes"]:
             values[name] = int(workload["axes"][name])

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from envaudit.dataset.interfaces import load_interfaces
+from envaudit.dataset.solutions import SolutionIndexError, index_solutions
 from envaudit.dataset.traceset import DatasetRootError, load_traceset
 from envaudit.errors import EnvauditError, free_bytes
 from envaudit.report.choice import preferred_solutions
@@ -178,20 +179,25 @@ def _has_files(folder: Path) -> bool:
 
 def load_solutions(root: Path) -> dict[str, SolutionInfo]:
     """name -> what the report needs of each solution (author, definition, env, baseline), from
-    our layout (`<name>/solution.json`) and FlashInfer-Bench's
-    (`<author>/<op_type>/<definition>/<name>.json`)."""
+    our layout (`<name>/solution.json`) and FlashInfer-Bench's (`<author>/<op_type>/
+    <definition>/<name>.json`), found as run and audit find them (dataset/solutions.py). A
+    name two files hold is an error naming both (exit 2): the report would otherwise describe
+    one of them by chance."""
+    index = index_solutions([root])
+    try:
+        names = index.names()
+    except SolutionIndexError as exc:
+        raise ReportError(f"{exc}; nothing was written", hint=exc.hint) from None
     found: dict[str, SolutionInfo] = {}
-    for path in sorted(root.rglob("*.json")):
-        try:
-            raw: Mapping[str, Any] = load_json(path)
-        except (OSError, ValueError):
-            continue  # check-inputs reports broken solution files; the report goes on without
-        if not isinstance(raw, Mapping) or not {"name", "definition", "spec"} <= raw.keys():
-            continue  # not a solution (a source file's data, a definition, ...)
-        _require_names(path, raw)
-        found[str(raw["name"])] = SolutionInfo(
-            name=str(raw["name"]),
-            definition=str(raw.get("definition")),
+    for name in names:
+        entry = index.files[name][0]
+        if entry.problem is not None or entry.definition is None:
+            continue  # a file that is no solution: the report goes on without it
+        raw = entry.header
+        _require_names(entry.path, raw)
+        found[name] = SolutionInfo(
+            name=name,
+            definition=entry.definition,
             author=str(raw.get("author") or "unknown"),
             env=str(raw.get("env") or ""),
             baseline=bool(raw.get("baseline")),

@@ -17,6 +17,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from envaudit.dataset.solutions import (
+    OUR_FILE,
+    SolutionIndex,
+    SolutionIndexError,
+    index_solutions,
+    solution_roots,
+)
 from envaudit.dataset.traceset import DatasetRootError, TraceSet, load_traceset
 from envaudit.errors import EnvauditError
 from envaudit.runtime.devices import require_gpu
@@ -53,26 +60,78 @@ class RunRequest:
     report: Path | None = None
 
 
-def find_solution(name: str, solutions_root: Path) -> tuple[Path, Solution]:
-    """solutions/<name>/solution.json (or a path to a solution.json / its folder)."""
-    candidates = [Path(name), Path(name) / "solution.json", solutions_root / name / "solution.json"]
-    path = next((p for p in candidates if _is_file(p)), None) if name.strip() else None
+def find_solution(
+    name: str,
+    solutions_root: Path,
+    data_root: Path | None = None,
+    index: SolutionIndex | None = None,
+) -> tuple[Path, Solution]:
+    """(its file, the solution) for `name`: a path to a solution file or its folder, else the
+    solution of that name under `solutions_root` or the data root's solutions/, in our layout
+    or FlashInfer-Bench's (dataset/solutions.py; `index`: those folders indexed already).
+    RunRequestError (exit 2) for a name no file or two files hold, and for a file that is not a
+    valid solution (naming it and the field)."""
+    path = _given_path(name)
     if path is None:
-        known = sorted(p.parent.name for p in solutions_root.glob("*/solution.json"))
-        raise RunRequestError(
-            f"no solution {shown(name)} under {solutions_root}/",
-            hint=f"known solutions: {', '.join(known)}" if known else None,
-        )
+        path = _indexed(name, index, solution_roots(solutions_root, data_root))
     try:
         solution = Solution.model_validate(load_json(path))
     except UnreadableFile as exc:  # a device, not UTF-8, nested too deeply
-        raise RunRequestError(f"{exc}; not a solution.json") from None
-    except (ValueError, ValidationError) as exc:  # not JSON, not a solution
-        raise RunRequestError(f"{path}: not a valid solution.json: {exc}"[:2000]) from None
+        raise RunRequestError(f"{exc}; not a solution file") from None
+    except ValidationError as exc:
+        raise RunRequestError(_invalid(path, exc)) from None
+    except ValueError as exc:  # not JSON
+        raise RunRequestError(f"{path}: not a valid {_what(path)}: {exc}"[:2000]) from None
     except OSError as exc:
         raise RunRequestError(f"{path}: cannot be read: {exc.strerror or exc}") from None
     _require_sources_inside(path, solution)
     return path.resolve(), solution
+
+
+def _given_path(name: str) -> Path | None:
+    """The solution file `name` names as a path (a file, or a folder of ours), if it does."""
+    if not name.strip():
+        return None
+    return next((p for p in (Path(name), Path(name) / OUR_FILE) if _is_file(p)), None)
+
+
+def _indexed(name: str, index: SolutionIndex | None, roots: list[Path]) -> Path:
+    """The one file holding solution `name` under `roots` (in `index`, when given)."""
+    try:
+        index = index_solutions(roots) if index is None else index
+        found = index.find(name)
+    except SolutionIndexError as exc:
+        raise RunRequestError(str(exc), hint=exc.hint) from None
+    if found is None:
+        known = sorted(index.files)
+        listed = ", ".join(known[:KNOWN_SHOWN]) + (" ..." if len(known) > KNOWN_SHOWN else "")
+        raise RunRequestError(
+            f"no solution {shown(name)} under {index.where()}",
+            hint=f"known solutions ({len(known)}): {listed}" if known else None,
+        )
+    return found.path
+
+
+KNOWN_SHOWN = 60
+"""Names a 'no solution' hint lists (a FlashInfer-Bench root may hold thousands)."""
+
+
+def _what(path: Path) -> str:
+    return "solution.json" if path.name == OUR_FILE else "solution file"
+
+
+def _invalid(path: Path, exc: ValidationError) -> str:
+    """`path: not a valid solution...: field: problem (got value); ...`, every field at fault
+    (a FlashInfer-Bench C++ solution's `spec.entry_point`, say), values cut short."""
+    problems = []
+    for err in exc.errors():
+        where = ".".join(str(part) for part in err["loc"]) or "(the whole file)"
+        got = err.get("input")
+        value = f" (got {shown(got)})" if isinstance(got, str) else ""
+        if value and shown(got) in err["msg"]:
+            value = ""  # the message quotes it already
+        problems.append(f"{where}: {err['msg']}{value}")
+    return f"{path}: not a valid {_what(path)}: {'; '.join(problems)}"[:2000]
 
 
 def _require_sources_inside(path: Path, solution: Solution) -> None:
@@ -309,11 +368,25 @@ def default_report(solution: str, tag: str) -> Path:
     return Path("results") / f"{stem}.jsonl"
 
 
+def _workload_file(ts: TraceSet, definition: str, uuids: list[str]) -> str:
+    """The one file (relative to the root) holding the selected workloads, where the loader
+    read them: a job's worker reads one workload file."""
+    files = ts.workload_files(definition, uuids)
+    if len(files) > 1:
+        raise RunRequestError(
+            f"the selected workloads of {definition} are in {len(files)} files under"
+            f" {ts.root}: {', '.join(files)}; a run reads them from one",
+            hint="select the workloads of one file (--workload UUID or a suite), or keep a"
+            " definition's workloads in one .jsonl",
+        )
+    return files[0]
+
+
 def plan_job(req: RunRequest, runtime: str) -> Job:
     """The job for this request, before the runtime fills in its part of the context. Every
     part of the request is checked here, before any work: the solution, data and workloads, the
     device (a GPU must exist on this machine), and every place the run will write."""
-    solution_file, solution = find_solution(req.solution, req.solutions_root)
+    solution_file, solution = find_solution(req.solution, req.solutions_root, req.data_root)
     try:
         ts = load_traceset(req.data_root)
     except DatasetRootError as exc:
@@ -324,11 +397,10 @@ def plan_job(req: RunRequest, runtime: str) -> Job:
             f"solution {solution.name} implements {solution.definition}, "
             f"which is not a definition under {req.data_root}"
         )
-    op_type = dfile.definition.op_type
-    workload_file = req.data_root / "workloads" / op_type / f"{solution.definition}.jsonl"
     uuids = select_workloads(ts, solution.definition, req)
     if not uuids:
         raise RunRequestError(f"no workloads of {solution.definition} selected")
+    workload_file = req.data_root / _workload_file(ts, solution.definition, uuids)
     device, device_id, device_env = device_of(req)
     if req.gpu:
         require_gpu(req.gpu)

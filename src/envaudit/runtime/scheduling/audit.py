@@ -27,6 +27,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from envaudit.dataset.solutions import SolutionIndex, index_solutions, solution_roots
 from envaudit.dataset.traceset import DatasetRootError, TraceSet, load_traceset
 from envaudit.errors import EnvauditError, WriteFailed
 from envaudit.runtime.base import RunOptions, Runtime
@@ -111,6 +112,8 @@ class AuditPlan:
     _parsed: dict[str, tuple[Path, Solution]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
+    _index: SolutionIndex | None = field(default=None, init=False, repr=False, compare=False)
+    """The solutions folders, indexed once for the plan's lookups (again on a name it lacks)."""
 
     def suite_for(self, gpu: bool) -> str:
         """The suite asked for, else dev on a GPU and smoke on the CPU."""
@@ -125,7 +128,11 @@ class AuditPlan:
         """find_solution's answer for `name`, parsed once per audit: the plan's checks, its
         order and its staging all ask for it (each job's plan still reads its own copy)."""
         if name not in self._parsed:
-            self._parsed[name] = find_solution(name, self.solutions_root)
+            roots = solution_roots(self.solutions_root, self.data_root)
+            if self._index is None or name not in self._index.files:
+                self._index = index_solutions(roots)  # a name it missed may have come since
+            index = self._index
+            self._parsed[name] = find_solution(name, self.solutions_root, self.data_root, index)
         return self._parsed[name]
 
 
@@ -145,8 +152,36 @@ class AuditResult:
         return bool(self.errors) or any(s not in NOT_FAILURES for s in self.statuses)
 
 
-def all_solutions(solutions_root: Path) -> list[str]:
-    return sorted(p.parent.name for p in solutions_root.glob("*/solution.json"))
+def all_solutions(solutions_root: Path, data_root: Path | None = None) -> list[str]:
+    """Every solution under --solutions-root and the data root's solutions/, in either layout
+    (dataset/solutions.py); EnvauditError (exit 2) for a name two files hold."""
+    return index_solutions(solution_roots(solutions_root, data_root)).names()
+
+
+def solutions_of(definition: str, solutions_root: Path, data_root: Path) -> list[str]:
+    """Every solution of `definition` FlashInfer-Bench would load from the data root, and
+    those of --solutions-root; EnvauditError (exit 2) when there is none."""
+    try:
+        known = load_traceset(data_root).definitions
+    except DatasetRootError as exc:
+        raise EnvauditError(
+            str(exc), hint="pass --data-root pointing at a folder holding definitions/"
+        ) from None
+    if definition not in known:
+        raise EnvauditError(
+            f"--definition {shown(definition)}: not a definition under {data_root}",
+            hint=f"definitions: {', '.join(sorted(known)[:12])}",
+        )
+    index = index_solutions(solution_roots(solutions_root, data_root))
+    names = index.of_definition(definition)
+    if not names:
+        raise EnvauditError(
+            f"--definition {shown(definition)}: no solution of it under {index.where()}",
+            hint="pass --solutions-root pointing at the folder of solutions (our"
+            " <name>/solution.json or FlashInfer-Bench's <author>/<op_type>/<definition>/"
+            "<name>.json), or a --data-root whose solutions/ holds them",
+        )
+    return names
 
 
 def envs_of(plan: AuditPlan) -> dict[str, str | None]:
@@ -163,7 +198,7 @@ def check_audit(plan: AuditPlan) -> None:
     get_runtime(plan.runtime, plan.options.env, plan.options.over).require()
     if not plan.solutions:
         raise EnvauditError(
-            f"no solutions to audit: no {plan.solutions_root}/*/solution.json",
+            f"no solutions to audit under {plan.solutions_root}/ (nor the data root's solutions/)",
             hint="pass --solutions-root pointing at the folder of solutions, or --solution NAME",
         )
     for gpu, device in plan.devices:
