@@ -7,6 +7,7 @@ from pathlib import Path
 
 from envaudit.commands.candidate import stage_candidate
 from envaudit.errors import EnvauditError
+from envaudit.lock.dependencies import check_dependencies
 from envaudit.runtime.base import RunOptions, Runtime
 from envaudit.runtime.jobs import Job, RunRequest
 from envaudit.runtime.registry import get_runtime
@@ -50,7 +51,9 @@ def run_solution(
     made (the --env override, else the one the solution declares), then the job supervised."""
     runtime = get_runtime(runtime_name, options.env, options.over)
     job = plan_run(request, runtime)
-    env = options.env or job.context.declared_env
+    env = options.env or job.context.env
+    if env and runtime.takes_env:
+        check_dependencies(job.solution, job.dependencies, env, options.locks_dir)
     if env:
         make_env(runtime, options, env)
     return supervise(prepare(runtime, job, options), options)

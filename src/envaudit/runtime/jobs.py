@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from envaudit.dataset.env_map import ENV_MAP_FILE, EnvAssignment, EnvMapError, load_env_map
 from envaudit.dataset.solutions import (
     OUR_FILE,
     SolutionIndex,
@@ -264,6 +265,10 @@ class RunContext:
     env_check: Mapping[str, Any] | None = None
     jit_cache: str | None = None
     """"cold" when the job's compile cache folder (runtime/jit.py) was empty, else "warm"."""
+    assigned_env: str | None = None
+    env_assigned: str | None = None
+    """For a solution that declares none, the env the data's envs.toml assigned and by which
+    rule (dataset/env_map.py); the line says "--env" when the override replaced it."""
 
     def record(self) -> dict[str, Any]:
         found: dict[str, Any] = {
@@ -282,6 +287,9 @@ class RunContext:
             found["env_check"] = dict(self.env_check)
         if self.declared_env != self.env:
             found["declared_env"] = self.declared_env
+        if self.declared_env is None and self.env is not None:
+            chosen = self.assigned_env == self.env and self.env_assigned
+            found["env_assigned"] = chosen or "--env"
         return found
 
 
@@ -304,17 +312,22 @@ class Job:
     reference_cache: Path | None = None
     device_env: Mapping[str, str] = field(default_factory=dict)
     """Variables that select the device for the worker (CUDA_VISIBLE_DEVICES)."""
+    dependencies: tuple[str, ...] = ()
+    """The solution's `spec.dependencies`, checked against the lock it runs in."""
 
     def with_context(self, **changes: Any) -> Job:
         return replace(self, context=replace(self.context, **changes))
 
     def env_to_run(self, override: str | None) -> str:
-        """The lock this job runs in: the override, else the one the solution declares."""
-        env = override or self.context.declared_env
+        """The lock this job runs in: the override, else the one the solution declares, else
+        the one the data's envs.toml assigns it."""
+        env = override or self.context.env
         if env is None:
             raise RunRequestError(
-                f"solution {self.solution} declares no environment (no `env` in its solution.json)",
-                hint="pass --env ENV to run it in a lock of locks/",
+                f"solution {self.solution} declares no environment (no `env` in its solution"
+                f" file) and no {ENV_MAP_FILE} beside the data assigns one",
+                hint=f"pass --env ENV to run it in a lock of locks/, or map it in {ENV_MAP_FILE}"
+                " (docs/dataset-format.md)",
             )
         return env
 
@@ -397,6 +410,7 @@ def plan_job(req: RunRequest, runtime: str) -> Job:
             f"solution {solution.name} implements {solution.definition}, "
             f"which is not a definition under {req.data_root}"
         )
+    assigned = assigned_env(solution, req.data_root)
     uuids = select_workloads(ts, solution.definition, req)
     if not uuids:
         raise RunRequestError(f"no workloads of {solution.definition} selected")
@@ -424,7 +438,23 @@ def plan_job(req: RunRequest, runtime: str) -> Job:
         evaluation=req.evaluation,
         reference_cache=req.reference_cache.resolve() if req.reference_cache else None,
         device_env=device_env,
+        dependencies=tuple(solution.spec.dependencies or ()),
         context=RunContext(
-            runtime=runtime, env=solution.env, declared_env=solution.env, device_id=device_id
+            runtime=runtime,
+            env=solution.env or (assigned.env if assigned else None),
+            declared_env=solution.env,
+            device_id=device_id,
+            assigned_env=assigned.env if assigned else None,
+            env_assigned=assigned.how if assigned else None,
         ),
     )
+
+
+def assigned_env(solution: Solution, data_root: Path) -> EnvAssignment | None:
+    """The env the data's envs.toml gives a solution that declares none (None otherwise)."""
+    if solution.env:
+        return None
+    try:
+        return load_env_map(data_root).assign(solution.name, solution.author, solution.definition)
+    except EnvMapError as exc:
+        raise RunRequestError(str(exc), hint=exc.hint) from None

@@ -300,6 +300,9 @@ class Context(_Part):
     env_check: EnvCheck | None = None
     declared_env: str | None = None
     """The solution's declared env, where it differs from env (--env, or a CPU stand-in)."""
+    env_assigned: str | None = None
+    """How env was chosen for a solution that declares none: "--env", "envs.toml [authors]
+    'x'", "envs.toml default" (dataset/env_map.py)."""
 
 
 class Environment(_Part):

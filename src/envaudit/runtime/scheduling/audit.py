@@ -30,10 +30,12 @@ from pathlib import Path
 from envaudit.dataset.solutions import SolutionIndex, index_solutions, solution_roots
 from envaudit.dataset.traceset import DatasetRootError, TraceSet, load_traceset
 from envaudit.errors import EnvauditError, WriteFailed
+from envaudit.lock.dependencies import check_dependencies
 from envaudit.runtime.base import RunOptions, Runtime
 from envaudit.runtime.devices import gpus, require_gpu
 from envaudit.runtime.jobs import (
     RunRequest,
+    assigned_env,
     check_cache,
     check_evaluation,
     check_output,
@@ -42,7 +44,7 @@ from envaudit.runtime.jobs import (
     find_solution,
     select_workloads,
 )
-from envaudit.runtime.registry import get_runtime
+from envaudit.runtime.registry import get_runtime, make_runtime
 from envaudit.runtime.scheduling.slurm import (
     SlurmSettings,
     Task,
@@ -185,12 +187,24 @@ def solutions_of(definition: str, solutions_root: Path, data_root: Path) -> list
 
 
 def envs_of(plan: AuditPlan) -> dict[str, str | None]:
-    """solution -> the env it will run in (the override, else its declared env)."""
+    """solution -> the env it will run in (the override, else its declared env, else the one
+    the data's envs.toml assigns it)."""
     found = {}
     for name in plan.solutions:
         _, solution = plan.solution(name)
-        found[name] = plan.options.env or solution.env
+        assigned = assigned_env(solution, plan.data_root)
+        found[name] = plan.options.env or solution.env or (assigned.env if assigned else None)
     return found
+
+
+def check_dependencies_of(plan: AuditPlan) -> None:
+    """DependencyError (exit 2) before any job: a solution whose env lacks what it names."""
+    if not make_runtime(plan.runtime).takes_env:
+        return
+    for name, env in envs_of(plan).items():
+        _, solution = plan.solution(name)
+        if env:
+            check_dependencies(name, solution.spec.dependencies, env, plan.options.locks_dir)
 
 
 def check_audit(plan: AuditPlan) -> None:
@@ -223,7 +237,7 @@ def check_audit(plan: AuditPlan) -> None:
             f"no suite {shown(plan.suite)} in {plan.data_root / 'suites'}",
             hint=f"known suites: {', '.join(sorted({*ts.suites, 'all'}))}",
         )
-    envs_of(plan)  # every named solution exists
+    check_dependencies_of(plan)  # and every named solution exists
 
 
 def warm_workers(plan: AuditPlan) -> None:

@@ -1,0 +1,82 @@
+"""Whether a lock has what a solution says it depends on (FlashInfer-Bench's
+`spec.dependencies`: "torch", "flashinfer", "triton >= 3.3"), checked before any run: a missing
+package is exit 2 naming it and the locks that have it, not an ImportError in every line.
+Names that are toolchains or system libraries rather than Python packages (NON_PACKAGES) are
+not checked against the lock's packages: the lock's CUDA toolchain and the torch stack's
+nvidia-* wheels provide them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from envaudit.errors import EnvauditError
+from envaudit.lock.files import LockError, load_lock
+from envaudit.schema.names import shown
+
+NON_PACKAGES = frozenset({"cuda", "cudnn", "cublas", "cutlass", "nvcc", "cuda-toolkit", "nccl"})
+ENV_MAP_HINT = "envs.toml"
+
+
+class DependencyError(EnvauditError):
+    """A solution names dependencies its environment's lock lacks (exit 2)."""
+
+
+def lock_packages(locks_dir: Path, env: str) -> set[str] | None:
+    """The canonical names of the packages a lock pins (None: no readable lock of that name;
+    making the env then says why, precisely)."""
+    try:
+        lock = load_lock(locks_dir / env)
+    except LockError:
+        return None
+    return {canonicalize_name(package.name) for package in lock.packages}
+
+
+def dependency_names(dependencies: Sequence[str] | None) -> list[str]:
+    """The package names of `spec.dependencies` ("triton >= 3.3" -> "triton"), toolchains
+    and system libraries (NON_PACKAGES) left out; a name that is no requirement is kept whole."""
+    names: list[str] = []
+    for text in dependencies or []:
+        name: str
+        try:
+            name = canonicalize_name(Requirement(text).name)
+        except InvalidRequirement:
+            name = canonicalize_name(text.split()[0]) if text.split() else ""
+        if name and name not in NON_PACKAGES:
+            names.append(name)
+    return names
+
+
+def check_dependencies(
+    solution: str, dependencies: Sequence[str] | None, env: str, locks_dir: Path
+) -> None:
+    """DependencyError (exit 2) when the lock of `env` lacks a package the solution names."""
+    wanted = dependency_names(dependencies)
+    if not wanted:
+        return
+    packages = lock_packages(locks_dir, env)
+    if packages is None:
+        return  # no lock of that name: making the env says so, precisely
+    missing = [name for name in wanted if name not in packages]
+    if not missing:
+        return
+    having = _locks_having(locks_dir, missing)
+    where = "; ".join(f"{name}: {', '.join(having[name]) or 'no lock here'}" for name in missing)
+    raise DependencyError(
+        f"solution {shown(solution)} depends on {', '.join(missing)}, which lock {env} lacks",
+        hint=f"locks that have them: {where}; choose one with --env or {ENV_MAP_HINT}"
+        " beside the data",
+    )
+
+
+def _locks_having(locks_dir: Path, names: Sequence[str]) -> Mapping[str, list[str]]:
+    found: dict[str, list[str]] = {name: [] for name in names}
+    for lock in sorted(locks_dir.glob("*/lock.json")):
+        packages = lock_packages(locks_dir, lock.parent.name) or set()
+        for name in names:
+            if name in packages:
+                found[name].append(lock.parent.name)
+    return found

@@ -1,0 +1,119 @@
+"""An environment for a solution that declares none (FlashInfer-Bench's never do): --env, else
+the data's envs.toml, recorded as assigned; and its dependencies checked against that lock
+before any run. Roots are written with FlashInfer-Bench's own API (test_solution_layouts)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from flashinfer_bench.data import BuildSpec, Solution, SourceFile
+from typer.testing import CliRunner
+
+from envaudit.cli import app
+from envaudit.dataset.env_map import EnvMapError, load_env_map
+from envaudit.lock.dependencies import dependency_names
+from tests.dataset.test_solution_layouts import DEFINITION, MAIN, fib_solution, write_nested_root
+
+ENVS = """
+default = "torch-cpu"
+[solutions]
+"special-*" = "torch-2.11-cu130"
+[authors]
+"flashinfer-ai" = "flashinfer-0.7.2"
+[definitions]
+"fib_*" = "fa4-4.0.0b35"
+"""
+
+
+def with_dependencies(name: str, dependencies: list[str]) -> Solution:
+    spec = BuildSpec(
+        language="python",
+        target_hardware=["cpu", "cuda"],
+        entry_point="main.py::run",
+        destination_passing_style=False,
+        dependencies=dependencies,
+    )
+    return Solution(
+        name=name,
+        definition=DEFINITION,
+        author="fib-tests",
+        spec=spec,
+        sources=[SourceFile(path="main.py", content=MAIN)],
+    )
+
+
+def run(root: Path, tmp_path: Path, name: str, *extra: str) -> tuple[int, str, list[dict]]:
+    report = tmp_path / f"{name}.jsonl"
+    argv = ["run", "--solution", name, "--device", "cpu", "--data-root", str(root)]
+    argv += ["--report", str(report), "--timeout", "60", *extra]
+    result = CliRunner().invoke(app, argv, env={"ENVAUDIT_CACHE": str(tmp_path / "cache")})
+    lines = [json.loads(x) for x in report.read_text().splitlines()] if report.exists() else []
+    return result.exit_code, result.output, lines
+
+
+def test_rules_are_tried_solution_author_definition_then_default(tmp_path: Path) -> None:
+    (tmp_path / "envs.toml").write_text(ENVS)
+    found = load_env_map(tmp_path)
+    assert found.assign("special-x", "flashinfer-ai", "fib_scale").env == "torch-2.11-cu130"
+    by_author = found.assign("plain", "flashinfer-ai", "fib_scale")
+    assert by_author is not None and by_author.how == "envs.toml [authors] 'flashinfer-ai'"
+    assert found.assign("plain", "someone", "fib_scale").env == "fa4-4.0.0b35"
+    fallback = found.assign("plain", "someone", "gemm")
+    assert fallback is not None and (fallback.env, fallback.how) == (
+        "torch-cpu",
+        "envs.toml default",
+    )
+    assert load_env_map(tmp_path / "nothing-here").assign("a", "b", "c") is None
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("defualt = 'torch-cpu'", "unknown key 'defualt'"),
+        ("default = '../outside'", "the env '../outside' is not valid"),
+        ("[authors]\n'x' = 3", "[authors] 'x': the env '3' is not valid"),
+        ("authors = 'x'", "[authors] must be a table"),
+        ("default = ", "cannot be read"),
+    ],
+)
+def test_a_bad_envs_toml_is_named_precisely(tmp_path: Path, text: str, words: str) -> None:
+    (tmp_path / "envs.toml").write_text(text)
+    with pytest.raises(EnvMapError) as caught:
+        load_env_map(tmp_path)
+    assert str(tmp_path / "envs.toml") in str(caught.value) and words in str(caught.value)
+
+
+def test_an_assigned_env_is_recorded_as_assigned(tmp_path: Path) -> None:
+    root = write_nested_root(tmp_path / "fib", fib_solution("plain"))
+    (root / "envs.toml").write_text('default = "torch-cpu"\n')
+    code, output, lines = run(root, tmp_path, "plain", "--runtime", "host")
+    assert code == 0, output
+    for line in lines:
+        context = line["context"]
+        assert (context["env"], context["env_assigned"]) == ("torch-cpu", "envs.toml default")
+        assert context["declared_env"] is None and context["env_check"]["matches"] is not None
+
+
+def test_no_env_anywhere_is_a_usage_error_naming_both_ways(tmp_path: Path) -> None:
+    root = write_nested_root(tmp_path / "fib", fib_solution("plain"))
+    code, output, _ = run(root, tmp_path, "plain", "--runtime", "local")
+    assert code == 2
+    assert "declares no environment" in output and "envs.toml" in output and "--env" in output
+
+
+def test_a_dependency_the_lock_lacks_stops_the_run_before_anything(tmp_path: Path) -> None:
+    needy = with_dependencies("needy", ["torch", "flashinfer-python >= 0.7", "CUDA >= 12.8"])
+    root = write_nested_root(tmp_path / "fib", needy)
+    (root / "envs.toml").write_text('default = "torch-cpu"\n')
+    code, output, lines = run(root, tmp_path, "needy", "--runtime", "local")
+    assert code == 2 and not lines
+    assert "depends on flashinfer-python, which lock torch-cpu lacks" in output
+    assert "flashinfer-0.7.2" in output  # the lock that has it
+    assert not (tmp_path / "cache" / "envs").exists()  # nothing was built
+
+
+def test_dependency_names_are_package_names() -> None:
+    names = dependency_names(["torch", "Triton >= 3.3", "CUDA >= 12.8", "cutlass", "flash_attn"])
+    assert names == ["torch", "triton", "flash-attn"]
