@@ -5,6 +5,7 @@ before any run. Roots are written with FlashInfer-Bench's own API (test_solution
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,80 @@ def test_a_dependency_the_lock_lacks_stops_the_run_before_anything(tmp_path: Pat
 def test_dependency_names_are_package_names() -> None:
     names = dependency_names(["torch", "Triton >= 3.3", "CUDA >= 12.8", "cutlass", "flash_attn"])
     assert names == ["torch", "triton", "flash-attn"]
+
+
+TRITON_MAIN = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _scale(x, out, scale, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    keep = offsets < n
+    tl.store(out + offsets, tl.load(x + offsets, mask=keep) * scale, mask=keep)
+
+
+def run(x, scale):
+    import torch
+
+    out = torch.empty_like(x)
+    _scale[(triton.cdiv(x.numel(), 256),)](x, out, scale, x.numel(), BLOCK=256)
+    return out
+"""
+
+CPP_MAIN = """
+#include <torch/extension.h>
+
+torch::Tensor run(torch::Tensor x, double scale) { return x * scale; }
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("run", &run); }
+"""
+
+
+def fib_native(name: str, language: str, path: str, content: str, targets: list[str]) -> Solution:
+    spec = BuildSpec(
+        language=language,
+        target_hardware=targets,
+        entry_point=f"{path}::run",
+        destination_passing_style=False,
+        binding="torch" if language in ("cpp", "cuda") else None,
+        dependencies=["torch"] + (["triton"] if language == "triton" else []),
+    )
+    return Solution(
+        name=name,
+        definition=DEFINITION,
+        author="fib-tests",
+        spec=spec,
+        sources=[SourceFile(path=path, content=content)],
+    )
+
+
+@pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
+def test_a_flashinfer_bench_root_of_three_languages_is_audited_with_one_command(
+    tmp_path: Path,
+) -> None:
+    """python, triton and cpp (torch binding), written by FlashInfer-Bench's API, none with an
+    env: one `audit --definition`, envs.toml's default env, each language its own way (on the
+    CPU the Triton one targets only GPUs: UNSUPPORTED_DEVICE, never imported)."""
+    root = write_nested_root(
+        tmp_path / "fib",
+        fib_solution("fib-python"),
+        fib_native("fib-triton", "triton", "main.py", TRITON_MAIN, ["cuda"]),
+        fib_native("fib-cpp", "cpp", "main.cpp", CPP_MAIN, ["cpu", "cuda"]),
+    )
+    (root / "envs.toml").write_text('default = "torch-cpu"\n')
+    argv = ["audit", "--definition", DEFINITION, "--data-root", str(root), "--suite", "all"]
+    argv += ["--runtime", "host", "--device", "cpu", "--out", str(tmp_path / "audit")]
+    result = CliRunner().invoke(app, argv, env={"ENVAUDIT_CACHE": str(tmp_path / "cache")})
+    assert result.exit_code in (0, 1), result.output
+    lines = [json.loads(x) for x in (tmp_path / "audit/results.jsonl").read_text().splitlines()]
+    statuses = {(ln["solution"], ln["workload"]["uuid"]): ln["status"] for ln in lines}
+    assert len(statuses) == 6
+    for (solution, _), status in statuses.items():
+        want = "UNSUPPORTED_DEVICE" if solution == "fib-triton" else "PASSED"
+        assert status == want, (solution, status)
+    assert {ln["context"]["env_assigned"] for ln in lines} == {"envs.toml default"}
+    assert any(
+        ln.get("build", {}).get("arch") == "cpu" for ln in lines if ln["solution"] == "fib-cpp"
+    )
