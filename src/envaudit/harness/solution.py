@@ -167,7 +167,9 @@ def build_native(solution: Mapping[str, Any], files: Mapping[str, bytes]) -> Loa
     with_cuda = str(spec["language"]).lower() == "cuda"
     arch = _native_arch(with_cuda)
     source_hash = hash_sources(files)
-    module = f"envaudit_{source_hash[:16]}_{arch.replace('.', '_').replace('+', '_')}"
+    plain = "".join(c if c.isascii() and c.isalnum() else "_" for c in arch)
+    module = f"envaudit_{source_hash[:16]}_{plain}"  # a Python module's name: no '.', '-', '+'
+
     build_dir = _extensions_root() / module
     sources_dir = build_dir / "src"
     for rel, data in files.items():
@@ -221,22 +223,24 @@ def _load_extension(
 
 
 def _native_arch(with_cuda: bool) -> str:
-    """The arch the build is for, part of its folder's name: the GPU's (sm_90 on an H200), else
+    """The arch the build is for, part of its folder's name: the GPU's (sm90a on an H200), else
     TORCH_CUDA_ARCH_LIST (compiling for a GPU needs no GPU), else `cpu` for a C++ build."""
     import torch
 
     if with_cuda and torch.cuda.is_available():
         major, minor = torch.cuda.get_device_capability()
-        arch = f"{major}.{minor}"
-        os.environ.setdefault("TORCH_CUDA_ARCH_LIST", arch)
-        return f"sm{major}{minor}"
+        # Hopper and later: the arch-specific target (sm_90a), whose instructions (wgmma, TMA)
+        # kernels written for that GPU use; the module is built for the GPU in hand only
+        suffix = "a" if major >= 9 else ""
+        os.environ.setdefault("TORCH_CUDA_ARCH_LIST", f"{major}.{minor}{suffix}")
+        return f"sm{major}{minor}{suffix}"
     listed = os.environ.get("TORCH_CUDA_ARCH_LIST", "")
     if with_cuda:
         if not listed:
             raise SolutionLoadError(
                 "no GPU is visible and TORCH_CUDA_ARCH_LIST is unset: no arch to compile for"
             )
-        return "sm" + "-".join(listed.replace(";", " ").split())
+        return "sm" + "_".join(listed.replace(";", " ").split())
     return "cpu"
 
 
