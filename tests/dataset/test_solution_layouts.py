@@ -375,3 +375,15 @@ def test_the_report_reads_both_layouts_and_refuses_a_name_in_two(tmp_path: Path)
     with pytest.raises(ReportError, match="in two files") as caught:
         load_solutions(folder)
     assert caught.value.exit_code == 2 and "fib-python.json" in str(caught.value)
+
+
+def test_the_report_reads_the_data_roots_solutions_too(tmp_path: Path) -> None:
+    """merge --data-root ROOT (a FlashInfer-Bench root) describes its solutions/ beside
+    --solutions-root's, as run and audit find them."""
+    from envaudit.report.build import load_solutions
+
+    root = write_nested_root(tmp_path / "fib", fib_solution("fib-python"))
+    ours = tmp_path / "ours"
+    write_ours(ours, "ours-python", env="torch-cpu")
+    assert sorted(load_solutions(ours)) == ["ours-python"]
+    assert sorted(load_solutions(ours, root)) == ["fib-python", "ours-python"]

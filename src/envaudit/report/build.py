@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from envaudit.dataset.interfaces import load_interfaces
-from envaudit.dataset.solutions import SolutionIndexError, index_solutions
+from envaudit.dataset.solutions import SolutionIndexError, index_solutions, solution_roots
 from envaudit.dataset.traceset import DatasetRootError, load_traceset
 from envaudit.errors import EnvauditError, free_bytes
 from envaudit.report.choice import preferred_solutions
@@ -108,7 +108,7 @@ def render_report(
     locks_root: Path = Path("locks"),
 ) -> dict[Path, str | bytes]:
     """Every file of the report by its path under `out`, in the order they are written."""
-    solutions = load_solutions(solutions_root)
+    solutions = load_solutions(solutions_root, data_root)
     try:
         traceset = load_traceset(data_root)
     except DatasetRootError as exc:
@@ -177,13 +177,13 @@ def _has_files(folder: Path) -> bool:
     return folder.is_dir() and any(p.is_file() for p in folder.rglob("*"))
 
 
-def load_solutions(root: Path) -> dict[str, SolutionInfo]:
+def load_solutions(root: Path, data_root: Path | None = None) -> dict[str, SolutionInfo]:
     """name -> what the report needs of each solution (author, definition, env, baseline), from
     our layout (`<name>/solution.json`) and FlashInfer-Bench's (`<author>/<op_type>/
     <definition>/<name>.json`), found as run and audit find them (dataset/solutions.py). A
     name two files hold is an error naming both (exit 2): the report would otherwise describe
-    one of them by chance."""
-    index = index_solutions([root])
+    one of them by chance. With `data_root`, its `solutions/` too (a FlashInfer-Bench root's)."""
+    index = index_solutions(solution_roots(root, data_root))
     try:
         names = index.names()
     except SolutionIndexError as exc:
