@@ -72,6 +72,9 @@ def test_rows_filter_from_the_address(tmp_path: Path) -> None:
     tags = re.findall(r"<tr\b[^>]*>", page)
     visible = [t for t in tags if "title=" in t and "hidden" not in t]
     assert 0 < len(visible) <= hits and all("flashinfer" in t.lower() for t in visible)
+    sections = re.findall(r'<section class="definition( hidden)?">\s*<h2 id="def-([^"]+)"', page)
+    shown_defs = sorted(name for hidden, name in sections if not hidden)
+    assert shown_defs == ["gdn_decode_qk4_v8_d128_k_last", "gdn_prefill_qk4_v8_d128_k_last"]
 
 
 def test_the_page_is_self_contained() -> None:
