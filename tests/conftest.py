@@ -140,3 +140,10 @@ def base_recipe_for(python: str) -> str:
         if str(tomllib.loads(path.read_text()).get("python")) == python:
             return path.stem
     pytest.skip(f"no shipped base recipe provides Python {python}", allow_module_level=True)
+
+
+@pytest.fixture(scope="session")
+def native_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One ENVAUDIT_CACHE for the tests that compile the C++ toy solution
+    (tests/harness/test_native.py's source): the suite compiles it once, later runs load it."""
+    return tmp_path_factory.mktemp("native-cache")

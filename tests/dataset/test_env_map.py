@@ -16,6 +16,7 @@ from envaudit.cli import app
 from envaudit.dataset.env_map import EnvMapError, load_env_map
 from envaudit.lock.dependencies import dependency_names
 from tests.dataset.test_solution_layouts import DEFINITION, MAIN, fib_solution, write_nested_root
+from tests.harness.test_native import CORRECT_CPP
 
 ENVS = """
 default = "torch-cpu"
@@ -140,14 +141,6 @@ def run(x, scale):
     return out
 """
 
-CPP_MAIN = """
-#include <torch/extension.h>
-
-torch::Tensor run(torch::Tensor x, double scale) { return x * scale; }
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("run", &run); }
-"""
-
 
 def fib_native(name: str, language: str, path: str, content: str, targets: list[str]) -> Solution:
     spec = BuildSpec(
@@ -169,7 +162,7 @@ def fib_native(name: str, language: str, path: str, content: str, targets: list[
 
 @pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
 def test_a_flashinfer_bench_root_of_three_languages_is_audited_with_one_command(
-    tmp_path: Path,
+    tmp_path: Path, native_cache: Path
 ) -> None:
     """python, triton and cpp (torch binding), written by FlashInfer-Bench's API, none with an
     env: one `audit --definition`, envs.toml's default env, each language its own way (on the
@@ -178,12 +171,12 @@ def test_a_flashinfer_bench_root_of_three_languages_is_audited_with_one_command(
         tmp_path / "fib",
         fib_solution("fib-python"),
         fib_native("fib-triton", "triton", "main.py", TRITON_MAIN, ["cuda"]),
-        fib_native("fib-cpp", "cpp", "main.cpp", CPP_MAIN, ["cpu", "cuda"]),
+        fib_native("fib-cpp", "cpp", "main.cpp", CORRECT_CPP, ["cpu", "cuda"]),
     )
     (root / "envs.toml").write_text('default = "torch-cpu"\n')
     argv = ["audit", "--definition", DEFINITION, "--data-root", str(root), "--suite", "all"]
     argv += ["--runtime", "host", "--device", "cpu", "--out", str(tmp_path / "audit")]
-    result = CliRunner().invoke(app, argv, env={"ENVAUDIT_CACHE": str(tmp_path / "cache")})
+    result = CliRunner().invoke(app, argv, env={"ENVAUDIT_CACHE": str(native_cache)})
     assert result.exit_code in (0, 1), result.output
     lines = [json.loads(x) for x in (tmp_path / "audit/results.jsonl").read_text().splitlines()]
     statuses = {(ln["solution"], ln["workload"]["uuid"]): ln["status"] for ln in lines}
