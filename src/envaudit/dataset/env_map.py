@@ -28,7 +28,6 @@ import fnmatch
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from envaudit.errors import EnvauditError
 from envaudit.schema.names import name_problem, shown
@@ -98,27 +97,3 @@ def _require_env_name(path: Path, where: str, env: object) -> None:
     problem = name_problem(env) if isinstance(env, str) else "not a string"
     if problem:
         raise EnvMapError(f"{path}: {where}: the env {shown(str(env))} is not valid: {problem}")
-
-
-def choose_env(
-    declared: str | None,
-    override: str | None,
-    solution: str,
-    author: str,
-    definition: str,
-    data_root: Path,
-) -> EnvAssignment | None:
-    """The env a solution runs in and how it was chosen: --env, else its declared env, else
-    the data root's envs.toml; None when none of them names one."""
-    if override:
-        return EnvAssignment(override, "--env")
-    if declared:
-        return EnvAssignment(declared, "declared")
-    return load_env_map(data_root).assign(solution, author, definition)
-
-
-def describe(assignment: EnvAssignment | None) -> dict[str, Any]:
-    """What a job's context records of the choice (nothing for a declared env)."""
-    if assignment is None or assignment.how == "declared":
-        return {}
-    return {"env_assigned": assignment.how}

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envaudit.report.intervals import geomean_interval, geomean_log_variance, holds_one, interval
+from envaudit.report.summary import geomean
 
 CHOICE_RULE = (
     "a choice ranks only solutions measured on the same workloads of one GPU model. Eligible:"
@@ -193,7 +194,7 @@ def _candidate(entry: Entry, workloads: frozenset[str]) -> dict[str, Any]:
     speedups = [entry.timed[u][0] for u in sorted(workloads)]
     variances = [entry.timed[u][1] for u in sorted(workloads)]
     known = [v for v in variances if v is not None]
-    geo = math.exp(sum(math.log(s) for s in speedups) / len(speedups))
+    geo = geomean(speedups) or 0.0
     bounds = geomean_interval(speedups, known) if len(known) == len(speedups) else None
     return {
         **entry.key(),

@@ -13,12 +13,17 @@ def short_name(solution: str, definition: str) -> str:
     return solution[len(prefix) :] if solution.startswith(prefix) else solution
 
 
+def interval_text(bounds: Sequence[float] | None) -> str:
+    """ "[2.31, 2.47]", or "" without an interval."""
+    return f"[{bounds[0]:.2f}, {bounds[1]:.2f}]" if bounds else ""
+
+
 def speedup_text(value: float, bounds: Sequence[float] | None) -> str:
     """ "2.39x [2.31, 2.47]", "1.01x [0.98, 1.04], within noise" (the interval holds 1.0)."""
     text = f"{value:.2f}x" if abs(value) < 1000 else f"{value:.0f}x"
     if not bounds:
         return text
-    text += f" [{bounds[0]:.2f}, {bounds[1]:.2f}]"
+    text += f" {interval_text(bounds)}"
     return text + (", within noise" if bounds[0] <= 1.0 <= bounds[1] else "")
 
 
@@ -80,7 +85,7 @@ def _choice(comparison: Mapping[str, Any], definition: str) -> dict[str, Any]:
         + (f" ({best['env']})" if same else ""),
         "speedup": best["geomean_speedup"],
         "speedup_text": speedup_text(best["geomean_speedup"], best.get("ci95")),
-        "ci": "[{:.2f}, {:.2f}]".format(*best["ci95"]) if best.get("ci95") else "",
+        "ci": interval_text(best.get("ci95")),
         "runner_up": runner_text,
     }
 

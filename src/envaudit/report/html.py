@@ -12,13 +12,13 @@ be linked (and tested in a headless browser).
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import jinja2
 
-from envaudit.report.glance import choice_rows, short_name, speedup_text
+from envaudit.report.glance import choice_rows, interval_text, short_name, speedup_text
 from envaudit.report.plots import speedup_plot
 
 TEMPLATE = "report.html.j2"
@@ -134,14 +134,10 @@ def _row(definition: str, entry: Mapping[str, Any], row: Mapping[str, Any]) -> d
         "graph_ms": row["graph_median_ms"],
         "eager_ms": row["eager_median_ms"],
         "speedup": row["speedup_primary"] if not entry["baseline"] else None,
-        "ci": _bounds(row.get("speedup_ci95")) if not entry["baseline"] else "",
+        "ci": interval_text(row.get("speedup_ci95")) if not entry["baseline"] else "",
         "provenance": _provenance(entry, row),
         "reproduce": f"envaudit reproduce results.jsonl:{number}" if number else "",
     }
-
-
-def _bounds(bounds: Sequence[float] | None) -> str:
-    return f"[{bounds[0]:.2f}, {bounds[1]:.2f}]" if bounds else ""
 
 
 def _provenance(entry: Mapping[str, Any], row: Mapping[str, Any] | None = None) -> str:

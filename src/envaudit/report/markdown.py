@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from envaudit.report.env_compare import INTERVAL_METHOD, table
-from envaudit.report.glance import choice_rows, short_name
+from envaudit.report.glance import choice_rows, interval_text, short_name
 from envaudit.report.intervals import RUN_TO_RUN_SD, Z95
 from envaudit.report.plots import short_gpu, speedup_plot
 
@@ -262,8 +262,7 @@ def _ci(bounds: Sequence[float] | None) -> str:
     """ "[2.31, 2.47]", "[0.98, 1.04] within noise" (the interval holds 1.0), "–" without one."""
     if not bounds:
         return "–"
-    text = f"[{bounds[0]:.2f}, {bounds[1]:.2f}]"
-    return text + (" within noise" if bounds[0] <= 1.0 <= bounds[1] else "")
+    return interval_text(bounds) + (" within noise" if bounds[0] <= 1.0 <= bounds[1] else "")
 
 
 def _notes(row: Mapping[str, Any]) -> str:
