@@ -339,6 +339,17 @@ REQUIRE_CHROMIUM = Setting(
     _switch,
     fallback="0",
 )
+REQUIRE_CUDA_BUILD = Setting(
+    "ENVAUDIT_REQUIRE_CUDA_BUILD",
+    "test",
+    SWITCH,
+    "",
+    "1 (CI): the test that compiles a cuda solution for sm_90a without a GPU (the local"
+    " environment of torch-2.11-cu130-nvcc) fails instead of skipping where Python 3.12 is"
+    " not found.",
+    _switch,
+    fallback="0",
+)
 UPDATE_GOLDEN = Setting(
     "ENVAUDIT_UPDATE_GOLDEN",
     "test",
@@ -399,6 +410,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     REQUIRE_ENGINE,
     REQUIRE_SLURM,
     REQUIRE_CHROMIUM,
+    REQUIRE_CUDA_BUILD,
     UPDATE_GOLDEN,
     GPU_FAULTS,
     TEST_OUT,

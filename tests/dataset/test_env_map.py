@@ -116,6 +116,31 @@ def test_a_dependency_the_lock_lacks_stops_the_run_before_anything(tmp_path: Pat
     assert not (tmp_path / "cache" / "envs").exists()  # nothing was built
 
 
+def test_a_cuda_solution_in_a_lock_without_a_run_time_nvcc_stops_before_anything(
+    tmp_path: Path,
+) -> None:
+    """A cuda solution is compiled in its job: torch-cpu has no toolchain, flashmla-13.3 has a
+    build-only one (gone from its run environment); both are refused naming the locks that
+    keep nvcc at run time."""
+    spec = BuildSpec(
+        language="cuda",
+        target_hardware=["cuda"],
+        entry_point="main.cpp::run",
+        destination_passing_style=False,
+    )
+    source = SourceFile(path="main.cpp", content=CORRECT_CPP)
+    cuda = Solution(
+        name="cuda-one", definition=DEFINITION, author="fib-tests", spec=spec, sources=[source]
+    )
+    root = write_nested_root(tmp_path / "fib", cuda)
+    for env in ("torch-cpu", "flashmla-13.3"):
+        code, output, lines = run(root, tmp_path, "cuda-one", "--runtime", "local", "--env", env)
+        assert code == 2 and not lines, output
+        assert f"lock {env} keeps no CUDA toolchain there or pins no ninja" in output
+        assert "torch-2.11-cu130-nvcc" in output  # a lock that does
+    assert not (tmp_path / "cache" / "envs").exists()  # nothing was built
+
+
 def test_dependency_names_are_package_names() -> None:
     names = dependency_names(["torch", "Triton >= 3.3", "CUDA >= 12.8", "cutlass", "flash_attn"])
     assert names == ["torch", "triton", "flash-attn"]

@@ -53,7 +53,7 @@ def run_solution(
     job = plan_run(request, runtime)
     env = options.env or job.context.env
     if env and runtime.takes_env:
-        check_dependencies(job.solution, job.dependencies, env, options.locks_dir)
+        check_dependencies(job.solution, job.dependencies, env, options.locks_dir, job.language)
     if env:
         make_env(runtime, options, env)
     return supervise(prepare(runtime, job, options), options)

@@ -39,6 +39,11 @@ class SolutionLoadError(RuntimeError):
     """The solution's sources could not be found, compiled or imported (COMPILE_ERROR)."""
 
 
+class NoCompilerHere(SolutionLoadError):
+    """The environment cannot compile this solution at all (a CPU build of torch, no nvcc):
+    the environment's shortcoming, never the solution's COMPILE_ERROR (UNSUPPORTED_DEVICE)."""
+
+
 @dataclass(frozen=True)
 class NativeBuild:
     """What compiling a cuda/cpp solution cost and said: recorded on its result lines."""
@@ -165,10 +170,10 @@ def build_native(solution: Mapping[str, Any], files: Mapping[str, bytes]) -> Loa
     if entry_file not in files:
         raise SolutionLoadError(f"entry file {entry_file} is not among the sources")
     with_cuda = str(spec["language"]).lower() == "cuda"
+    _require_build_tools(with_cuda)
     arch = _native_arch(with_cuda)
     source_hash = hash_sources(files)
-    plain = "".join(c if c.isascii() and c.isalnum() else "_" for c in arch)
-    module = f"envaudit_{source_hash[:16]}_{plain}"  # a Python module's name: no '.', '-', '+'
+    module = f"envaudit_{source_hash[:16]}_{arch}"  # a Python module's name: no '.', '-', '+'
 
     build_dir = _extensions_root() / module
     sources_dir = build_dir / "src"
@@ -208,10 +213,6 @@ def _load_extension(
 ) -> Any:
     from torch.utils import cpp_extension
 
-    # ninja from the environment's own scripts folder (a wheel puts it beside python)
-    scripts = str(Path(sys.executable).parent)
-    if scripts not in os.environ.get("PATH", "").split(os.pathsep):
-        os.environ["PATH"] = scripts + os.pathsep + os.environ.get("PATH", "")
     return cpp_extension.load(
         name=module,
         sources=sources,
@@ -222,26 +223,61 @@ def _load_extension(
     )
 
 
+def _require_build_tools(with_cuda: bool) -> None:
+    """NoCompilerHere unless torch's extension builder can work here: ninja (the environment's
+    own, beside its python, comes first on PATH), and for CUDA a CUDA build of torch and an nvcc
+    torch finds (CUDA_HOME or CUDA_PATH, nvcc on PATH, /usr/local/cuda: torch's own order)."""
+    import torch
+    from torch.utils import cpp_extension
+
+    scripts = str(Path(sys.executable).parent)
+    if scripts not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = scripts + os.pathsep + os.environ.get("PATH", "")
+    if not cpp_extension.is_ninja_available():
+        raise NoCompilerHere(
+            "this environment cannot compile C++/CUDA: torch's extension builder needs ninja,"
+            " which is neither in the environment nor on PATH"
+        )
+    if not with_cuda:
+        return
+    if torch.version.cuda is None:
+        raise NoCompilerHere(
+            f"this environment cannot compile CUDA: torch {torch.__version__} is not a CUDA build"
+        )
+    if cpp_extension.CUDA_HOME is None:
+        raise NoCompilerHere(
+            "this environment cannot compile CUDA: no CUDA toolkit (CUDA_HOME unset, no nvcc on"
+            " PATH); run it in a lock whose [cuda] toolchain is kept at run time"
+        )
+
+
 def _native_arch(with_cuda: bool) -> str:
-    """The arch the build is for, part of its folder's name: the GPU's (sm90a on an H200), else
-    TORCH_CUDA_ARCH_LIST (compiling for a GPU needs no GPU), else `cpu` for a C++ build."""
+    """The arch the build is for, part of its folder's name and of the line: `sm90a` for
+    TORCH_CUDA_ARCH_LIST `9.0a` (the GPU's when no list is set; compiling for a GPU needs no
+    GPU, so a list alone serves a machine without one), `cpu` for a C++ build."""
     import torch
 
-    if with_cuda and torch.cuda.is_available():
+    if not with_cuda:
+        return "cpu"
+    if not os.environ.get("TORCH_CUDA_ARCH_LIST", "").strip() and torch.cuda.is_available():
         major, minor = torch.cuda.get_device_capability()
         # Hopper and later: the arch-specific target (sm_90a), whose instructions (wgmma, TMA)
         # kernels written for that GPU use; the module is built for the GPU in hand only
         suffix = "a" if major >= 9 else ""
-        os.environ.setdefault("TORCH_CUDA_ARCH_LIST", f"{major}.{minor}{suffix}")
-        return f"sm{major}{minor}{suffix}"
-    listed = os.environ.get("TORCH_CUDA_ARCH_LIST", "")
-    if with_cuda:
-        if not listed:
-            raise SolutionLoadError(
-                "no GPU is visible and TORCH_CUDA_ARCH_LIST is unset: no arch to compile for"
-            )
-        return "sm" + "_".join(listed.replace(";", " ").split())
-    return "cpu"
+        os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}{suffix}"
+    listed = os.environ.get("TORCH_CUDA_ARCH_LIST", "").replace(";", " ").split()
+    if not listed:
+        raise SolutionLoadError(
+            "no GPU is visible and TORCH_CUDA_ARCH_LIST is unset: no arch to compile for"
+        )
+    return "_".join(arch_name(entry) for entry in listed)
+
+
+def arch_name(entry: str) -> str:
+    """`sm90a` for a TORCH_CUDA_ARCH_LIST entry `9.0a` (`+PTX` kept as `ptx`), the form
+    nvcc's `sm_90a` takes in a module name."""
+    plain = entry.lower().replace("+ptx", "ptx").replace(".", "")
+    return "sm" + "".join(c for c in plain if c.isascii() and c.isalnum())
 
 
 def _extensions_root() -> Path:

@@ -53,7 +53,13 @@ from envaudit.harness.judge import (
 )
 from envaudit.harness.preload import preload_for
 from envaudit.harness.reference import ReferenceCache
-from envaudit.harness.solution import SolutionLoadError, hash_sources, load_solution, source_files
+from envaudit.harness.solution import (
+    NoCompilerHere,
+    SolutionLoadError,
+    hash_sources,
+    load_solution,
+    source_files,
+)
 from envaudit.schema.options import EvalOptions
 from envaudit.schema.progress import (
     BYTECODE_CACHE_ENV,
@@ -252,7 +258,8 @@ def solution_main(job_dir: Path, link: Link) -> int:
             raise unreadable or SolutionLoadError("no sources")
         solution = load_solution(solution_json, files)
     except SolutionLoadError as exc:
-        return _settle_all(link, workloads, {"status": "COMPILE_ERROR", "message": str(exc)}, start)
+        status = "UNSUPPORTED_DEVICE" if isinstance(exc, NoCompilerHere) else "COMPILE_ERROR"
+        return _settle_all(link, workloads, {"status": status, "message": str(exc)}, start)
     ctx = EvalContext(
         definition=definition,
         solution=solution,

@@ -3,7 +3,9 @@
 package is exit 2 naming it and the locks that have it, not an ImportError in every line.
 Names that are toolchains or system libraries rather than Python packages (NON_PACKAGES) are
 not checked against the lock's packages: the lock's CUDA toolchain and the torch stack's
-nvidia-* wheels provide them."""
+nvidia-* wheels provide them. A `cuda` solution is compiled in its job: its lock must carry a
+CUDA toolchain kept at run time (a [cuda] table that is not build_only) and ninja, else the same
+exit 2 names the locks that do."""
 
 from __future__ import annotations
 
@@ -51,9 +53,16 @@ def dependency_names(dependencies: Sequence[str] | None) -> list[str]:
 
 
 def check_dependencies(
-    solution: str, dependencies: Sequence[str] | None, env: str, locks_dir: Path
+    solution: str,
+    dependencies: Sequence[str] | None,
+    env: str,
+    locks_dir: Path,
+    language: str = "",
 ) -> None:
-    """DependencyError (exit 2) when the lock of `env` lacks a package the solution names."""
+    """DependencyError (exit 2) when the lock of `env` lacks a package the solution names, or
+    the run-time CUDA toolchain a cuda solution is compiled with."""
+    if language.lower() == "cuda":
+        check_run_time_toolchain(solution, env, locks_dir)
     wanted = dependency_names(dependencies)
     if not wanted:
         return
@@ -69,6 +78,33 @@ def check_dependencies(
         f"solution {shown(solution)} depends on {', '.join(missing)}, which lock {env} lacks",
         hint=f"locks that have them: {where}; choose one with --env or {ENV_MAP_HINT}"
         " beside the data",
+    )
+
+
+def run_time_toolchain(locks_dir: Path, env: str) -> bool | None:
+    """Whether a lock keeps its CUDA toolchain in the run environment and pins ninja, which
+    torch's extension builder drives (None: no readable lock)."""
+    try:
+        lock = load_lock(locks_dir / env)
+    except LockError:
+        return None
+    ninja = any(canonicalize_name(p.name) == "ninja" for p in lock.runtime_packages())
+    return lock.cuda is not None and not lock.cuda.build_only and ninja
+
+
+def check_run_time_toolchain(solution: str, env: str, locks_dir: Path) -> None:
+    if run_time_toolchain(locks_dir, env) is not False:
+        return
+    having = [
+        lock.parent.name
+        for lock in sorted(locks_dir.glob("*/lock.json"))
+        if run_time_toolchain(locks_dir, lock.parent.name)
+    ]
+    raise DependencyError(
+        f"solution {shown(solution)} is CUDA source compiled in its job, which needs nvcc and"
+        f" ninja at run time; lock {env} keeps no CUDA toolchain there or pins no ninja",
+        hint=f"locks that do: {', '.join(having) or 'none here'}; choose one with --env or"
+        f" {ENV_MAP_HINT} beside the data",
     )
 
 

@@ -314,6 +314,8 @@ class Job:
     """Variables that select the device for the worker (CUDA_VISIBLE_DEVICES)."""
     dependencies: tuple[str, ...] = ()
     """The solution's `spec.dependencies`, checked against the lock it runs in."""
+    language: str = ""
+    """The solution's `spec.language`: a cuda one needs the lock's nvcc at run time."""
 
     def with_context(self, **changes: Any) -> Job:
         return replace(self, context=replace(self.context, **changes))
@@ -439,6 +441,7 @@ def plan_job(req: RunRequest, runtime: str) -> Job:
         reference_cache=req.reference_cache.resolve() if req.reference_cache else None,
         device_env=device_env,
         dependencies=tuple(solution.spec.dependencies or ()),
+        language=solution.spec.language,
         context=RunContext(
             runtime=runtime,
             env=solution.env or (assigned.env if assigned else None),

@@ -368,9 +368,10 @@ class Solution(Model):
 
 
 class EvaluationStatus(StrEnum):
-    """FlashInfer-Bench's statuses plus envaudit's INPUT_MUTATED, UNSUPPORTED_DEVICE and
-    WORKLOAD_ERROR (the workload, not the solution, could not be evaluated: its inputs could
-    not be drawn, or the definition's reference raised)."""
+    """FlashInfer-Bench's statuses plus envaudit's INPUT_MUTATED, UNSUPPORTED_DEVICE (the
+    solution's target_hardware excludes the device, or the environment cannot compile it at all:
+    a CPU build of torch, no nvcc) and WORKLOAD_ERROR (the workload, not the solution, could not
+    be evaluated: its inputs could not be drawn, or the definition's reference raised)."""
 
     PASSED = "PASSED"
     INCORRECT_SHAPE = "INCORRECT_SHAPE"

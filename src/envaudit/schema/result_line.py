@@ -210,7 +210,10 @@ class NativeBuild(_Part):
     on the job's first line."""
 
     module: str
-    arch: str = Field(description="sm90a (the GPU's), the TORCH_CUDA_ARCH_LIST's, or cpu.")
+    arch: str = Field(
+        description="The arch compiled for: sm90a for 9.0a, the GPU's or TORCH_CUDA_ARCH_LIST's"
+        " (several joined by _), or cpu."
+    )
     seconds: Number = Field(description="The build's wall time, or the cached module's load.")
     cached: bool = Field(description="The environment's cache held the module already.")
     log: str = Field(description="The compiler's output, its end.")

@@ -204,7 +204,9 @@ def check_dependencies_of(plan: AuditPlan) -> None:
     for name, env in envs_of(plan).items():
         _, solution = plan.solution(name)
         if env:
-            check_dependencies(name, solution.spec.dependencies, env, plan.options.locks_dir)
+            spec = solution.spec
+            locks = plan.options.locks_dir
+            check_dependencies(name, spec.dependencies, env, locks, spec.language)
 
 
 def check_audit(plan: AuditPlan) -> None:

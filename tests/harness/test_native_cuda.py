@@ -1,0 +1,210 @@
+"""A cuda solution in FlashInfer-Bench's published form (a kernel in `kernel.cu`, the pybind
+module in `main.cpp`, the torch binding) compiled in its job, in the environment it is run in.
+
+On the CPU: the local environment of torch-2.11-cu130-nvcc (torch's CUDA 13.0 build, nvcc 13.0.88
+from the lock's toolchain wheels as CUDA_HOME, ninja) compiles it for sm_90a with no GPU in sight
+(TORCH_CUDA_ARCH_LIST=9.0a), and the cubin in the `.so` says so. The solution's CPU branch lets
+the CPU run judge it, so the line carries the build record beside a PASSED status. On the GPU
+(`-m gpu`), the kernel itself runs.
+
+The environment is about 6 GB: it is made in the machine's own store and cache (content
+addressed, so shared safely with other runs); each test session's sources carry a nonce, so the
+first build is cold, and the module folders it makes are removed afterwards."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from envaudit.cli import app
+from envaudit.lock.files import load_lock
+from envaudit.runtime.jit import jit_cache_folder
+from envaudit.runtime.runtimes.local import uv_binary
+from envaudit.settings import REQUIRE_CUDA_BUILD, value
+from tests.conftest import UUID_BLOB, UUID_RANDOM, write_toy_root
+
+REPO = Path(__file__).resolve().parents[2]
+ENV = "torch-2.11-cu130-nvcc"
+LOCK = load_lock(REPO / "locks" / ENV)
+
+KERNEL_CU = """
+#include <cuda_runtime.h>
+
+// toy_scale: the first lengths[b] rows of x[b] times scale, the rest zero.
+__global__ void scale_rows(const float* x, const int* lengths, float scale, float* out,
+                           long S, long D, long total) {
+  long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+  if (i >= total) return;
+  long b = i / (S * D), s = (i / D) % S;
+  out[i] = s < lengths[b] ? x[i] * scale : 0.0f;
+}
+
+void launch_scale_rows(const float* x, const int* lengths, float scale, float* out, long S,
+                       long D, long total, cudaStream_t stream) {
+  const int threads = 256;
+  long blocks = (total + threads - 1) / threads;
+  if (blocks > 0) scale_rows<<<blocks, threads, 0, stream>>>(x, lengths, scale, out, S, D, total);
+}
+"""
+
+MAIN_CPP = """
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <cuda_runtime.h>
+
+void launch_scale_rows(const float* x, const int* lengths, float scale, float* out, long S,
+                       long D, long total, cudaStream_t stream);
+
+torch::Tensor run(torch::Tensor x, torch::Tensor lengths, double scale) {
+  if (!x.is_cuda()) {  // the CPU branch: what a machine without a GPU can judge
+    auto rows = torch::arange(x.size(1), x.options().dtype(torch::kLong));
+    auto mask = rows.unsqueeze(0) < lengths.to(torch::kLong).unsqueeze(1);
+    return torch::where(mask.unsqueeze(-1), x * scale, torch::zeros({}, x.options()));
+  }
+  auto xc = x.contiguous();
+  auto lc = lengths.to(torch::kInt).contiguous();
+  auto out = torch::empty_like(xc);
+  launch_scale_rows(xc.data_ptr<float>(), lc.data_ptr<int>(), (float)scale,
+                    out.data_ptr<float>(), xc.size(1), xc.size(2), xc.numel(),
+                    at::cuda::getCurrentCUDAStream());
+  return out;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("run", &run); }
+"""
+
+# nvcc stops at once on a header that is nowhere, saying so
+BROKEN_CU = '#include "no_such_header_anywhere.h"\n' + KERNEL_CU
+
+
+def python_found(version: str) -> bool:
+    done = subprocess.run(
+        [uv_binary(), "python", "find", "--system", version], capture_output=True, check=False
+    )
+    return done.returncode == 0
+
+
+def write_cuda_solution(folder: Path, name: str, sources: dict[str, str], targets: list) -> None:
+    """A solution as FlashInfer-Bench publishes one: no env, sources inline."""
+    folder.mkdir(parents=True)
+    entry = "main.cpp::run" if "main.cpp" in sources else "kernel.cu::run"
+    solution = {
+        "name": name,
+        "definition": "toy_scale",
+        "author": "tests",
+        "spec": {
+            "language": "cuda",
+            "target_hardware": targets,
+            "entry_point": entry,
+            "binding": "torch",
+            "destination_passing_style": False,
+        },
+        "sources": [{"path": p, "content": c} for p, c in sources.items()],
+    }
+    (folder / "solution.json").write_text(json.dumps(solution))
+
+
+def run_lines(base: Path, name: str, report: Path, device: list[str], env: dict) -> list[dict]:
+    argv = ["run", "--solution", name, *device, "--data-root", str(base / "data")]
+    argv += ["--solutions-root", str(base / "solutions"), "--report", str(report)]
+    argv += ["--timeout", "900"]
+    result = CliRunner().invoke(app, argv, env=env)
+    assert report.is_file(), result.output
+    return [json.loads(x) for x in report.read_text().splitlines()]
+
+
+def extensions_folder() -> Path:
+    return jit_cache_folder(LOCK.env, LOCK.closure_hash) / "torch-extensions"
+
+
+@pytest.fixture(scope="module")
+def cpu_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, list[dict]]]:
+    if not python_found(LOCK.python):
+        if value(REQUIRE_CUDA_BUILD):
+            pytest.fail(f"Python {LOCK.python} is not found (uv python find --system)")
+        pytest.skip(f"the local environment of {ENV} needs Python {LOCK.python}")
+    base = tmp_path_factory.mktemp("native-cuda")
+    write_toy_root(base / "data")
+    nonce = f"// {uuid.uuid4()}\n"  # a cold build in every session
+    ok = {"kernel.cu": nonce + KERNEL_CU, "main.cpp": MAIN_CPP}
+    write_cuda_solution(base / "solutions/fib_cuda", "fib_cuda", ok, [])
+    broken = {"kernel.cu": nonce + BROKEN_CU}
+    write_cuda_solution(base / "solutions/fib_cuda_broken", "fib_cuda_broken", broken, [])
+    device = ["--device", "cpu", "--runtime", "local", "--env", ENV]
+    env = {"TORCH_CUDA_ARCH_LIST": "9.0a"}
+    fetched = CliRunner().invoke(app, ["fetch", ENV, "--locks-dir", str(REPO / "locks")])
+    assert fetched.exit_code == 0, fetched.output
+    lines = {
+        "first": run_lines(base, "fib_cuda", base / "first.jsonl", device, env),
+        "again": run_lines(base, "fib_cuda", base / "again.jsonl", device, env),
+        "broken": run_lines(base, "fib_cuda_broken", base / "broken.jsonl", device, env),
+    }
+    yield lines
+    for line in (lines["first"][0], lines["broken"][0]):
+        module = (line.get("build") or {}).get("module")
+        if module:
+            shutil.rmtree(extensions_folder() / module, ignore_errors=True)
+    for folder in extensions_folder().glob("envaudit_*"):  # the broken build's (no module)
+        kernel = folder / "src" / "kernel.cu"
+        if kernel.is_file() and kernel.read_text().startswith(nonce):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_cuda_solution_is_compiled_for_sm90a_without_a_gpu(cpu_runs: dict) -> None:
+    first = cpu_runs["first"]
+    assert [ln["status"] for ln in first] == ["PASSED", "PASSED"], first[0].get("message")
+    assert {ln["workload"]["uuid"] for ln in first} == {UUID_BLOB, UUID_RANDOM}
+    built = first[0]["build"]
+    assert built["arch"] == "sm90a" and built["module"].endswith("_sm90a")
+    assert built["cached"] is False and built["seconds"] > 0
+    # the lock's nvcc (the toolchain prefix as CUDA_HOME), for sm_90a only
+    assert "toolchain/nvidia/cu13/bin/nvcc" in built["log"]
+    assert "-gencode=arch=compute_90a,code=sm_90a" in built["log"]
+    context = first[0]["context"]
+    assert context["env"] == ENV and context["closure_hash"] == LOCK.closure_hash
+    assert first[0]["environment"]["torch"] == "2.11.0+cu130"
+
+
+def test_the_module_holds_sm90a_code_and_is_reused(cpu_runs: dict) -> None:
+    module = cpu_runs["first"][0]["build"]["module"]
+    library = extensions_folder() / module / f"{module}.so"
+    data = library.read_bytes()
+    # ptxas records its options in the cubin it embeds: code for sm_90a, and for nothing else
+    assert b"-arch sm_90a" in data and b"-arch sm_100" not in data
+    again = cpu_runs["again"]
+    assert [ln["status"] for ln in again] == ["PASSED", "PASSED"]
+    assert again[0]["build"]["cached"] is True and again[0]["build"]["module"] == module
+
+
+def test_a_broken_cuda_source_is_a_compile_error_with_nvccs_message(cpu_runs: dict) -> None:
+    broken = cpu_runs["broken"]
+    assert [ln["status"] for ln in broken] == ["COMPILE_ERROR", "COMPILE_ERROR"]
+    message = broken[0]["message"]
+    assert "building kernel.cu failed" in message
+    assert "no_such_header_anywhere.h" in message and "nvcc" in message
+
+
+@pytest.mark.gpu
+def test_a_cuda_solution_is_compiled_for_the_gpu_and_passes(tmp_path: Path) -> None:
+    """On the GPU machine (scripts/gpu/record-audit.sh): the kernel runs, built with the nvcc
+    of the interpreter's environment for the GPU's arch."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from tests.harness.test_gpu_faults import gpu_uuid
+
+    write_toy_root(tmp_path / "data")
+    sources = {"kernel.cu": KERNEL_CU, "main.cpp": MAIN_CPP}
+    write_cuda_solution(tmp_path / "solutions/native_cuda", "native_cuda", sources, ["cuda"])
+    device = ["--gpu", gpu_uuid(), "--runtime", "host", "--env", "torch-2.11-cu130"]
+    cache = {"ENVAUDIT_CACHE": str(tmp_path / "cache")}
+    lines = run_lines(tmp_path, "native_cuda", tmp_path / "lines.jsonl", device, cache)
+    assert [ln["status"] for ln in lines] == ["PASSED", "PASSED"], lines[0].get("message")
+    assert lines[0]["build"]["arch"] == "sm90a" and lines[0]["timing"]
