@@ -74,7 +74,8 @@ def test_a_revision_no_commit_holds_cannot_be_attempted(recorded: Path) -> None:
     main.write_text(main.read_text() + "\n# changed, never committed\n")
     result = reproduce(recorded, f"{recorded / 'r.jsonl'}:1")
     assert result.exit_code == 2
-    assert "is neither the current one nor in any commit" in result.output
+    assert "is neither the current one" in result.output
+    assert "nor in any commit" in result.output
 
 
 def edited(where: Path, change: dict) -> str:
@@ -133,3 +134,38 @@ def test_the_revision_hash_is_the_one_the_harness_records(recorded: Path) -> Non
     assert solution_source_hash(files) == hash_sources(files)
     line = json.loads((recorded / "r.jsonl").read_text().splitlines()[0])
     assert line["solution_hash"] == solution_source_hash({"main.py": files["main.py"]})
+
+
+def test_a_flashinfer_bench_solution_runs_again_from_its_file_and_its_history(
+    tmp_path: Path,
+) -> None:
+    """A solution in FlashInfer-Bench's layout (one file, sources inline, in the data root's
+    solutions/): reproduced from the current file, then, once the file has moved on, from the
+    commit that held the recorded revision, never from the newer file of the same name."""
+    from tests.dataset.test_solution_layouts import fib_solution, nested_path, write_nested_root
+
+    solution = fib_solution("fib-one")
+    root = write_nested_root(tmp_path / "fib", solution)
+    report = tmp_path / "r.jsonl"
+    argv = ["run", "--solution", "fib-one", "--device", "cpu", "--data-root", str(root)]
+    argv += ["--solutions-root", str(tmp_path / "none"), "--report", str(report)]
+    assert CliRunner().invoke(app, argv).exit_code == 0
+    ask = ["reproduce", f"{report}:1", "--data-root", str(root), "--json"]
+    ask += ["--solutions-root", str(tmp_path / "none"), "--out", str(tmp_path / "again")]
+    current = CliRunner().invoke(app, ask)
+    assert current.exit_code in (0, 1), current.output
+    assert any("the current revision" in n for n in json.loads(current.output)["notes"])
+
+    git(root, "init", "-q")
+    git(root, "add", ".")
+    git(root, "commit", "-qm", "recorded")
+    file = nested_path(root, solution)
+    changed = json.loads(file.read_text())
+    changed["sources"][0]["content"] = "def run(x, scale):\n    return x * 0\n"  # now wrong
+    file.write_text(json.dumps(changed))
+    git(root, "commit", "-qam", "moved on")
+    again = CliRunner().invoke(app, ask)
+    assert again.exit_code in (0, 1), again.output
+    found = json.loads(again.output)
+    assert any("from commit" in note for note in found["notes"]), found["notes"]
+    assert set(found["status"]) == {"PASSED"}  # the recorded revision ran, not the wrong one

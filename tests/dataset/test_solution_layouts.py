@@ -387,3 +387,29 @@ def test_the_report_reads_the_data_roots_solutions_too(tmp_path: Path) -> None:
     write_ours(ours, "ours-python", env="torch-cpu")
     assert sorted(load_solutions(ours)) == ["ours-python"]
     assert sorted(load_solutions(ours, root)) == ["fib-python", "ours-python"]
+
+
+def test_export_writes_both_layouts_and_flashinfer_bench_loads_them(tmp_path: Path) -> None:
+    """export-solutions takes every solution run finds: ours (sources beside) and a
+    FlashInfer-Bench file kept in the flat layout, both rewritten into FlashInfer-Bench's nested
+    layout, which its own TraceSet then loads; a name in both layouts is refused, naming both."""
+    root = write_flat_root(tmp_path / "fib", fib_solution("fib-python"))
+    ours = tmp_path / "ours"
+    write_ours(ours, "ours-python", env="torch-cpu")
+    out = tmp_path / "out"
+    argv = ["export-solutions", "--out", str(out), "--data-root", str(root)]
+    code, output = invoke(*argv, "--solutions-root", str(ours))
+    assert code == 0, output
+    written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.json"))
+    assert written == [
+        f"solutions/fib-tests/{OP_TYPE}/{DEFINITION}/fib-python.json",
+        f"solutions/tests/{OP_TYPE}/{DEFINITION}/ours-python.json",
+    ]
+    save_json_file(fib_definition(), out / "definitions" / OP_TYPE / f"{DEFINITION}.json")
+    loaded = TraceSet.from_path(str(out))
+    assert {s.name for s in loaded.solutions[DEFINITION]} == {"fib-python", "ours-python"}
+
+    write_ours(ours, "fib-python")
+    again = ["export-solutions", "--out", str(tmp_path / "o2"), "--data-root", str(root)]
+    code, output = invoke(*again, "--solutions-root", str(ours))
+    assert code == 2 and "in two files" in output and "fib-python.json" in output

@@ -16,6 +16,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from envaudit.commands.run import MakeEnv
+from envaudit.dataset.solutions import (
+    OURS,
+    SolutionFile,
+    SolutionIndexError,
+    index_solutions,
+    solution_roots,
+)
 from envaudit.dataset.traceset import DatasetRootError, load_traceset
 from envaudit.errors import EXIT_USAGE, EnvauditError
 from envaudit.lock.history import (
@@ -59,6 +66,9 @@ class Reproduction:
     evaluation: EvalOptions
     """Graph timing as the line had it, under the budget it was measured with (recorded_budget)."""
     notes: list[str] = field(default_factory=list)
+    solution_file: Path | None = None
+    """The file of the recorded revision (either layout), run as it is: a revision exported
+    from git history is never confused with the current file of the same name."""
 
 
 def recorded_budget(timing: Timing | None) -> float | None:
@@ -86,9 +96,10 @@ def plan_reproduction(
         raise CannotReproduce(f"the line's solution {shown(solution)} is not a name: {problem}")
     workload = line.workload.uuid
     _require_workload(data_root, line, workload)
-    root, origin = _solution_revision(line, solution, solutions_root, scratch / "solutions")
+    found = _solution_file(solution, solutions_root, data_root)
+    file, origin = _solution_revision(line, found, scratch / "solutions")
     notes.append(origin)
-    env, env_locks = _environment(line, root, solution, locks_dir, scratch / "locks", notes)
+    env, env_locks = _environment(line, file, locks_dir, scratch / "locks", notes)
     chosen_gpu, device = _device(line, gpu, other_driver, notes)
     return Reproduction(
         solution=solution,
@@ -96,7 +107,8 @@ def plan_reproduction(
         data_root=data_root,
         env=env,
         locks_dir=env_locks,
-        solutions_root=root,
+        solutions_root=solutions_root,
+        solution_file=file,
         gpu=chosen_gpu,
         device=device,
         evaluation=EvalOptions(
@@ -111,7 +123,7 @@ def run_reproduction(
 ) -> ResultLine:
     """Run the planned workload once; the new result line."""
     request = RunRequest(
-        solution=plan.solution,
+        solution=str(plan.solution_file) if plan.solution_file else plan.solution,
         data_root=plan.data_root,
         solutions_root=plan.solutions_root,
         workloads=[plan.workload],
@@ -147,39 +159,52 @@ def _require_workload(data_root: Path, line: ResultLine, workload: str) -> None:
         )
 
 
-def _solution_revision(
-    line: ResultLine, name: str, solutions_root: Path, scratch: Path
-) -> tuple[Path, str]:
-    """(solutions root holding the recorded revision, where it came from)."""
-    wanted = line.solution_hash
-    folder = solutions_root / name
+def _solution_file(name: str, solutions_root: Path, data_root: Path) -> SolutionFile:
+    """The one file holding solution `name`, in our layout or FlashInfer-Bench's, under
+    --solutions-root or the data root's solutions/ (as `run` finds it)."""
+    try:
+        index = index_solutions(solution_roots(solutions_root, data_root))
+        found = index.find(name)
+    except SolutionIndexError as exc:
+        raise CannotReproduce(str(exc), exc.hint) from None
+    if found is None:
+        raise CannotReproduce(f"solution {shown(name)} is not under {index.where()}")
+    return found
+
+
+def _solution_revision(line: ResultLine, found: SolutionFile, scratch: Path) -> tuple[Path, str]:
+    """(the solution file of the recorded revision, where it came from): the current file, else
+    the file as a commit of its repository held it, exported under `scratch`. Our layout's
+    revision is its folder (solution.json and the sources beside it), FlashInfer-Bench's its
+    one file (sources inline)."""
+    name, wanted = found.name, line.solution_hash
     if not wanted:
-        if not (folder / "solution.json").is_file():
-            raise CannotReproduce(f"solution {name} is not under {solutions_root}")
-        return solutions_root, f"solution {name}: the line records no revision; the current one"
-    if (folder / "solution.json").is_file() and _folder_hash(folder) == wanted:
-        return solutions_root, f"solution {name}: the current revision ({wanted[:12]})"
-    repo = git_root(solutions_root)
+        return found.path, f"solution {name}: the line records no revision; the current one"
+    if _revision_of(found.path) == wanted:
+        return found.path, f"solution {name}: the current revision ({wanted[:12]})"
+    repo = git_root(found.path.parent)
     if repo is not None:
-        rel = (solutions_root.resolve() / name).relative_to(repo)
-        for commit in _commits_touching(repo, str(rel)):
-            if _revision_hash(repo, commit, str(rel)) == wanted:
-                git_export(commit, str(rel), repo, scratch)
+        ours = found.layout == OURS
+        kept = (found.path.parent if ours else found.path).resolve().relative_to(repo)
+        file_rel = kept / found.path.name if ours else kept
+        for commit in _commits_touching(repo, str(kept)):
+            if _revision_hash(repo, commit, str(file_rel)) == wanted:
+                git_export(commit, str(kept), repo, scratch)
                 return (
-                    (scratch / rel).parent,
+                    scratch / file_rel,
                     f"solution {name}: revision {wanted[:12]} from commit {commit[:12]}",
                 )
     raise CannotReproduce(
-        f"solution {name} revision {wanted[:12]} is neither the current one nor in any commit"
-        f" of {solutions_root}",
+        f"solution {name} revision {wanted[:12]} is neither the current one ({found.path}) nor"
+        " in any commit of its repository",
         hint="the line was measured with sources this repository never committed",
     )
 
 
-def _folder_hash(folder: Path) -> str | None:
+def _revision_of(file: Path) -> str | None:
     try:
-        spec = load_json(folder / "solution.json")
-        return solution_revision(spec, lambda rel: (folder / rel).read_bytes())
+        spec = load_json(file)
+        return solution_revision(spec, lambda rel: (file.parent / rel).read_bytes())
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -189,19 +214,21 @@ def _commits_touching(repo: Path, rel: str) -> list[str]:
     return done.stdout.split() if done.returncode == 0 else []
 
 
-def _revision_hash(repo: Path, commit: str, rel: str) -> str | None:
-    text = git_show(commit, f"{rel}/solution.json", repo, missing_ok=True)
+def _revision_hash(repo: Path, commit: str, file_rel: str) -> str | None:
+    """The revision of the solution file `file_rel` as `commit` held it (its sources beside it
+    read from the same commit)."""
+    text = git_show(commit, file_rel, repo, missing_ok=True)
+    folder = Path(file_rel).parent
     try:
-        spec = loads_json(text, f"{commit}:{rel}/solution.json")
-        return solution_revision(spec, lambda path: git_bytes(commit, f"{rel}/{path}", repo))
+        spec = loads_json(text, f"{commit}:{file_rel}")
+        return solution_revision(spec, lambda path: git_bytes(commit, str(folder / path), repo))
     except (ValueError, KeyError, TypeError, LockNotFound):
         return None
 
 
 def _environment(
     line: ResultLine,
-    solutions_root: Path,
-    solution: str,
+    solution_file: Path,
     locks_dir: Path,
     scratch: Path,
     notes: list[str],
@@ -210,7 +237,7 @@ def _environment(
     when it has moved on; without a closure, the solution's declared env."""
     closure = line.closure_hash
     if not closure:
-        declared = _declared_env(solutions_root / solution)
+        declared = _declared_env(solution_file)
         notes.append(
             "env: the line records no closure (the host interpreter's, or a FlashInfer-Bench"
             f" trace's): running in the solution's declared env {declared} instead"
@@ -232,9 +259,9 @@ def _environment(
     return env, scratch / Path(path).parent.parent
 
 
-def _declared_env(folder: Path) -> str | None:
+def _declared_env(solution_file: Path) -> str | None:
     try:
-        env = load_json(folder / "solution.json").get("env")
+        env = load_json(solution_file).get("env")
     except (OSError, ValueError, AttributeError):  # AttributeError: not a JSON object
         return None
     return str(env) if env else None
