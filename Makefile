@@ -20,8 +20,9 @@ endif
 bootstrap: $(VENV_STAMP)
 
 # FlashInfer-Bench itself, for the interop tests (tests/report/test_flashinfer_bench.py): its data
-# models and TraceSet need none of its CUDA dependencies (flashinfer-python, apache-tvm-ffi).
-FLASHINFER_BENCH := flashinfer-bench==0.1.2 docstring-parser==0.18.0
+# models and TraceSet need none of its CUDA dependencies (flashinfer-python); apache-tvm-ffi builds
+# its default binding's solutions (tests/harness/test_native.py, on the CPU).
+FLASHINFER_BENCH := flashinfer-bench==0.1.2 docstring-parser==0.18.0 apache-tvm-ffi==0.1.11
 
 $(VENV_STAMP): pyproject.toml Makefile
 	@command -v uv >/dev/null 2>&1 || python3 -m pip install --quiet uv

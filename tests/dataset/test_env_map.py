@@ -141,6 +141,19 @@ def test_a_cuda_solution_in_a_lock_without_a_run_time_nvcc_stops_before_anything
     assert not (tmp_path / "cache" / "envs").exists()  # nothing was built
 
 
+def test_a_tvm_ffi_solution_needs_the_tvm_ffi_package_in_its_lock(tmp_path: Path) -> None:
+    """FlashInfer-Bench's default binding (none named) is TVM-FFI: its package must be in the
+    lock, checked like a declared dependency."""
+    spec = BuildSpec(language="cpp", target_hardware=["cpu"], entry_point="kernel.cpp::run")
+    source = SourceFile(path="kernel.cpp", content="// TVM-FFI export\n")
+    tvm = Solution(name="tvm-one", definition=DEFINITION, author="fib", spec=spec, sources=[source])
+    root = write_nested_root(tmp_path / "fib", tvm)
+    code, output, lines = run(root, tmp_path, "tvm-one", "--runtime", "local", "--env", "torch-cpu")
+    assert code == 2 and not lines, output
+    assert "depends on apache-tvm-ffi, which lock torch-cpu lacks" in output
+    assert "torch-2.11-cu130-nvcc" in output
+
+
 def test_dependency_names_are_package_names() -> None:
     names = dependency_names(["torch", "Triton >= 3.3", "CUDA >= 12.8", "cutlass", "flash_attn"])
     assert names == ["torch", "triton", "flash-attn"]

@@ -145,3 +145,55 @@ def test_a_cuda_solution_where_torch_cannot_compile_cuda_is_not_blamed(tmp_path:
     lines = [json.loads(x) for x in report.read_text().splitlines()]
     assert [ln["status"] for ln in lines] == ["UNSUPPORTED_DEVICE"] * 2, result.output
     assert f"torch {torch.__version__} is not a CUDA build" in lines[0]["message"]
+
+
+TVM_FFI_CPP = """
+#include <tvm/ffi/container/tensor.h>
+#include <tvm/ffi/function.h>
+#include <cstdint>
+
+// toy_scale in destination-passing style: out = x times scale on the first lengths[b] rows.
+void run(tvm::ffi::TensorView x, tvm::ffi::TensorView lengths, double scale,
+         tvm::ffi::TensorView out) {
+  const int64_t batches = x.size(0), rows = x.size(1), width = x.size(2);
+  const float* xs = static_cast<const float*>(x.data_ptr());
+  const int32_t* valid = static_cast<const int32_t*>(lengths.data_ptr());
+  float* outs = static_cast<float*>(out.data_ptr());
+  for (int64_t b = 0; b < batches; ++b)
+    for (int64_t s = 0; s < rows; ++s)
+      for (int64_t d = 0; d < width; ++d) {
+        const int64_t i = (b * rows + s) * width + d;
+        outs[i] = s < valid[b] ? xs[i] * static_cast<float>(scale) : 0.0f;
+      }
+}
+
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(run, run);
+"""
+
+
+def test_a_tvm_ffi_solution_is_built_and_passes_by_default_binding(tmp_path: Path) -> None:
+    """FlashInfer-Bench's TVM-FFI form (its default binding: none named): a function exported
+    with TVM_FFI_DLL_EXPORT_TYPED_FUNC, destination-passing, called with the tensors through
+    DLPack; built once, then found in the environment's cache."""
+    pytest.importorskip("tvm_ffi")
+    root = write_toy_root(tmp_path / "data")
+    folder = tmp_path / "solutions/tvm_ok"
+    write_native(folder, "tvm_ok", "", inline=True)
+    solution = json.loads((folder / "solution.json").read_text())
+    solution["spec"].update(entry_point="kernel.cpp::run", destination_passing_style=True)
+    del solution["spec"]["binding"]
+    solution["sources"] = [{"path": "kernel.cpp", "content": TVM_FFI_CPP}]
+    (folder / "solution.json").write_text(json.dumps(solution))
+    argv = ["run", "--solution", "tvm_ok", "--device", "cpu", "--runtime", "host"]
+    argv += ["--data-root", str(root), "--solutions-root", str(tmp_path / "solutions")]
+    runs = []
+    for attempt in ("cold", "warm"):
+        report = tmp_path / f"{attempt}.jsonl"
+        env = {"ENVAUDIT_CACHE": str(tmp_path / "cache")}
+        result = CliRunner().invoke(app, [*argv, "--report", str(report)], env=env)
+        runs.append([json.loads(x) for x in report.read_text().splitlines()])
+    assert [ln["status"] for ln in runs[0]] == ["PASSED", "PASSED"], result.output
+    built = runs[0][0]["build"]
+    assert built["module"].endswith("_cpu_tvmffi") and built["cached"] is False
+    assert runs[1][0]["build"]["cached"] is True
+    assert [ln["status"] for ln in runs[1]] == ["PASSED", "PASSED"]

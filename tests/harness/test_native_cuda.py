@@ -7,6 +7,9 @@ from the lock's toolchain wheels as CUDA_HOME, ninja) compiles it for sm_90a wit
 the CPU run judge it, so the line carries the build record beside a PASSED status. On the GPU
 (`-m gpu`), the kernel itself runs.
 
+A TVM-FFI solution (FlashInfer-Bench's default binding) is built
+the same way with TVM-FFI's builder.
+
 The environment is about 6 GB: it is made in the machine's own store and cache (content
 addressed, so shared safely with other runs); each test session's sources carry a nonce, so the
 first build is cold, and the module folders it makes are removed afterwards."""
@@ -83,6 +86,32 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("run", &run); }
 # nvcc stops at once on a header that is nowhere, saying so
 BROKEN_CU = '#include "no_such_header_anywhere.h"\n' + KERNEL_CU
 
+# FlashInfer-Bench's TVM-FFI form (its default binding): one .cu exporting a destination-passing
+# function; no torch header, so it compiles in seconds
+TVM_FFI_CU = (
+    KERNEL_CU
+    + """
+#include <tvm/ffi/container/tensor.h>
+#include <tvm/ffi/function.h>
+#include <cstdint>
+
+void run(tvm::ffi::TensorView x, tvm::ffi::TensorView lengths, double scale,
+         tvm::ffi::TensorView out) {
+  const long S = x.size(1), D = x.size(2), total = x.numel();
+  const float* xs = static_cast<const float*>(x.data_ptr());
+  const int* valid = static_cast<const int*>(lengths.data_ptr());
+  float* outs = static_cast<float*>(out.data_ptr());
+  if (x.device().device_type == kDLCPU) {  // the CPU branch
+    for (long i = 0; i < total; ++i) outs[i] = (i / D) % S < valid[i / (S * D)] ? xs[i] * scale : 0;
+    return;
+  }
+  launch_scale_rows(xs, valid, (float)scale, outs, S, D, total, 0);
+}
+
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(run, run);
+"""
+)
+
 
 def python_found(version: str) -> bool:
     done = subprocess.run(
@@ -91,21 +120,26 @@ def python_found(version: str) -> bool:
     return done.returncode == 0
 
 
-def write_cuda_solution(folder: Path, name: str, sources: dict[str, str], targets: list) -> None:
-    """A solution as FlashInfer-Bench publishes one: no env, sources inline."""
+def write_cuda_solution(
+    folder: Path, name: str, sources: dict[str, str], targets: list, binding: str | None = "torch"
+) -> None:
+    """A solution as FlashInfer-Bench publishes one: no env, sources inline; binding None is
+    its default, TVM-FFI (destination-passing)."""
     folder.mkdir(parents=True)
     entry = "main.cpp::run" if "main.cpp" in sources else "kernel.cu::run"
+    spec = {
+        "language": "cuda",
+        "target_hardware": targets,
+        "entry_point": entry,
+        "destination_passing_style": binding is None,
+    }
+    if binding is not None:
+        spec["binding"] = binding
     solution = {
         "name": name,
         "definition": "toy_scale",
         "author": "tests",
-        "spec": {
-            "language": "cuda",
-            "target_hardware": targets,
-            "entry_point": entry,
-            "binding": "torch",
-            "destination_passing_style": False,
-        },
+        "spec": spec,
         "sources": [{"path": p, "content": c} for p, c in sources.items()],
     }
     (folder / "solution.json").write_text(json.dumps(solution))
@@ -137,6 +171,8 @@ def cpu_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, lis
     write_cuda_solution(base / "solutions/fib_cuda", "fib_cuda", ok, [])
     broken = {"kernel.cu": nonce + BROKEN_CU}
     write_cuda_solution(base / "solutions/fib_cuda_broken", "fib_cuda_broken", broken, [])
+    tvm_ffi = {"kernel.cu": nonce + TVM_FFI_CU}
+    write_cuda_solution(base / "solutions/fib_tvm_ffi", "fib_tvm_ffi", tvm_ffi, [], None)
     device = ["--device", "cpu", "--runtime", "local", "--env", ENV]
     env = {"TORCH_CUDA_ARCH_LIST": "9.0a"}
     fetched = CliRunner().invoke(app, ["fetch", ENV, "--locks-dir", str(REPO / "locks")])
@@ -145,9 +181,10 @@ def cpu_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, lis
         "first": run_lines(base, "fib_cuda", base / "first.jsonl", device, env),
         "again": run_lines(base, "fib_cuda", base / "again.jsonl", device, env),
         "broken": run_lines(base, "fib_cuda_broken", base / "broken.jsonl", device, env),
+        "tvm_ffi": run_lines(base, "fib_tvm_ffi", base / "tvm_ffi.jsonl", device, env),
     }
     yield lines
-    for line in (lines["first"][0], lines["broken"][0]):
+    for line in (lines["first"][0], lines["broken"][0], lines["tvm_ffi"][0]):
         module = (line.get("build") or {}).get("module")
         if module:
             shutil.rmtree(extensions_folder() / module, ignore_errors=True)
@@ -189,6 +226,15 @@ def test_a_broken_cuda_source_is_a_compile_error_with_nvccs_message(cpu_runs: di
     message = broken[0]["message"]
     assert "building kernel.cu failed" in message
     assert "no_such_header_anywhere.h" in message and "nvcc" in message
+
+
+def test_a_tvm_ffi_cuda_solution_is_compiled_for_sm90a_too(cpu_runs: dict) -> None:
+    lines = cpu_runs["tvm_ffi"]
+    assert [ln["status"] for ln in lines] == ["PASSED", "PASSED"], lines[0].get("message")
+    built = lines[0]["build"]
+    assert built["arch"] == "sm90a" and built["module"].endswith("_sm90a_tvmffi")
+    library = extensions_folder() / built["module"] / f"{built['module']}.so"
+    assert b"-arch sm_90a" in library.read_bytes()
 
 
 @pytest.mark.gpu

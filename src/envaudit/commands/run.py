@@ -7,7 +7,7 @@ from pathlib import Path
 
 from envaudit.commands.candidate import stage_candidate
 from envaudit.errors import EnvauditError
-from envaudit.lock.dependencies import check_dependencies
+from envaudit.lock.dependencies import BuildTools, check_dependencies
 from envaudit.runtime.base import RunOptions, Runtime
 from envaudit.runtime.jobs import Job, RunRequest
 from envaudit.runtime.registry import get_runtime
@@ -53,7 +53,13 @@ def run_solution(
     job = plan_run(request, runtime)
     env = options.env or job.context.env
     if env and runtime.takes_env:
-        check_dependencies(job.solution, job.dependencies, env, options.locks_dir, job.language)
+        check_dependencies(
+            job.solution,
+            job.dependencies,
+            env,
+            options.locks_dir,
+            BuildTools(job.language, job.binding),
+        )
     if env:
         make_env(runtime, options, env)
     return supervise(prepare(runtime, job, options), options)

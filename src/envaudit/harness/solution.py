@@ -160,20 +160,35 @@ LOG_TAIL = 8000
 """Characters of the compiler's output kept on a line (its end: where the errors are)."""
 
 
+TORCH_BINDING = "torch"
+TVM_FFI_BINDING = "tvm-ffi"
+BINDINGS = (TORCH_BINDING, TVM_FFI_BINDING)
+
+
+def native_binding(spec: Mapping[str, Any]) -> str:
+    """The binding a cuda/cpp solution is built with: FlashInfer-Bench 0.1.2's default, when
+    its spec names none, is TVM-FFI (its TVMFFIBuilder takes binding None or `tvm-ffi`)."""
+    return str(spec.get("binding") or TVM_FFI_BINDING).lower()
+
+
 def build_native(solution: Mapping[str, Any], files: Mapping[str, bytes]) -> LoadedSolution:
-    """Compile a cuda/cpp solution with torch's extension builder and take its entry symbol."""
+    """Compile a cuda/cpp solution and take its entry symbol: with torch's extension builder
+    (binding `torch`: a pybind module) or TVM-FFI's (binding `tvm-ffi`: a function exported with
+    TVM_FFI_DLL_EXPORT_TYPED_FUNC, called with the tensors through DLPack)."""
     spec = solution["spec"]
-    binding = str(spec.get("binding") or "torch").lower()
-    if binding != "torch":
-        raise SolutionLoadError(f"binding {binding!r} is not supported (torch is)")
+    binding = native_binding(spec)
+    if binding not in BINDINGS:
+        raise SolutionLoadError(f"binding {binding!r} is not supported ({', '.join(BINDINGS)} are)")
     entry_file, symbol = str(spec["entry_point"]).split("::")
     if entry_file not in files:
         raise SolutionLoadError(f"entry file {entry_file} is not among the sources")
     with_cuda = str(spec["language"]).lower() == "cuda"
-    _require_build_tools(with_cuda)
+    _require_build_tools(with_cuda, binding)
     arch = _native_arch(with_cuda)
     source_hash = hash_sources(files)
     module = f"envaudit_{source_hash[:16]}_{arch}"  # a Python module's name: no '.', '-', '+'
+    if binding == TVM_FFI_BINDING:
+        module = f"{module}_tvmffi"
 
     build_dir = _extensions_root() / module
     sources_dir = build_dir / "src"
@@ -184,10 +199,11 @@ def build_native(solution: Mapping[str, Any], files: Mapping[str, bytes]) -> Loa
             target.write_bytes(data)
     compiled = sorted(str(sources_dir / rel) for rel in files if rel.endswith(NATIVE_SUFFIXES))
     cached = any(build_dir.glob(f"{module}*.so"))
+    load = _load_extension if binding == TORCH_BINDING else _load_tvm_ffi
     began = time.perf_counter()
     with _captured_output() as log:
         try:
-            extension = _load_extension(module, compiled, sources_dir, build_dir, with_cuda)
+            extension = load(module, compiled, sources_dir, build_dir, with_cuda)
         except Exception as exc:  # the compiler's or the linker's failure, any exception type
             output = log.read()
             raise SolutionLoadError(
@@ -195,7 +211,10 @@ def build_native(solution: Mapping[str, Any], files: Mapping[str, bytes]) -> Loa
                 + (f"\ncompiler output:\n{_tail(output)}" if output.strip() else "")
             ) from exc
     seconds = time.perf_counter() - began
-    func = getattr(extension, symbol, None)
+    try:
+        func = getattr(extension, symbol, None)
+    except Exception:  # a TVM-FFI module raises its own error for a name it lacks
+        func = None
     if not callable(func):
         raise SolutionLoadError(f"the module built from {entry_file} exports no {symbol}")
     return LoadedSolution(
@@ -223,12 +242,38 @@ def _load_extension(
     )
 
 
-def _require_build_tools(with_cuda: bool) -> None:
-    """NoCompilerHere unless torch's extension builder can work here: ninja (the environment's
-    own, beside its python, comes first on PATH), and for CUDA a CUDA build of torch and an nvcc
-    torch finds (CUDA_HOME or CUDA_PATH, nvcc on PATH, /usr/local/cuda: torch's own order)."""
+def _load_tvm_ffi(
+    module: str, sources: list[str], include: Path, build_dir: Path, with_cuda: bool
+) -> Any:
+    """TVM-FFI's builder (ninja, the C++ compiler, nvcc from CUDA_HOME for `.cu` files, the arch
+    from TVM_FFI_CUDA_ARCH_LIST, which _native_arch's list fills), then its module loader."""
+    import tvm_ffi
+    import tvm_ffi.cpp
+
+    if with_cuda:
+        listed = os.environ.get("TORCH_CUDA_ARCH_LIST", "").replace(";", " ")
+        os.environ.setdefault("TVM_FFI_CUDA_ARCH_LIST", listed)
+    library = tvm_ffi.cpp.build(
+        name=module,
+        sources=sources,
+        extra_include_paths=[str(include)],
+        build_directory=str(build_dir),
+    )
+    return tvm_ffi.load_module(library)
+
+
+def _require_build_tools(with_cuda: bool, binding: str = TORCH_BINDING) -> None:
+    """NoCompilerHere unless the binding's builder can work here: ninja (the environment's own,
+    beside its python, comes first on PATH), TVM-FFI for that binding, and for CUDA a CUDA build
+    of torch and an nvcc torch finds (CUDA_HOME or CUDA_PATH, nvcc on PATH, /usr/local/cuda:
+    torch's own order)."""
     import torch
     from torch.utils import cpp_extension
+
+    if binding == TVM_FFI_BINDING and importlib.util.find_spec("tvm_ffi") is None:
+        raise NoCompilerHere(
+            "this environment cannot build a TVM-FFI solution: apache-tvm-ffi is not installed"
+        )
 
     scripts = str(Path(sys.executable).parent)
     if scripts not in os.environ.get("PATH", "").split(os.pathsep):

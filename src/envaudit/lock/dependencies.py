@@ -10,6 +10,7 @@ exit 2 names the locks that do."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -25,6 +26,28 @@ ENV_MAP_HINT = "envs.toml"
 
 class DependencyError(EnvauditError):
     """A solution names dependencies its environment's lock lacks (exit 2)."""
+
+
+@dataclass(frozen=True)
+class BuildTools:
+    """What a solution's build needs of its lock beyond `spec.dependencies`: a cuda/cpp one is
+    compiled in its job (harness/solution.py, build_native), with nvcc for cuda, and the
+    TVM-FFI package for that binding (FlashInfer-Bench's default when `binding` is empty)."""
+
+    language: str = ""
+    binding: str = ""
+
+    @property
+    def native(self) -> bool:
+        return self.language.lower() in ("cuda", "cpp")
+
+    @property
+    def needs_nvcc(self) -> bool:
+        return self.language.lower() == "cuda"
+
+    def packages(self) -> list[str]:
+        tvm_ffi = self.native and (self.binding or "tvm-ffi").lower() == "tvm-ffi"
+        return ["apache-tvm-ffi"] if tvm_ffi else []
 
 
 def lock_packages(locks_dir: Path, env: str) -> set[str] | None:
@@ -57,13 +80,14 @@ def check_dependencies(
     dependencies: Sequence[str] | None,
     env: str,
     locks_dir: Path,
-    language: str = "",
+    tools: BuildTools | None = None,
 ) -> None:
-    """DependencyError (exit 2) when the lock of `env` lacks a package the solution names, or
-    the run-time CUDA toolchain a cuda solution is compiled with."""
-    if language.lower() == "cuda":
+    """DependencyError (exit 2) when the lock of `env` lacks a package the solution names or
+    its build needs (`tools`), or the run-time CUDA toolchain a cuda solution is compiled with."""
+    tools = tools or BuildTools()
+    if tools.needs_nvcc:
         check_run_time_toolchain(solution, env, locks_dir)
-    wanted = dependency_names(dependencies)
+    wanted = dependency_names(dependencies) + tools.packages()
     if not wanted:
         return
     packages = lock_packages(locks_dir, env)

@@ -316,6 +316,8 @@ class Job:
     """The solution's `spec.dependencies`, checked against the lock it runs in."""
     language: str = ""
     """The solution's `spec.language`: a cuda one needs the lock's nvcc at run time."""
+    binding: str = ""
+    """The solution's `spec.binding` (empty: FlashInfer-Bench's default, TVM-FFI)."""
 
     def with_context(self, **changes: Any) -> Job:
         return replace(self, context=replace(self.context, **changes))
@@ -442,6 +444,7 @@ def plan_job(req: RunRequest, runtime: str) -> Job:
         device_env=device_env,
         dependencies=tuple(solution.spec.dependencies or ()),
         language=solution.spec.language,
+        binding=solution.spec.binding or "",
         context=RunContext(
             runtime=runtime,
             env=solution.env or (assigned.env if assigned else None),

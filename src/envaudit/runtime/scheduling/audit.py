@@ -30,7 +30,7 @@ from pathlib import Path
 from envaudit.dataset.solutions import SolutionIndex, index_solutions, solution_roots
 from envaudit.dataset.traceset import DatasetRootError, TraceSet, load_traceset
 from envaudit.errors import EnvauditError, WriteFailed
-from envaudit.lock.dependencies import check_dependencies
+from envaudit.lock.dependencies import BuildTools, check_dependencies
 from envaudit.runtime.base import RunOptions, Runtime
 from envaudit.runtime.devices import gpus, require_gpu
 from envaudit.runtime.jobs import (
@@ -206,7 +206,8 @@ def check_dependencies_of(plan: AuditPlan) -> None:
         if env:
             spec = solution.spec
             locks = plan.options.locks_dir
-            check_dependencies(name, spec.dependencies, env, locks, spec.language)
+            tools = BuildTools(spec.language, spec.binding or "")
+            check_dependencies(name, spec.dependencies, env, locks, tools)
 
 
 def check_audit(plan: AuditPlan) -> None:
