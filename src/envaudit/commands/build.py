@@ -71,11 +71,14 @@ def build_each(
     plans: list[BuildPlan],
     no_cache: bool,
     progress: Callable[[str], AbstractContextManager[StepCallbacks]],
+    offline: bool = False,
 ) -> Iterator[tuple[BuildPlan, BuildResult | EnvauditError]]:
     """Each plan's image, built or found, or the error that stopped it; one env's failure
-    does not stop the next. An engine that does not answer is raised before the first."""
+    does not stop the next. An engine that does not answer is raised before the first.
+    `offline` (or ENVAUDIT_OFFLINE=1): a base pinned by registry digest is never pulled, only
+    loaded from the store's archive (`fetch --bases`)."""
     engine = Engine.connect()
-    config = FetchConfig.from_environment()
+    config = FetchConfig.from_environment(offline=offline)
     for plan in plans:
         outcome: BuildResult | EnvauditError
         try:

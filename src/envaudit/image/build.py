@@ -2,7 +2,9 @@
 
 `plan_build` resolves everything a build needs (the current lock, its image plan, the git
 repositories of its sources) without touching the engine; `build_image` executes a plan: the
-base first when it is missing and can be made here, then a staged context and the build.
+base first (a recipe's made when it is missing and can be made here; one pinned by registry
+digest pulled by that digest or loaded from the store's archive, and verified:
+image/registry_base.py), then a staged context and the build.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from envaudit.image.overlay import (
     render_overlay_dockerfile,
 )
 from envaudit.image.plan import LABEL_PREFIX, ImagePlan, plan_image
+from envaudit.image.registry_base import PinnedBase, ensure_base
 from envaudit.lock.config import FetchConfig
 from envaudit.lock.files import env_dir, load_spec
 from envaudit.lock.resolve import current_lock
@@ -119,12 +122,10 @@ def build_image(
     if build.recipe is not None:
         base, base_built = build_base(engine, build.recipe, on_base_line)
         labels.update({k: v for k, v in base.labels.items() if k.startswith(LABEL_PREFIX)})
-    elif engine.image(plan.base) is None:
-        raise EnvauditError(
-            f"the base image {plan.base} of {plan.env} is not in the engine (builds never pull)",
-            hint=f"load it first (docker load / docker pull {plan.base} where a registry is"
-            " reachable)",
-        )
+    else:
+        assert plan.base_pinned is not None
+        pinned = PinnedBase(plan.env, plan.base_pinned, plan.base_registry)
+        ensure_base(engine, pinned, Store(config.store), config.offline, on_base_line)
     root = _contexts_root()
     with tempfile.TemporaryDirectory(prefix=f"{plan.env}-", dir=root) as tmp:
         staged = stage_context(

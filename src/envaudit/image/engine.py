@@ -33,6 +33,20 @@ class EngineError(EnvauditError):
     """The engine is missing, refused a request, or a build failed."""
 
 
+MANIFEST_ABSENT = ("manifest unknown", "name unknown", "not found", "no such manifest")
+"""How a registry says, through the engine, that it has no manifest of that digest."""
+
+
+class PullFailed(EngineError):
+    """A pull that did not give the image: the registry has no such manifest (`absent`), or
+    the registry or the engine's way to it failed."""
+
+    def __init__(self, reference: str, cause: str) -> None:
+        super().__init__(f"pulling {reference} failed: {cause}", EXIT_USAGE)
+        self.cause = cause
+        self.absent = any(sign in cause.lower() for sign in MANIFEST_ABSENT)
+
+
 @dataclass(frozen=True)
 class ImageInfo:
     id: str
@@ -215,6 +229,44 @@ class Engine:
                 stderr=False,
             )
         return bytes(out).decode(errors="replace")
+
+    def pull(self, reference: str) -> None:
+        """Pull `name@sha256:...` (by digest only: a build never pulls a tag). A `PullFailed`
+        says whether the registry answered that it has no such manifest, or could not be
+        asked; errors the engine streams after answering 200 are caught too."""
+        name, _, digest = reference.partition("@")
+        try:
+            for chunk in self.client.api.pull(name, tag=digest, stream=True, decode=True):
+                if isinstance(chunk, dict) and "error" in chunk:
+                    raise PullFailed(reference, str(chunk["error"]))
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise PullFailed(reference, _short(exc)) from None
+
+    def save(self, reference: str, handle: IO[bytes]) -> None:
+        """`docker save` of one image into `handle`."""
+        with _engine_call(f"saving {reference}"):
+            for chunk in self.client.api.get_image(reference, chunk_size=1 << 20):
+                handle.write(chunk)
+
+    def load(self, handle: IO[bytes]) -> list[str]:
+        """`docker load` of an archive; the ids of the images it held."""
+        loaded: list[str] = []
+        with _engine_call("loading an image archive"):
+            for chunk in self.client.api.load_image(handle):  # type: ignore[no-untyped-call]
+                if "error" in chunk:
+                    raise EngineError(f"loading an image archive failed: {chunk['error']}")
+                text = str(chunk.get("stream") or "")
+                loaded += re.findall(r"Loaded image ID: (sha256:[0-9a-f]{64})", text)
+        return loaded
+
+    def tag(self, image_id: str, tag: str) -> ImageInfo:
+        """Point `repository:tag` at the image `image_id` (moving the tag if it exists)."""
+        repository, _, name = tag.rpartition(":")
+        with _engine_call(f"tagging {image_id[:19]} as {tag}"):
+            self.client.api.tag(image_id, repository, name, force=True)
+        info = self.image(tag)
+        assert info is not None
+        return info
 
     def remove_image(self, reference: str) -> None:
         with _engine_call(f"removing {reference}"):

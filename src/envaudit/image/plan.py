@@ -81,7 +81,8 @@ class ImagePlan:
     spec_sha256: str
     python: str
     base: str
-    """FROM: the offline base's tag, or an image pinned by digest."""
+    """FROM: a local tag, the offline base's or, for a base pinned by digest, the tag the build
+    points at the image it verified (`pinned_base_tag`)."""
     base_recipe: str | None
     layers: tuple[WheelLayer, ...]
     toolchain: WheelLayer | None
@@ -92,6 +93,10 @@ class ImagePlan:
     toolchain_at_run_time: bool = True
     """False for a build-only toolchain (cuda.build_only): it builds the source stages, and the
     final image has neither it nor CUDA_HOME."""
+    base_pinned: str | None = None
+    """`name@sha256:...` of a base pinned by registry digest (None for a recipe)."""
+    base_registry: str | None = None
+    """The tag that digest was resolved from (a base.registry lock)."""
 
     @property
     def tag(self) -> str:
@@ -117,6 +122,14 @@ def image_tag(env: str, closure_hash: str) -> str:
 
 def base_tag(recipe: str, recipe_sha256: str) -> str:
     return f"envaudit-base/{recipe}:{recipe_sha256[:16]}"
+
+
+def pinned_base_tag(reference: str) -> str:
+    """The local tag of a base pinned by digest (`name@sha256:...`), which builds name in FROM:
+    an image loaded from an archive has no digest reference in the engine (`docker load` keeps
+    none), so FROM cannot name the digest itself. A build points the tag at the image it
+    verified (pulled by that digest, or loaded and matched by id) before it builds."""
+    return f"envaudit-base/pinned:{reference.rpartition('@sha256:')[2][:16]}"
 
 
 def plan_image(lock: Lock) -> ImagePlan:
@@ -148,19 +161,28 @@ def plan_image(lock: Lock) -> ImagePlan:
         cuda_home=lock.cuda.home if lock.cuda is not None and toolchain is not None else None,
         env_vars=tuple(sorted(lock.env_vars.items())),
         toolchain_at_run_time=at_run_time,
-        labels={
-            f"{LABEL_PREFIX}.env": lock.env,
-            f"{LABEL_PREFIX}.closure-hash": lock.closure_hash,
-            f"{LABEL_PREFIX}.spec-sha256": lock.spec_sha256,
-            f"{LABEL_PREFIX}.base": _from(lock),
-            "org.opencontainers.image.title": f"envaudit environment {lock.env}",
-        },
+        base_pinned=lock.base.image,
+        base_registry=lock.base.registry,
+        labels=_labels(lock),
     )
+
+
+def _labels(lock: Lock) -> dict[str, str]:
+    labels = {
+        f"{LABEL_PREFIX}.env": lock.env,
+        f"{LABEL_PREFIX}.closure-hash": lock.closure_hash,
+        f"{LABEL_PREFIX}.spec-sha256": lock.spec_sha256,
+        f"{LABEL_PREFIX}.base": lock.base.image or _from(lock),
+        "org.opencontainers.image.title": f"envaudit environment {lock.env}",
+    }
+    if lock.base.registry is not None:
+        labels[f"{LABEL_PREFIX}.base-registry-tag"] = lock.base.registry
+    return labels
 
 
 def _from(lock: Lock) -> str:
     if lock.base.image is not None:
-        return lock.base.image
+        return pinned_base_tag(lock.base.image)
     assert lock.base.recipe is not None and lock.base.recipe_sha256 is not None
     return base_tag(lock.base.recipe, lock.base.recipe_sha256)
 

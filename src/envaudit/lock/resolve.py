@@ -19,6 +19,7 @@ from packaging.utils import parse_wheel_filename
 from envaudit.errors import EXIT_FAILED
 from envaudit.lock.config import FetchConfig, uv_binary
 from envaudit.lock.files import LockError, load_lock, load_spec
+from envaudit.lock.registry import tag_digest
 from envaudit.schema.locks import (
     Artifact,
     EnvSpec,
@@ -29,11 +30,14 @@ from envaudit.schema.locks import (
     LockedSource,
     Role,
     SourceSpec,
+    digested_reference,
     normalize_name,
     seal,
     split_pin,
+    tagged_reference,
 )
 from envaudit.schema.paths import sha256_file
+from envaudit.settings import OFFLINE, value
 
 BASES_DIR = Path("containers/bases")
 
@@ -42,6 +46,7 @@ def lock_env(folder: Path, config: FetchConfig, bases_dir: Path = BASES_DIR) -> 
     """Resolve folder/env.toml into a sealed Lock (not yet written): the run closure and, on
     its own, the CUDA toolchain (role "cuda"), so that a name may be locked once per role."""
     spec = load_spec(folder)
+    base = _locked_base(spec, bases_dir)  # first: a tag the registry lacks stops here
     previous = _previous(folder)
     sdist_names = [split_pin(s.sdist)[0] for s in spec.sources if s.sdist]
     requirements = [*spec.requirements, *(s.sdist for s in spec.sources if s.sdist)]
@@ -74,7 +79,7 @@ def lock_env(folder: Path, config: FetchConfig, bases_dir: Path = BASES_DIR) -> 
         "spec_sha256": spec.canonical_sha256(),
         "python": spec.python,
         "platform": spec.platform,
-        "base": _locked_base(spec, bases_dir).model_dump(mode="json"),
+        "base": base.model_dump(mode="json"),
         "cuda": LockedCuda(
             version=spec.cuda.version, home=spec.cuda.home, build_only=spec.cuda.build_only
         ).model_dump()
@@ -118,7 +123,7 @@ def current_lock(folder: Path, bases_dir: Path = BASES_DIR) -> Lock:
     """lock.json, refused (exit 1) when edited by hand or stale against env.toml: what fetch
     and environment builders start from."""
     lock = load_lock(folder)
-    reasons = stale_reasons(folder, bases_dir, lock)
+    reasons = stale_reasons(folder, bases_dir, lock, ask_registry=False)
     if reasons:
         raise LockError(
             f"{folder / 'lock.json'} is stale: " + "; ".join(reasons),
@@ -128,8 +133,16 @@ def current_lock(folder: Path, bases_dir: Path = BASES_DIR) -> Lock:
     return lock
 
 
-def stale_reasons(folder: Path, bases_dir: Path = BASES_DIR, lock: Lock | None = None) -> list[str]:
-    """Why lock.json no longer describes env.toml (offline); empty when it is current."""
+def stale_reasons(
+    folder: Path,
+    bases_dir: Path = BASES_DIR,
+    lock: Lock | None = None,
+    ask_registry: bool = True,
+) -> list[str]:
+    """Why lock.json no longer describes env.toml; empty when it is current. Offline, except
+    that with `ask_registry` (what `lock --check` does) a base.registry tag is asked for again
+    and a tag that now points elsewhere is a reason, both digests named; ENVAUDIT_OFFLINE=1
+    leaves that question out. Builds never ask: they use the locked digest."""
     spec = load_spec(folder)
     lock = lock or load_lock(folder)
     reasons = []
@@ -138,9 +151,7 @@ def stale_reasons(folder: Path, bases_dir: Path = BASES_DIR, lock: Lock | None =
             f"env.toml changed since the lock was made (declared {spec.canonical_sha256()},"
             f" locked {lock.spec_sha256})"
         )
-    base = _locked_base(spec, bases_dir)
-    if base != lock.base:
-        reasons.append(f"base changed: env.toml gives {base}, lock.json has {lock.base}")
+    reasons += _base_reasons(spec, lock, bases_dir, ask_registry and not value(OFFLINE))
     for source in lock.sources:
         try:
             current = source_file_hashes(folder, source.name, source.files)
@@ -354,9 +365,40 @@ def _carry_wheel(source: LockedSource, earlier: _Earlier) -> LockedSource:
     return source
 
 
+def _base_reasons(spec: EnvSpec, lock: Lock, bases_dir: Path, ask_registry: bool) -> list[str]:
+    """Why the locked base is not env.toml's: another base; for a registry tag, offline, another
+    tag or a name the digest does not belong to, and, asked, a tag that has moved."""
+    if spec.base.registry is None:
+        base = _locked_base(spec, bases_dir)
+        if base != lock.base:
+            return [f"base changed: env.toml gives {base}, lock.json has {lock.base}"]
+        return []
+    name, _ = tagged_reference(spec.base.registry, "base.registry")
+    pinned = digested_reference(lock.base.image or "")
+    if lock.base.registry != spec.base.registry or pinned is None or pinned[0] != name:
+        return [
+            f"base changed: env.toml names the tag {spec.base.registry}, lock.json has"
+            f" {lock.base.registry or lock.base.recipe or '-'} ({lock.base.image or 'no image'})"
+        ]
+    if not ask_registry:
+        return []
+    now = tag_digest(spec.base.registry)
+    if now == pinned[1]:
+        return []
+    return [
+        f"base tag {spec.base.registry} now points to {now}; lock.json has {pinned[1]} (builds"
+        f" keep using the locked digest until `envaudit lock {lock.env}` takes the new one)"
+    ]
+
+
 def _locked_base(spec: EnvSpec, bases_dir: Path) -> LockedBase:
+    """The base as lock.json records it; a registry tag is resolved to its digest now."""
     if spec.base.image is not None:
         return LockedBase(image=spec.base.image)
+    if spec.base.registry is not None:
+        name, _ = tagged_reference(spec.base.registry, "base.registry")
+        digest = tag_digest(spec.base.registry)
+        return LockedBase(image=f"{name}@{digest}", registry=spec.base.registry)
     recipe = bases_dir / f"{spec.base.recipe}.toml"
     if not recipe.is_file():
         known = sorted(p.stem for p in bases_dir.glob("*.toml"))

@@ -7,6 +7,13 @@ one store at once: a fetch holds the artifact's lock (`<store>/partial/<hash>.lo
 brings each file and the others find it there. Every entry is only ever replaced whole (a
 rename) by a verified file. An entry that `fetch` finds not to be what its hash says (wrong
 size; wrong sha256 when rehashed) is moved aside into `<store>/quarantine/`, not trusted.
+
+A base image pinned by registry digest may be kept too (`fetch --bases`), for machines that
+cannot reach its registry: the engine's `docker save` archive is an ordinary entry, by its own
+sha256, and `<store>/bases/<registry digest>.json` (a `BaseArchive`) says which archive holds
+that digest and which image id loading it must give. The record is store bookkeeping, never part
+of a lock: `docker save` output differs between engines and versions, so the lock's identity of
+the base stays the registry digest, and two stores may hold different archives of one digest.
 """
 
 from __future__ import annotations
@@ -18,11 +25,14 @@ import tempfile
 import time
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envaudit.errors import EXIT_FAILED
 from envaudit.lock.files import LockError
 from envaudit.schema.locks import Artifact
-from envaudit.schema.paths import exclusive_lock, sha256_file
+from envaudit.schema.paths import exclusive_lock, sha256_file, write_text_atomically
 
 SHARED_FILE = 0o644
 SHARED_FOLDER = 0o755
@@ -62,6 +72,26 @@ def damaged_entry_hint(text: str, env: str | None) -> str | None:
     )
 
 
+class BaseArchive(BaseModel):
+    """`<store>/bases/<digest>.json`: the archive (`docker save`) that holds a base pinned by
+    registry digest, and the image id the engine gave it when it was saved."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    record_version: Literal[1] = 1
+    reference: str = Field(description="name@sha256:... as the lock records it.")
+    image_id: str = Field(
+        pattern=r"^sha256:[0-9a-f]{64}$",
+        description="The image's id (its config's sha256): what a load must give.",
+    )
+    archive: Artifact = Field(description="The saved archive, a store entry by its sha256.")
+    engine: str = Field(description="The engine (and version) that wrote the archive.")
+
+    @property
+    def digest(self) -> str:
+        return self.reference.rpartition("@")[2]
+
+
 class HashMismatch(LockError):
     def __init__(self, what: str, artifact: Artifact, actual: str, origin: str) -> None:
         super().__init__(
@@ -89,9 +119,12 @@ class Store:
         """The artifact's lock, waiting for another process that holds it (not re-entrant)."""
         return exclusive_lock(self.root / "partial" / f"{artifact.sha256}.lock")
 
-    def problem(self, artifact: Artifact, rehash: bool = False) -> str | None:
+    def problem(
+        self, artifact: Artifact, rehash: bool = False, source: str = "the lock"
+    ) -> str | None:
         """Why the entry at the artifact's path is not the artifact: not a file, a wrong size
-        (always checked), a wrong sha256 (with rehash). None when it is sound or absent."""
+        (always checked), a wrong sha256 (with rehash). None when it is sound or absent.
+        `source` is what names the artifact (a base archive's record, not a lock)."""
         path = self.path_of(artifact)
         if not os.path.lexists(path):
             return None
@@ -99,11 +132,11 @@ class Store:
             return "an entry that is not a regular file"
         size = path.stat().st_size
         if size != artifact.size:
-            return f"{size} bytes, the lock says {artifact.size}"
+            return f"{size} bytes, {source} says {artifact.size}"
         if rehash:
             actual = sha256_file(path)
             if actual != artifact.sha256:
-                return f"sha256 {actual}, the lock says {artifact.sha256}"
+                return f"sha256 {actual}, {source} says {artifact.sha256}"
         return None
 
     def quarantine(self, artifact: Artifact) -> Path:
@@ -139,6 +172,35 @@ class Store:
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+
+    def base_record_path(self, digest: str) -> Path:
+        return self.root / "bases" / f"{digest.removeprefix('sha256:')}.json"
+
+    def base_record(self, digest: str) -> BaseArchive | None:
+        """The record of the archive kept for this registry digest, None when there is none; a
+        record that is not one, or names another digest, is refused (exit 2)."""
+        path = self.base_record_path(digest)
+        if not path.is_file():
+            return None
+        try:
+            record = BaseArchive.model_validate_json(path.read_bytes())
+        except (OSError, ValidationError) as exc:
+            raise LockError(
+                f"{path}: not a base archive record: {str(exc).splitlines()[0]}",
+                hint="remove it and run `envaudit fetch ENV --bases` again",
+            ) from None
+        if record.digest != digest:
+            raise LockError(
+                f"{path}: records {record.reference}, not the digest {digest} it is named by",
+                hint="remove it and run `envaudit fetch ENV --bases` again",
+            )
+        return record
+
+    def keep_base_record(self, record: BaseArchive) -> Path:
+        """Write the record (atomically: a reader sees the old record or the new one)."""
+        path = self.base_record_path(record.digest)
+        shared_folder(path.parent)
+        return write_text_atomically(path, record.model_dump_json(indent=1) + "\n")
 
     def wheelhouse(self, artifacts: list[Artifact], folder: Path) -> Path:
         """A folder of links named by file name, for installers that want names, not hashes."""

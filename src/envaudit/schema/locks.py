@@ -58,20 +58,67 @@ def split_pin(requirement: str) -> tuple[str, str]:
 # --- env.toml -------------------------------------------------------------------------------
 
 
+DOMAIN = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
+COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+IMAGE_NAME = rf"(?:{DOMAIN}(?::[0-9]+)?/)?{COMPONENT}(?:/{COMPONENT})*"
+TAGGED = re.compile(rf"^({IMAGE_NAME}):([A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})$")
+DIGESTED = re.compile(rf"^({IMAGE_NAME})@(sha256:[0-9a-f]{{64}})$")
+
+
+def tagged_reference(reference: str, where: str) -> tuple[str, str]:
+    """(name, tag) of a `name:tag` image reference; a ValueError naming `where` otherwise (a
+    digest belongs in base.image; a missing tag is not taken to mean :latest)."""
+    match = TAGGED.match(reference)
+    if match is not None:
+        return match.group(1), match.group(2)
+    if "@" in reference:
+        raise ValueError(
+            f"{where} {reference!r} names a digest: write it as base.image (already pinned),"
+            " or name a tag here"
+        )
+    raise ValueError(
+        f"{where} {reference!r} is not an image reference with a tag (name:tag, e.g."
+        " ubuntu:24.04; an implicit :latest is refused)"
+    )
+
+
+def digested_reference(reference: str) -> tuple[str, str] | None:
+    """(name, "sha256:...") of a `name@sha256:...` reference, or None."""
+    match = DIGESTED.match(reference)
+    return (match.group(1), match.group(2)) if match is not None else None
+
+
 class BaseSpec(_Strict):
-    """An image pinned by digest (`name@sha256:...`) or an offline recipe under containers/bases."""
+    """The base image: pinned by digest (`image = "name@sha256:..."`), a registry tag that
+    `envaudit lock` resolves to its digest (`registry = "name:tag"`, as uv records a wheel's
+    hash), or an offline recipe under containers/bases."""
 
     image: str | None = None
     recipe: str | None = None
+    registry: str | None = Field(
+        None,
+        description="A registry tag (name:tag, e.g. ubuntu:24.04); lock.json records the digest"
+        " it pointed to when locked, and builds pull that digest only.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_absent(handler(self), "registry")
 
     @model_validator(mode="after")
     def _one_of(self) -> BaseSpec:
-        if (self.image is None) == (self.recipe is None):
-            raise ValueError("set exactly one of base.image (pinned by digest) or base.recipe")
+        if sum(x is not None for x in (self.image, self.recipe, self.registry)) != 1:
+            raise ValueError(
+                "set exactly one of base.image (pinned by digest), base.registry (a tag that"
+                " `envaudit lock` resolves to its digest) or base.recipe"
+            )
         if self.image is not None and not re.search(r"@sha256:[0-9a-f]{64}$", self.image):
             raise ValueError(
-                f"base.image {self.image!r} is not pinned by digest (@sha256:<64 hex>)"
+                f"base.image {self.image!r} is not pinned by digest (@sha256:<64 hex>); to name"
+                ' a tag, write base.registry = "name:tag" and let `envaudit lock` pin it'
             )
+        if self.registry is not None:
+            tagged_reference(self.registry, "base.registry")
         return self
 
 
@@ -380,9 +427,19 @@ TORCH_STACK = re.compile(
 
 
 class LockedBase(_Strict):
+    """The base as locked: an image by digest (`image`, `name@sha256:...`; with `registry`,
+    the tag that digest was resolved from when the lock was made) or a recipe and its hash."""
+
     image: str | None = None
     recipe: str | None = None
     recipe_sha256: str | None = None
+    registry: str | None = Field(
+        None, description="The tag `image` was resolved from (env.toml's base.registry)."
+    )
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_absent(handler(self), "registry")
 
 
 class LockedCuda(_Strict):
