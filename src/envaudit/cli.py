@@ -129,6 +129,7 @@ def run(
     timeout: TimeoutOption = 300.0,
     data_root: DataRoot = Path("workloads"),
     solutions_root: SolutionsRoot = Path("solutions"),
+    locks_dir: LocksDir = Path("locks"),
     evaluation: EvalOptions = FROM_FLAGS,
 ) -> None:
     """Validate and time one solution on its definition's workloads (default runtime: host)."""
@@ -157,7 +158,11 @@ def run(
         report=report,
     )
     options = RunOptions(
-        env=env, over=over, workload_timeout_s=finite_seconds(timeout, "--timeout"), resume=resume
+        env=env,
+        over=over,
+        workload_timeout_s=finite_seconds(timeout, "--timeout"),
+        resume=resume,
+        locks_dir=locks_dir,
     )
     with reported():
         job, result = run_solution(request, chosen, options, make_env)

@@ -11,16 +11,27 @@ from typing import Annotated
 import typer
 
 from envaudit.cli_common import (
+    FROM_FLAGS,
+    DataRoot,
     LocksDir,
     OverOption,
     SolutionsRoot,
+    TimeoutOption,
+    evaluation_flags,
+    finite_seconds,
     parse_path,
     render,
     reported,
+    slurm_flags,
     unique_names,
     usage_error,
 )
 from envaudit.errors import EXIT_FAILED, EXIT_OK, EnvauditError
+from envaudit.runtime.scheduling.slurm import SlurmSettings
+from envaudit.schema.options import EvalOptions
+
+NO_SLURM = SlurmSettings()
+"""Stands for the `slurm` settings `bisect-env` gets from slurm_flags."""
 
 envs_app = typer.Typer()
 base_app = typer.Typer(help="Offline base images built from containers/.", no_args_is_help=True)
@@ -32,7 +43,12 @@ def lock(
         list[str] | None, typer.Argument(help="Lock directory names under locks/.")
     ] = None,
     check: Annotated[
-        bool, typer.Option("--check", help="Offline: exit 1 if lock.json is stale or edited.")
+        bool,
+        typer.Option(
+            "--check",
+            help="Exit 1 if lock.json is stale or edited. Offline, except that a base.registry"
+            " tag is asked for again (not under ENVAUDIT_OFFLINE=1).",
+        ),
     ] = False,
     all_envs: Annotated[bool, typer.Option("--all", help="Every env under --locks-dir.")] = False,
     no_build: Annotated[
@@ -78,6 +94,14 @@ def fetch(
     find_links: Annotated[
         list[Path] | None, typer.Option("--find-links", help="Also look in this folder.")
     ] = None,
+    bases: Annotated[
+        bool,
+        typer.Option(
+            "--bases",
+            help="Also keep the base pinned by registry digest in the store (docker save),"
+            " for builds where the registry cannot be reached.",
+        ),
+    ] = False,
     locks_dir: LocksDir = Path("locks"),
 ) -> None:
     """Put every artifact of a lock into the content-addressed store, sha256-verified; a bad
@@ -107,7 +131,18 @@ def fetch(
         f" {len(report.quarantined)} quarantined, {len(report.missing)} missing;"
         f" store {config.store}"
     )
-    raise typer.Exit(EXIT_OK if report.complete else EXIT_FAILED)
+    base_kept = True
+    if bases:
+        from envaudit.image.engine import Engine
+        from envaudit.image.registry_base import keep_archive
+        from envaudit.lock.store import Store
+
+        with reported():
+            line, base_kept = keep_archive(
+                Engine.connect(), locked, Store(config.store), config.offline, verify
+            )
+        typer.echo(line, err=not base_kept)
+    raise typer.Exit(EXIT_OK if report.complete and base_kept else EXIT_FAILED)
 
 
 @envs_app.command("verify-env")
@@ -166,6 +201,90 @@ def diff_env(
     raise typer.Exit(EXIT_OK if result.identical else EXIT_FAILED)
 
 
+@envs_app.command("bisect-env")
+@evaluation_flags("run")
+@slurm_flags()
+def bisect_env(
+    a: Annotated[str, typer.Argument(help="The good end: an env, a lock.json or a closure hash.")],
+    b: Annotated[str, typer.Argument(help="The bad end, the same way.")],
+    solution: Annotated[str, typer.Option("--solution", help="The solution to run at each step.")],
+    workload: Annotated[
+        list[str] | None, typer.Option("--workload", help="Only this workload UUID.")
+    ] = None,
+    suite: Annotated[str | None, typer.Option("--suite", help="smoke, dev, all, ...")] = None,
+    runtime: Annotated[
+        str, typer.Option("--runtime", help="local (uv venvs from the store) or docker.")
+    ] = "local",
+    gpu: Annotated[str | None, typer.Option("--gpu", help="GPU UUID (GPU-...).")] = None,
+    device: Annotated[str | None, typer.Option("--device", help="`cpu`.")] = None,
+    on: Annotated[
+        str, typer.Option("--on", help="status (per-workload statuses) or time (B/A ratio).")
+    ] = "status",
+    threshold: Annotated[
+        float, typer.Option("--threshold", help="--on time: percent beyond which it counts.")
+    ] = 5.0,
+    executor: Annotated[
+        str, typer.Option("--executor", help="local, or slurm (each level one job array).")
+    ] = "local",
+    parallel: Annotated[
+        int,
+        typer.Option(
+            "--parallel", help="Steps per level (1 halves; slurm runs them at once).", min=1
+        ),
+    ] = 1,
+    out: Annotated[
+        Path,
+        typer.Option("--out", help="Folder for bisect.json and results.jsonl.", parser=parse_path),
+    ] = Path("results/bisect"),
+    timeout: TimeoutOption = 300.0,
+    data_root: DataRoot = Path("workloads"),
+    solutions_root: SolutionsRoot = Path("solutions"),
+    locks_dir: LocksDir = Path("locks"),
+    evaluation: EvalOptions = FROM_FLAGS,
+    slurm: SlurmSettings = NO_SLURM,
+) -> None:
+    """Find the change between two locks that flips a solution's result, as `git bisect` does:
+    each step a real lock resolved offline from the store. Exit 0 one group of changes flips
+    it, 1 it takes several together, 2 it cannot be attempted (the ends agree, say)."""
+    from envaudit.commands.bisect import BisectRequest, bisect_envs, step_table, summary_line
+    from envaudit.console import make_env
+
+    if on not in ("status", "time"):
+        usage_error(f"--on takes status or time, got {on!r}")
+    if executor not in ("local", "slurm"):
+        usage_error(f"no executor {executor!r}", "use --executor local or --executor slurm")
+    unique_names([solution], "--solution")
+    request = BisectRequest(
+        good=a,
+        bad=b,
+        solution=solution,
+        workloads=tuple(unique_names(workload, "--workload", plain=False)),
+        suite=suite,
+        runtime=runtime,
+        gpu=gpu,
+        device=device,
+        on="time" if on == "time" else "status",
+        threshold_pct=threshold,
+        locks_dir=locks_dir,
+        data_root=data_root,
+        solutions_root=solutions_root,
+        evaluation=evaluation,
+        workload_timeout_s=finite_seconds(timeout, "--timeout"),
+        slurm=slurm if executor == "slurm" else None,
+        width=parallel,
+        out=out,
+    )
+    with reported():
+        outcome = bisect_envs(request, make_env, lambda text: typer.echo(text, err=True))
+    rows = step_table(outcome)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        typer.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    typer.echo(summary_line(outcome))
+    typer.echo(f"written: {out / 'bisect.json'}, {out / 'results.jsonl'}")
+    raise typer.Exit(outcome.exit_code)
+
+
 @base_app.command("build")
 def base_build(
     name: Annotated[str, typer.Argument(help="Base recipe under containers/bases.")],
@@ -202,6 +321,14 @@ def build(
         bool, typer.Option("--dry-run", help="Print the Dockerfile and staged files only.")
     ] = False,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Rebuild every step.")] = False,
+    offline: Annotated[
+        bool,
+        typer.Option(
+            "--offline",
+            help="Pull nothing: a base pinned by registry digest comes from the store's archive"
+            " (fetch --bases).",
+        ),
+    ] = False,
     over: OverOption = None,
     locks_dir: LocksDir = Path("locks"),
     solutions_root: SolutionsRoot = Path("solutions"),
@@ -226,7 +353,7 @@ def build(
         raise typer.Exit(EXIT_OK)
     failed = 0
     with reported():
-        for plan, outcome in build_each(plans, no_cache, build_steps):
+        for plan, outcome in build_each(plans, no_cache, build_steps, offline):
             if isinstance(outcome, EnvauditError) and len(plans) == 1:
                 raise outcome
             if isinstance(outcome, EnvauditError):

@@ -41,6 +41,9 @@ class FetchConfig:
     git_bases: list[str] = field(default_factory=list)
     index_url: str = DEFAULT_INDEX
     offline: bool = False
+    no_index: bool = False
+    """Resolve from the find-links alone (uv --no-index --offline): what `bisect-env` resolves
+    its intermediate locks with, from a folder of the store's files."""
 
     @classmethod
     def from_environment(
@@ -75,6 +78,8 @@ class FetchConfig:
         args: list[str] = []
         for folder in self.find_links:
             args += ["--find-links", str(folder)]
+        if self.no_index:
+            args += ["--no-index", "--offline"]
         return args
 
 

@@ -8,6 +8,7 @@ never into a venv: its `nvidia/cu<major>` folder is CUDA_HOME.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import tempfile
@@ -16,7 +17,7 @@ from pathlib import Path
 from envaudit.errors import EXIT_FAILED
 from envaudit.lock.config import uv_binary
 from envaudit.lock.files import LockError
-from envaudit.lock.store import Store, damaged_entry_hint
+from envaudit.lock.store import Store, damaged_entry_hint, shared_folder
 from envaudit.schema.locks import Artifact
 
 Pinned = tuple[str, str, Artifact]  # (name, version, artifact)
@@ -56,6 +57,7 @@ def install_from_store(
     failure: str,
     target: Path | None = None,
     lock_env: str | None = None,
+    compile_bytecode: bool = True,
 ) -> None:
     """Install exactly these artifacts (no dependencies, no index, every hash required) into
     python's environment, or with `target` into that folder (`--target`: files land at
@@ -63,11 +65,14 @@ def install_from_store(
     An environment gets its bytecode compiled: a worker importing from it then never compiles
     a module's source itself, as it would on every start where PYTHONDONTWRITEBYTECODE is set
     or the environment is read-only to it (torch's import took 3.0 s from sources and 1.4 s
-    from compiled bytecode on this project's CPU machine)."""
+    from compiled bytecode on this project's CPU machine). `compile_bytecode=False` leaves it
+    out where an environment serves one run (a bisect-env step): compiling took most of the 54
+    s the torch-cpu environment's build took there, and a worker over a stack without bytecode
+    keeps what it imports in envaudit's cache instead (supervision/launchers.py)."""
     if not packages:
         return
     with tempfile.TemporaryDirectory(prefix="envaudit-wheelhouse-") as tmp:
-        house = store.wheelhouse([a for _, _, a in packages], Path(tmp) / "wheels")
+        houses = artifact_links(store, [a for _, _, a in packages])
         requirements = Path(tmp) / "requirements.txt"
         requirements.write_text(
             "".join(
@@ -77,9 +82,10 @@ def install_from_store(
         argv = ["pip", "install", "--quiet", "--python", str(python)]
         if target is not None:
             argv += ["--target", str(target)]
-        else:
+        elif compile_bytecode:
             argv += ["--compile-bytecode"]
-        argv += ["--offline", "--no-index", "--find-links", str(house), "--require-hashes"]
+        argv += ["--offline", "--no-index", "--require-hashes"]
+        argv += [arg for house in houses for arg in ("--find-links", str(house))]
         argv += ["--no-deps", "-r", str(requirements)]
         try:
             run_uv(argv, env, failure)
@@ -87,6 +93,24 @@ def install_from_store(
             raise LockError(
                 str(exc), exc.exit_code, damaged_entry_hint(str(exc), lock_env)
             ) from None
+
+
+def artifact_links(store: Store, artifacts: list[Artifact]) -> list[Path]:
+    """For each artifact, `<store>/links/<sha256>/`, holding one link to its entry named by its
+    file name (installers want names): folders that stay where they are from one install to the
+    next, as a temporary wheelhouse does not. uv keeps what it unpacked from a wheel by the
+    wheel's path, so every install through a fresh folder unpacked torch's CPU wheel again
+    (9.6 s on this project's CPU machine, against 0.9 s through the same links again)."""
+    folders = []
+    for artifact in artifacts:
+        folder = store.root / "links" / artifact.sha256
+        link = folder / artifact.filename
+        if not link.is_symlink():
+            shared_folder(folder)
+            with contextlib.suppress(FileExistsError):  # another process made it meanwhile
+                os.symlink(store.path_of(artifact).resolve(), link)
+        folders.append(folder)
+    return folders
 
 
 def install_toolchain(

@@ -80,15 +80,16 @@ def environment_root(lock: Lock, cache: Path | None = None) -> Path:
 
 
 def ensure_environment(
-    lock: Lock, config: FetchConfig, cache: Path | None = None
+    lock: Lock, config: FetchConfig, cache: Path | None = None, compile_bytecode: bool = True
 ) -> LocalEnvironment:
-    """The environment of this lock, built from the store if it is not there yet."""
+    """The environment of this lock, built from the store if it is not there yet (without
+    bytecode when not `compile_bytecode`: offline.install_from_store says when)."""
     root = environment_root(lock, cache)
     root.parent.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(root.parent / f"{lock.closure_hash}.lock"):
         if not (root / MARKER).is_file():
             shutil.rmtree(root, ignore_errors=True)
-            _build(lock, Store(config.store), root)
+            _build(lock, Store(config.store), root, compile_bytecode)
     return _describe(lock, root)
 
 
@@ -96,7 +97,7 @@ def toolchain_of(lock: Lock) -> list[tuple[str, str, Artifact]]:
     return [(p.name, p.version, p.artifact) for p in lock.toolchain_packages()]
 
 
-def _build(lock: Lock, store: Store, root: Path) -> None:
+def _build(lock: Lock, store: Store, root: Path, compile_bytecode: bool = True) -> None:
     packages = installable(lock)
     toolchain = toolchain_of(lock)
     absent = [a for _, _, a in [*packages, *toolchain] if not store.has(a)]
@@ -109,7 +110,9 @@ def _build(lock: Lock, store: Store, root: Path) -> None:
     env = uv_environment()
     failure = f"building the local environment of {lock.env} failed"
     python = create_venv(root, lock.python, env, failure)
-    install_from_store(python, store, packages, env, failure, lock_env=lock.env)
+    install_from_store(
+        python, store, packages, env, failure, lock_env=lock.env, compile_bytecode=compile_bytecode
+    )
     if toolchain and lock.cuda is not None:
         prefix = root / TOOLCHAIN
         install_toolchain(prefix, lock.cuda.prefix_subdir, python, store, toolchain, env, failure)
