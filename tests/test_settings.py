@@ -123,7 +123,7 @@ BAD_VALUES = [
     (settings.OFFLINE, "yes"),
     (settings.FORKSERVER, "off"),
     (settings.PRELOAD, "eager"),
-    (settings.GPU_ACCESS, "cdi"),
+    (settings.GPU_ACCESS, "nvidia"),
     (settings.CONTAINER_MEMORY_BYTES, "8G"),
     (settings.CONTAINER_TMPFS, "lots"),
 ]
@@ -232,9 +232,9 @@ def test_doctor_lists_the_variables_set_and_flags_unknown_ones(tmp_path: Path) -
 
 
 def test_doctor_names_a_bad_value_and_goes_on() -> None:
-    output = _doctor({"ENVAUDIT_OFFLINE": "yes", "ENVAUDIT_GPU_ACCESS": "cdi"})
+    output = _doctor({"ENVAUDIT_OFFLINE": "yes", "ENVAUDIT_GPU_ACCESS": "nvidia"})
     assert "error   variable" in output and "ENVAUDIT_OFFLINE='yes' is not 0 or 1" in output
-    assert "ENVAUDIT_GPU_ACCESS='cdi' is not one of nvidia-runtime, device-nodes" in output
+    assert "ENVAUDIT_GPU_ACCESS='nvidia' is not one of nvidia-runtime, cdi, device-nodes" in output
     assert "audit runtime" in output  # the checks after it still ran
 
 

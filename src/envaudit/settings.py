@@ -110,7 +110,7 @@ def _size(raw: str) -> str:
 
 MAX_STAGE_AHEAD = 4
 PRELOAD_MODES = ("beside", "on-demand")
-GPU_ACCESS_MODES = ("nvidia-runtime", "device-nodes")
+GPU_ACCESS_MODES = ("nvidia-runtime", "cdi", "device-nodes")
 SWITCH = "0 or 1"
 PATH = "a path"
 URL = "a URL"
@@ -198,9 +198,11 @@ GPU_ACCESS = Setting(
     "ENVAUDIT_GPU_ACCESS",
     "user",
     "one of " + ", ".join(GPU_ACCESS_MODES),
-    "nvidia-runtime when the engine has NVIDIA's runtime, else device-nodes",
-    "How a worker's container gets its GPU: by UUID through NVIDIA's runtime, or as device"
-    " nodes with the driver's libraries mounted (`ENVAUDIT_NVIDIA_DRIVER_DIR`).",
+    "nvidia-runtime when the engine has NVIDIA's runtime, else cdi when a CDI spec declares"
+    " nvidia.com/gpu devices, else device-nodes",
+    "How a worker's container gets its GPU: by UUID through NVIDIA's runtime, as the CDI"
+    " device nvidia.com/gpu=<UUID>, or as device nodes with the driver's libraries mounted"
+    " (`ENVAUDIT_NVIDIA_DRIVER_DIR`). `envaudit doctor` says which and why.",
     _choice(*GPU_ACCESS_MODES),
 )
 NVIDIA_DRIVER_DIR = Setting(
@@ -339,6 +341,15 @@ REQUIRE_CHROMIUM = Setting(
     _switch,
     fallback="0",
 )
+REQUIRE_PODMAN = Setting(
+    "ENVAUDIT_REQUIRE_PODMAN",
+    "test",
+    SWITCH,
+    "",
+    "1 (CI): the podman runtime's tests fail instead of skipping where podman is not installed.",
+    _switch,
+    fallback="0",
+)
 REQUIRE_CUDA_BUILD = Setting(
     "ENVAUDIT_REQUIRE_CUDA_BUILD",
     "test",
@@ -410,6 +421,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     REQUIRE_ENGINE,
     REQUIRE_SLURM,
     REQUIRE_CHROMIUM,
+    REQUIRE_PODMAN,
     REQUIRE_CUDA_BUILD,
     UPDATE_GOLDEN,
     GPU_FAULTS,

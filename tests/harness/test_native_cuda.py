@@ -80,7 +80,14 @@ torch::Tensor run(torch::Tensor x, torch::Tensor lengths, double scale) {
   return out;
 }
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("run", &run); }
+// fib_scale (the FlashInfer-Bench root of three_languages_audit): x times scale. One module
+// serves both definitions, so the session compiles it once (pybind picks by the arguments).
+torch::Tensor run_unmasked(torch::Tensor x, double scale) { return x * scale; }
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("run", &run);
+  m.def("run", &run_unmasked);
+}
 """
 
 # nvcc stops at once on a header that is nowhere, saying so
@@ -154,6 +161,38 @@ def run_lines(base: Path, name: str, report: Path, device: list[str], env: dict)
     return [json.loads(x) for x in report.read_text().splitlines()]
 
 
+def three_languages_audit(root: Path, cuda_sources: dict[str, str], env: dict) -> list[dict]:
+    """A root written with FlashInfer-Bench's own API holding a python, a triton and a cuda
+    (torch binding) solution, none naming an env: one `audit --definition`, envs.toml's default
+    env (this lock) for all three."""
+    from flashinfer_bench.data import BuildSpec, Solution, SourceFile
+
+    from tests.dataset.test_env_map import TRITON_MAIN, fib_native
+    from tests.dataset.test_solution_layouts import DEFINITION, fib_solution, write_nested_root
+
+    spec = BuildSpec(
+        language="cuda",
+        target_hardware=["cpu", "cuda"],
+        entry_point="main.cpp::run",
+        destination_passing_style=False,
+        binding="torch",
+        dependencies=["torch", "CUDA >= 13.0"],
+    )
+    sources = [SourceFile(path=p, content=c) for p, c in cuda_sources.items()]
+    cuda = Solution(
+        name="fib-cuda", definition=DEFINITION, author="fib", spec=spec, sources=sources
+    )
+    triton = fib_native("fib-triton", "triton", "main.py", TRITON_MAIN, ["cuda"])
+    write_nested_root(root, fib_solution("fib-python"), triton, cuda)
+    (root / "envs.toml").write_text(f'default = "{ENV}"\n')
+    out = root.parent / "audit"
+    argv = ["audit", "--definition", DEFINITION, "--data-root", str(root), "--suite", "all"]
+    argv += ["--runtime", "local", "--device", "cpu", "--out", str(out)]
+    result = CliRunner().invoke(app, argv, env=env)
+    assert (out / "results.jsonl").is_file(), result.output
+    return [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+
+
 def extensions_folder() -> Path:
     return jit_cache_folder(LOCK.env, LOCK.closure_hash) / "torch-extensions"
 
@@ -182,6 +221,7 @@ def cpu_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, lis
         "again": run_lines(base, "fib_cuda", base / "again.jsonl", device, env),
         "broken": run_lines(base, "fib_cuda_broken", base / "broken.jsonl", device, env),
         "tvm_ffi": run_lines(base, "fib_tvm_ffi", base / "tvm_ffi.jsonl", device, env),
+        "audit": three_languages_audit(base / "fib", ok, env),
     }
     yield lines
     for line in (lines["first"][0], lines["broken"][0], lines["tvm_ffi"][0]):
@@ -226,6 +266,21 @@ def test_a_broken_cuda_source_is_a_compile_error_with_nvccs_message(cpu_runs: di
     message = broken[0]["message"]
     assert "building kernel.cu failed" in message
     assert "no_such_header_anywhere.h" in message and "nvcc" in message
+
+
+def test_a_root_of_three_languages_is_audited_in_one_command(cpu_runs: dict) -> None:
+    """On the CPU the Triton one targets only GPUs (UNSUPPORTED_DEVICE, never imported); the
+    cuda one is compiled for sm_90a in the lock's environment (the module test_native's runs
+    built: the same sources) and judged on its CPU branch."""
+    lines = cpu_runs["audit"]
+    statuses = {(ln["solution"], ln["workload"]["uuid"]): ln["status"] for ln in lines}
+    assert len(statuses) == 6
+    for (solution, _), status in statuses.items():
+        assert status == ("UNSUPPORTED_DEVICE" if solution == "fib-triton" else "PASSED")
+    assert {ln["context"]["env"] for ln in lines} == {ENV}
+    assert {ln["context"]["env_assigned"] for ln in lines} == {"envs.toml default"}
+    built = [ln["build"] for ln in lines if ln["solution"] == "fib-cuda" and "build" in ln]
+    assert built and built[0]["arch"] == "sm90a"
 
 
 def test_a_tvm_ffi_cuda_solution_is_compiled_for_sm90a_too(cpu_runs: dict) -> None:

@@ -18,6 +18,7 @@ from envaudit.image.build import image_matches, plan_build
 from envaudit.image.engine import Engine, EngineError
 from envaudit.lock.config import FetchConfig, uv_binary
 from envaudit.runtime.devices import gpus
+from envaudit.runtime.gpu_access import DEVICE_NODES, choose_gpu_access
 from envaudit.runtime.registry import pick_runtime
 from envaudit.settings import (
     BY_NAME,
@@ -72,17 +73,18 @@ def _engine(checks: list[Check]) -> Engine | None:
             f" CDI spec dirs {', '.join(cdi) or 'none'}",
         )
     )
-    gpu_mode = "nvidia-runtime" if "nvidia" in runtimes else "device-nodes"
+    access = choose_gpu_access(info, _setting(GPU_ACCESS))
     driver = _setting(NVIDIA_DRIVER_DIR) or NVIDIA_DRIVER_DIR.fallback
-    mode = _setting(GPU_ACCESS) or gpu_mode
+    libraries = f"; driver libraries from {driver}" if access.mode == DEVICE_NODES else ""
     checks.append(
         Check(
             "gpu access",
             "info",
-            f"containers get a GPU through {mode}"
-            + (f" (driver libraries from {driver})" if gpu_mode == "device-nodes" else ""),
+            f"containers get a GPU through {access.mode}: {access.reason}{libraries}",
         )
     )
+    for problem in access.problems:
+        checks.append(Check("gpu access", "warning", f"unreadable CDI spec {problem}"))
     return engine
 
 

@@ -246,14 +246,16 @@ def _load_tvm_ffi(
     module: str, sources: list[str], include: Path, build_dir: Path, with_cuda: bool
 ) -> Any:
     """TVM-FFI's builder (ninja, the C++ compiler, nvcc from CUDA_HOME for `.cu` files, the arch
-    from TVM_FFI_CUDA_ARCH_LIST, which _native_arch's list fills), then its module loader."""
-    import tvm_ffi
-    import tvm_ffi.cpp
-
+    from TVM_FFI_CUDA_ARCH_LIST, which _native_arch's list fills), then its module loader.
+    apache-tvm-ffi is the solution's binding, in its environment only (the lock check asks for
+    it): imported by name for this solution, as the solution's own modules are, never a
+    dependency of the harness."""
+    tvm_ffi = importlib.import_module("tvm_ffi")
+    builder = importlib.import_module("tvm_ffi.cpp")
     if with_cuda:
         listed = os.environ.get("TORCH_CUDA_ARCH_LIST", "").replace(";", " ")
         os.environ.setdefault("TVM_FFI_CUDA_ARCH_LIST", listed)
-    library = tvm_ffi.cpp.build(
+    library = builder.build(
         name=module,
         sources=sources,
         extra_include_paths=[str(include)],

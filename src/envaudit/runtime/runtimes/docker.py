@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import threading
 import time
 from dataclasses import dataclass, field
@@ -37,6 +38,13 @@ from envaudit.image.plan import HARNESS_MOUNT, LABEL_PREFIX, USER
 from envaudit.lock.fetch import fetch_env
 from envaudit.runtime.base import Progress, RunOptions, Runtime
 from envaudit.runtime.devices import Gpu, device_nodes, require_gpu
+from envaudit.runtime.gpu_access import (
+    CAPABILITIES,
+    CDI,
+    NVIDIA_RUNTIME,
+    cdi_device,
+    choose_gpu_access,
+)
 from envaudit.runtime.jit import jit_cache_folder, jit_environment, prepare_jit_cache
 from envaudit.runtime.jobs import Job
 from envaudit.runtime.staging import staged_harness
@@ -237,6 +245,7 @@ class ContainerLauncher:
                 init=True,
                 labels={JOB_LABEL: str(job_dir)},
                 working_dir="/tmp",
+                **engine_limits(self.engine.kind),
                 **self.gpu.options,
             )
         except docker.errors.APIError as exc:
@@ -246,6 +255,20 @@ class ContainerLauncher:
         reaper.watch(str(container.id))  # killed and removed should this process die first
         log.touch()
         return ContainerHandle(container, reaper)
+
+
+def engine_limits(kind: str) -> dict[str, Any]:
+    """Resource limits the engine would otherwise pick badly. Podman (rootful) asks the OCI
+    runtime for nofile 1048576 and nproc 4194304, beyond what a container on a machine with
+    lower hard limits may set ("error setting rlimit type 7: operation not permitted"): its
+    worker gets the caller's own open-file limit and as many processes as the pids limit allows.
+    Docker's containers inherit its daemon's limits, as they always have."""
+    if kind != "podman":
+        return {}
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    files = docker.types.Ulimit(name="nofile", soft=soft, hard=hard)
+    processes = docker.types.Ulimit(name="nproc", soft=PIDS_LIMIT, hard=PIDS_LIMIT)
+    return {"ulimits": [files, processes]}
 
 
 def container_user() -> str:
@@ -287,13 +310,17 @@ def _memory_limit() -> int:
 def _start_error(exc: docker.errors.APIError, gpu: GpuPassing) -> EnvauditError:
     text = str(exc.explanation or exc)
     if "could not select device driver" in text:
-        return EnvauditError(
-            f"the engine cannot pass a GPU in: {text}",
-            EXIT_USAGE,
-            hint="this engine has no NVIDIA runtime: set ENVAUDIT_GPU_ACCESS=device-nodes (and"
+        hint = (
+            "this engine has no NVIDIA runtime: set ENVAUDIT_GPU_ACCESS=device-nodes (and"
             " ENVAUDIT_NVIDIA_DRIVER_DIR to the driver's library folder) or install the NVIDIA"
-            " container toolkit",
+            " container toolkit"
         )
+        if gpu.mode == CDI:
+            hint = (
+                "this engine does not resolve CDI devices (Docker 25 or later does, with CDI"
+                " enabled): set ENVAUDIT_GPU_ACCESS=device-nodes or nvidia-runtime"
+            )
+        return EnvauditError(f"the engine cannot pass a GPU in: {text}", EXIT_USAGE, hint=hint)
     return EnvauditError(f"the engine refused to start the worker's container: {text}", EXIT_USAGE)
 
 
@@ -318,18 +345,17 @@ class GpuPassing:
 
 
 def gpu_passing(engine: Engine, gpu: Gpu) -> GpuPassing:
-    """The NVIDIA runtime when the engine has one (or ENVAUDIT_GPU_ACCESS says so), else the
-    GPU's device nodes and the driver's library folder, read-only."""
-    mode = read(GPU_ACCESS)
-    if mode is None:
-        mode = (
-            "nvidia-runtime"
-            if "nvidia" in (engine.info().get("Runtimes") or {})
-            else "device-nodes"
-        )
-    if mode == "nvidia-runtime":
-        request = docker.types.DeviceRequest(device_ids=[gpu.uuid], capabilities=[["gpu"]])
-        return GpuPassing(mode, options={"device_requests": [request]})
+    """The path runtime/gpu_access.py chooses for this engine: NVIDIA's runtime (a device
+    request by UUID), a CDI device (`nvidia.com/gpu=<UUID>`), else the GPU's device nodes and
+    the driver's library folder, read-only."""
+    access = choose_gpu_access(engine.info(), read(GPU_ACCESS))
+    if access.mode == NVIDIA_RUNTIME:
+        request = docker.types.DeviceRequest(device_ids=[gpu.uuid], capabilities=[CAPABILITIES])
+        return GpuPassing(access.mode, options={"device_requests": [request]})
+    if access.mode == CDI:
+        name = cdi_device(access.spec, gpu.uuid, gpu.index)
+        request = docker.types.DeviceRequest(driver="cdi", device_ids=[name])
+        return GpuPassing(access.mode, options={"device_requests": [request]})
     driver = value(NVIDIA_DRIVER_DIR)
     lib = next((driver / d for d in ("lib64", "lib") if (driver / d).is_dir()), None)
     if lib is None:
@@ -339,7 +365,7 @@ def gpu_passing(engine: Engine, gpu: Gpu) -> GpuPassing:
             hint="set ENVAUDIT_NVIDIA_DRIVER_DIR to the folder holding the driver's lib64/",
         )
     return GpuPassing(
-        mode,
+        access.mode,
         options={"devices": [f"{n}:{n}:rwm" for n in device_nodes(gpu)]},
         mounts=[(driver, str(driver), False)],
         environment={"LD_LIBRARY_PATH": str(lib)},
