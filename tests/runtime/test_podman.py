@@ -20,10 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from envaudit import settings
-from envaudit.cli import app
 from envaudit.image.build import plan_build
 from envaudit.image.engine import Engine, EngineError
 from envaudit.runtime.runtimes.docker import JOB_LABEL
@@ -31,6 +29,7 @@ from envaudit.schema.results import read_lines
 from tests.conftest import REPO, SHIPPED_ROOT
 from tests.harness.test_baselines_cpu import SOLUTIONS
 from tests.runtime.test_docker import REASON as DOCKER_REASON
+from tests.runtime.test_docker import invoke
 
 SOLUTION = "dense_attention_h16_d72-torch"
 
@@ -47,13 +46,6 @@ REASON = _why_skip()
 if REASON and settings.value(settings.REQUIRE_PODMAN):
     raise RuntimeError(f"ENVAUDIT_REQUIRE_PODMAN=1 but {REASON}")
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
-
-
-def invoke(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
-    result = CliRunner().invoke(app, argv, env=env)
-    if result.exception and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result.exit_code, result.output
 
 
 @pytest.fixture(scope="module")
