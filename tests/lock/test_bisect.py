@@ -269,3 +269,30 @@ def test_env_toml_of_every_shipped_lock_reads_back_the_same() -> None:
         spec = load_spec(folder)
         again = EnvSpec.model_validate(tomllib.loads(toml_text(spec.model_dump(mode="json"))))
         assert again.canonical_sha256() == spec.canonical_sha256(), folder.name
+
+
+def test_a_culprit_s_partner_that_flips_alone_is_the_answer() -> None:
+    """flashinfer-python's new version brings einops; a solution that imports einops flips
+    with einops alone, so the answer narrows to it. A partner that does not flip without the
+    culprit leaves the culprit's group as it was (docs/bisect.md's real bisect)."""
+    from envaudit.commands.bisect import narrowed
+    from envaudit.lock.bisect import Folded
+
+    keys = ["kernel", "helper", "einops", "other"]
+    needs = {"kernel": {"helper", "einops"}}
+
+    def folder(asked: list[str] | tuple[str, ...]) -> Folded:
+        applied = set(asked)
+        for name in asked:
+            applied |= needs.get(name, set())
+        return Folded(frozenset(applied))
+
+    def judge_by(flip: str) -> object:
+        def judge(sets: list[frozenset[str]]) -> list[bool]:
+            return [flip in folder(sorted(s)).applied for s in sets]
+
+        return judge
+
+    assert narrowed(("kernel",), keys, folder, judge_by("einops")) == ("einops",)
+    assert narrowed(("kernel",), keys, folder, judge_by("kernel")) == ("kernel",)
+    assert narrowed(("other",), keys, folder, judge_by("other")) == ("other",)

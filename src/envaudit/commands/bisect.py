@@ -158,12 +158,50 @@ def bisect_envs(request: BisectRequest, make_env: MakeEnv, echo: Echo) -> Bisect
     echo(f"bisect-env: {len(keys)} change(s) between {ends.describe('a')} and {ends.describe('b')}")
     result = search(len(keys), judge_level, request.width)
     culprits = tuple(keys[i] for i in result.culprits)
+
+    def judge_keys(key_sets: Sequence[frozenset[str]]) -> list[bool]:
+        return judge_level([frozenset(keys.index(k) for k in s) for s in key_sets])
+
+    culprits = narrowed(culprits, keys, lambda asked: fold(ends, asked, store, python), judge_keys)
     group = fold(ends, culprits, store, python)
     outcome = BisectOutcome(
         ends, request, steps, culprits, group, EXIT_OK if len(culprits) == 1 else EXIT_FAILED
     )
     write_outcome(outcome)
     return outcome
+
+
+def narrowed(
+    culprits: tuple[str, ...],
+    keys: Sequence[str],
+    folder: Callable[[Sequence[str]], Folded],
+    judge: Callable[[Sequence[frozenset[str]]], list[bool]],
+    width: int = 1,
+) -> tuple[str, ...]:
+    """A single culprit's group holds the partners its new version requires; the flip may come
+    from one of them alone (flashinfer-python 0.7.2 brings einops, and a solution that imports
+    einops flips with einops alone). While the partners can move without the culprit and,
+    together, flip the criterion, the same search runs over them; the answer is the smallest
+    group found this way. A culprit whose partners do not flip without it stays."""
+    while len(culprits) == 1:
+        group = folder(culprits)
+        partners = [k for k in keys if k in group.applied and k not in culprits]
+        alone = folder(partners) if partners else None
+        if alone is None or culprits[0] in alone.applied or not judge([frozenset(partners)])[0]:
+            return culprits
+        found = search(len(partners), _over(partners, judge), width)
+        smaller = tuple(partners[i] for i in found.culprits)
+        if len(folder(smaller).applied) >= len(group.applied):
+            return culprits
+        culprits = smaller
+    return culprits
+
+
+def _over(
+    names: Sequence[str], judge: Callable[[Sequence[frozenset[str]]], list[bool]]
+) -> Callable[[Sequence[frozenset[int]]], list[bool]]:
+    """The judge of sets of change names, as a judge of sets of their positions in `names`."""
+    return lambda sets: judge([frozenset(names[i] for i in s) for s in sets])
 
 
 def _fetch_ends(ends: Ends, config: FetchConfig) -> None:

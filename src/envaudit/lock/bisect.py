@@ -201,15 +201,49 @@ def fold(ends: Ends, asked: Iterable[str], store: Store, python: str) -> Folded:
 def _first_unmet(
     chosen: Mapping[str, LockedPackage], store: Store, python: str
 ) -> tuple[str, Requirement] | None:
-    """(package, requirement) of the first requirement the chosen set does not meet."""
-    environment = target_environment(python)
+    """(package, requirement) of the first requirement the chosen set does not meet, the
+    requirements of the extras other packages ask for included (flashinfer-python asks for
+    nvidia-cutlass-dsl[cu13], whose `extra == "cu13"` requirements then apply)."""
+    extras = _extras_asked(chosen, store, python)
     for name in sorted(chosen):
-        for requirement in requirements_of(store, chosen[name].artifact):
-            if requirement.marker is not None and not requirement.marker.evaluate(environment):
-                continue
+        for requirement in _applying(chosen[name], store, python, extras.get(name, set())):
             if not _meets(chosen.get(canonicalize_name(requirement.name)), requirement):
                 return name, requirement
     return None
+
+
+def _applying(
+    package: LockedPackage, store: Store, python: str, extras: set[str]
+) -> list[Requirement]:
+    """The package's requirements whose markers hold on the target, with no extra or with one
+    of `extras`."""
+    found = []
+    for requirement in requirements_of(store, package.artifact):
+        marker = requirement.marker
+        if marker is None or any(
+            marker.evaluate({**target_environment(python), "extra": extra})
+            for extra in ("", *sorted(extras))
+        ):
+            found.append(requirement)
+    return found
+
+
+def _extras_asked(
+    chosen: Mapping[str, LockedPackage], store: Store, python: str
+) -> dict[str, set[str]]:
+    """Package -> the extras the chosen packages ask of it, followed until nothing new is asked
+    (an extra's requirements may ask for extras in turn)."""
+    asked: dict[str, set[str]] = {}
+    while True:
+        grown = False
+        for name in sorted(chosen):
+            for requirement in _applying(chosen[name], store, python, asked.get(name, set())):
+                wanted = asked.setdefault(canonicalize_name(requirement.name), set())
+                if not requirement.extras <= wanted:
+                    wanted |= requirement.extras
+                    grown = True
+        if not grown:
+            return asked
 
 
 def _meets(package: LockedPackage | None, requirement: Requirement) -> bool:
