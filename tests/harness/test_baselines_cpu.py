@@ -23,6 +23,22 @@ def baselines() -> list[str]:
     return names
 
 
+REPRESENTATIVE_BASELINES = [
+    "dense_attention_h16_d72-torch",
+    "gdn_decode_qk4_v8_d128_k_last-torch",
+    "mla_mixed_decode_h128_ckv512_kpe64_ps64-torch",
+    "moe_router_mm_sqrtsoftplus_e128_h4096_topk6-torch",
+]
+"""One baseline of each kind, for the tests whose subject is the environment a runtime makes
+(the local runtime's venv, a container) rather than the baselines' numerics, which the test
+below runs for every baseline on the host. All 21 in each runtime took about 6 of CI's 30
+minutes."""
+
+
+def test_the_representative_baselines_are_baselines() -> None:
+    assert set(REPRESENTATIVE_BASELINES) <= set(baselines())
+
+
 def test_every_definition_has_exactly_one_baseline() -> None:
     definitions = {p.stem for p in (SHIPPED_ROOT / "definitions").rglob("*.json")}
     covered = [

@@ -13,7 +13,7 @@ from envaudit.cli import app
 from envaudit.lock.files import load_lock
 from envaudit.schema.results import read_lines
 from tests.conftest import REPO, SHIPPED_ROOT
-from tests.harness.test_baselines_cpu import SOLUTIONS, baselines
+from tests.harness.test_baselines_cpu import REPRESENTATIVE_BASELINES, SOLUTIONS, baselines
 
 LOCK = load_lock(REPO / "locks" / "torch-cpu")
 LOCAL_TORCH = [
@@ -39,23 +39,9 @@ def local_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 # What is under test here is the environment the local runtime builds from the lock and the
-# store alone, which is the same for every baseline (they all run on torch): one of each kind of
-# definition is enough. Every baseline's numerics run on the CPU in test_baselines_cpu (host)
-# and in containers in test_docker (all 21 both times); the full set here took about 4 minutes
-# of CI's 30.
-LOCAL_BASELINES = [
-    "dense_attention_h16_d72-torch",
-    "gdn_decode_qk4_v8_d128_k_last-torch",
-    "mla_mixed_decode_h128_ckv512_kpe64_ps64-torch",
-    "moe_router_mm_sqrtsoftplus_e128_h4096_topk6-torch",
-]
-
-
-def test_the_local_baselines_are_baselines() -> None:
-    assert set(LOCAL_BASELINES) <= set(baselines())
-
-
-@pytest.mark.parametrize("name", LOCAL_BASELINES)
+# store alone, the same for every baseline: a few of different kinds are enough (every baseline's
+# numerics run on the host in test_baselines_cpu).
+@pytest.mark.parametrize("name", REPRESENTATIVE_BASELINES)
 def test_baseline_passes_smoke_in_local_env(
     name: str, local_env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -34,7 +34,7 @@ from envaudit.lock.config import FetchConfig
 from envaudit.lock.files import load_lock
 from envaudit.schema.results import read_lines
 from tests.conftest import REPO, SHIPPED_ROOT, UUID_BLOB, UUID_RANDOM, write_toy_root
-from tests.harness.test_baselines_cpu import SOLUTIONS, baselines
+from tests.harness.test_baselines_cpu import REPRESENTATIVE_BASELINES, SOLUTIONS, baselines
 from tests.harness.test_faults import EXPECTED, MESSAGES, write_solution
 
 LOCK = load_lock(REPO / "locks" / "torch-cpu")
@@ -98,7 +98,7 @@ def test_second_build_is_a_no_op_and_labels_match_the_lock(engine_env: dict[str,
 
 
 def test_baselines_pass_smoke_in_containers(engine_env: dict[str, str], tmp_path: Path) -> None:
-    names = baselines()
+    names = REPRESENTATIVE_BASELINES
     argv = ["audit", "--runtime", "docker", "--env", "torch-cpu", "--device", "cpu"]
     argv += ["--data-root", str(SHIPPED_ROOT), "--solutions-root", str(SOLUTIONS)]
     argv += ["--out", str(tmp_path / "audit")]
