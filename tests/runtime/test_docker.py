@@ -34,7 +34,7 @@ from envaudit.lock.config import FetchConfig
 from envaudit.lock.files import load_lock
 from envaudit.schema.results import read_lines
 from tests.conftest import REPO, SHIPPED_ROOT, UUID_BLOB, UUID_RANDOM, write_toy_root
-from tests.harness.test_baselines_cpu import REPRESENTATIVE_BASELINES, SOLUTIONS, baselines
+from tests.harness.test_baselines_cpu import REPRESENTATIVE_BASELINES, SOLUTIONS
 from tests.harness.test_faults import EXPECTED, MESSAGES, write_solution
 
 LOCK = load_lock(REPO / "locks" / "torch-cpu")
