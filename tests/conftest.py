@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+from envaudit import settings
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -147,3 +149,12 @@ def native_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One ENVAUDIT_CACHE for the tests that compile the C++ toy solution
     (tests/harness/test_native.py's source): the suite compiles it once, later runs load it."""
     return tmp_path_factory.mktemp("native-cache")
+
+
+def skip_unless_ready(reason: str | None, required: settings.Setting[bool]) -> pytest.MarkDecorator:
+    """skipif(`reason`) where this machine lacks what the tests need (an engine, podman, a
+    registry); where `required` (an ENVAUDIT_REQUIRE_* switch CI sets) says they must run, the
+    module fails at collection instead, naming what is missing."""
+    if reason and settings.value(required):
+        raise RuntimeError(f"{required.name}=1 but {reason}")
+    return pytest.mark.skipif(reason is not None, reason=reason or "")

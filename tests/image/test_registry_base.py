@@ -47,7 +47,7 @@ from envaudit.lock.files import load_lock, write_lock
 from envaudit.lock.registry import RegistryUnreachable, repository_of, tag_digest
 from envaudit.lock.store import BaseArchive, Store
 from envaudit.schema.locks import BaseSpec, LockedBase, seal
-from tests.conftest import REPO
+from tests.conftest import REPO, skip_unless_ready
 from tests.image.test_dockerfile import sample_lock
 
 REGISTRY = Path("/usr/bin/docker-registry")
@@ -70,9 +70,7 @@ def _why_skip() -> str | None:
 
 
 REASON = _why_skip()
-if REASON and settings.value(settings.REQUIRE_ENGINE):
-    raise RuntimeError(f"ENVAUDIT_REQUIRE_ENGINE=1 but {REASON}")
-needs_registry = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+needs_registry = skip_unless_ready(REASON, settings.REQUIRE_ENGINE)
 """The end-to-end tests; those at the end of the module need neither engine nor registry."""
 
 

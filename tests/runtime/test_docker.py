@@ -33,7 +33,14 @@ from envaudit.image.plan import VENV
 from envaudit.lock.config import FetchConfig
 from envaudit.lock.files import load_lock
 from envaudit.schema.results import read_lines
-from tests.conftest import REPO, SHIPPED_ROOT, UUID_BLOB, UUID_RANDOM, write_toy_root
+from tests.conftest import (
+    REPO,
+    SHIPPED_ROOT,
+    UUID_BLOB,
+    UUID_RANDOM,
+    skip_unless_ready,
+    write_toy_root,
+)
 from tests.harness.test_baselines_cpu import REPRESENTATIVE_BASELINES, SOLUTIONS
 from tests.harness.test_faults import EXPECTED, MESSAGES, write_solution
 
@@ -53,9 +60,7 @@ def _why_skip() -> str | None:
 
 
 REASON = _why_skip()
-if REASON and settings.value(settings.REQUIRE_ENGINE):
-    raise RuntimeError(f"ENVAUDIT_REQUIRE_ENGINE=1 but {REASON}")
-pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+pytestmark = skip_unless_ready(REASON, settings.REQUIRE_ENGINE)
 
 
 def invoke(argv: list[str], env: dict[str, str]) -> tuple[int, str]:

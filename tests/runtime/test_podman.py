@@ -26,7 +26,7 @@ from envaudit.image.build import plan_build
 from envaudit.image.engine import Engine, EngineError
 from envaudit.runtime.runtimes.docker import JOB_LABEL
 from envaudit.schema.results import read_lines
-from tests.conftest import REPO, SHIPPED_ROOT
+from tests.conftest import REPO, SHIPPED_ROOT, skip_unless_ready
 from tests.harness.test_baselines_cpu import SOLUTIONS
 from tests.runtime.test_docker import REASON as DOCKER_REASON
 from tests.runtime.test_docker import invoke
@@ -43,9 +43,7 @@ def _why_skip() -> str | None:
 
 
 REASON = _why_skip()
-if REASON and settings.value(settings.REQUIRE_PODMAN):
-    raise RuntimeError(f"ENVAUDIT_REQUIRE_PODMAN=1 but {REASON}")
-pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+pytestmark = skip_unless_ready(REASON, settings.REQUIRE_PODMAN)
 
 
 @pytest.fixture(scope="module")

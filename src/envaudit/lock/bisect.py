@@ -217,15 +217,13 @@ def _applying(
 ) -> list[Requirement]:
     """The package's requirements whose markers hold on the target, with no extra or with one
     of `extras`."""
-    found = []
-    for requirement in requirements_of(store, package.artifact):
-        marker = requirement.marker
-        if marker is None or any(
-            marker.evaluate({**target_environment(python), "extra": extra})
-            for extra in ("", *sorted(extras))
-        ):
-            found.append(requirement)
-    return found
+    environments = [{**target_environment(python), "extra": e} for e in ("", *sorted(extras))]
+    return [
+        requirement
+        for requirement in requirements_of(store, package.artifact)
+        if requirement.marker is None
+        or any(requirement.marker.evaluate(env) for env in environments)
+    ]
 
 
 def _extras_asked(
