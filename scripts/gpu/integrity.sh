@@ -2,7 +2,8 @@
 # On the GPU machine: the GPU half of the integrity work (issue 44). The cheats of
 # tests/harness/test_reach.py (garbage collector, frames, a waiting thread, a patched
 # comparison, a forged progress line, a cache by storage address) run on the GPU and must all
-# fail; memory one process freed must read clean in the next; then the fault suite as before.
+# fail; memory one process freed must read clean in the next; then the fault suite as before,
+# and a FlashInfer-Bench cuda/torch-binding solution compiled with the machine's nvcc and run.
 # With OLD_SRC=DIR (the src folder of the commit before the judge, 2bd60f8:
 # `git archive 2bd60f8 src | tar x -C DIR`, carried), also the judge's cost: the dev audit of
 # a few solutions, new/old/old/new, cold and cached (benchmarks/judge_overhead.py).
@@ -17,6 +18,7 @@ source "$(dirname "$0")/harness-env.sh"
 export PYTHONPATH=$PWD:$PYTHONPATH
 step reach python3 -m pytest -q -m gpu tests/harness/test_gpu_reach.py tests/harness/test_reach.py
 step faults python3 -m pytest -q -m gpu tests/harness/test_gpu_faults.py
+step native python3 -m pytest -q -m gpu tests/harness/test_native_cuda.py
 if [ -n "${OLD_SRC:-}" ]; then
   step overhead python3 benchmarks/judge_overhead.py --old "$OLD_SRC" --gpu "$uuid" \
     --runtime host --suite dev --order new,old,old,new --json "$out/judge-overhead.json" \
