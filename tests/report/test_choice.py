@@ -91,6 +91,17 @@ def test_the_overview_says_what_each_choice_was_made_on(tmp_path: Path) -> None:
     assert glance.count(MODEL_A.split(",")[0]) == 1  # the GPU once, not once a row
 
 
+def test_a_solution_left_out_in_two_envs_names_each_env(tmp_path: Path) -> None:
+    """The same solution measured in two locks (tilelang 0.1.12 and 0.1.15) and left out of a
+    comparison is two entries, told apart by env, not one name said twice."""
+    lines = [line("d-torch", w, 10.0) for w in ("w1", "w2")]
+    lines += [line("d-fast", "w1", 1.0, env=env, closure=env) for env in ("lock-a", "lock-b")]
+    _, summary = summarize([write(tmp_path / "r.jsonl", lines)])
+    text = render_markdown(summary, preferred_solutions(summary), [], "envaudit merge", "now")
+    glance = text.split("## At a glance")[1].split("## Provenance")[0]
+    assert "fast (lock-a): not run on 1: w2; fast (lock-b): not run on 1: w2 |" in glance
+
+
 def test_the_committed_reports_gdn_prefill_choice_is_made_where_both_ran() -> None:
     """FlashInfer's prefill ran the dev suite's two workloads, Triton all five: FlashInfer is
     chosen on the two, Triton on the five with FlashInfer named as not run on three."""
@@ -99,7 +110,9 @@ def test_the_committed_reports_gdn_prefill_choice_is_made_where_both_ran() -> No
     common, full = choice["comparisons"]
     assert common["suite"] == "dev" and len(common["workloads"]) == 2
     assert common["choice"]["solution"] == "gdn_prefill_qk4_v8_d128_k_last-flashinfer"
-    assert common["choice"]["geomean_speedup"] > 40
+    # 35x against the torch baseline timed on FlashInfer's own card (47x against the newest
+    # torch run, on another card: the torch reference's time moves that much between cards)
+    assert common["choice"]["geomean_speedup"] > 30
     assert full["suite"] == "all" and full["choice"]["solution"].endswith("-triton")
     [left] = full["left_out"]
     assert left["solution"].endswith("-flashinfer") and left["reason"].startswith("not run on 3:")

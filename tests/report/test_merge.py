@@ -142,6 +142,27 @@ def test_cards_of_one_model_are_one_group_naming_each_card(tmp_path: Path) -> No
     assert rows["w2"]["speedup_eager"] == 2.0 and fast["workloads"]["total"] == 2
 
 
+def test_a_line_is_compared_with_the_baseline_of_its_own_card(tmp_path: Path) -> None:
+    """The baseline timed on the solution's card counts, not a newer run on another card of the
+    model (a reference's time can move by a third between cards); with no baseline on that card,
+    the model's newest."""
+    later = "2026-11-30T12:00:00+00:00"
+    lines = [
+        line("d-torch", "w1", 3.0, gpu=GPU_A2),
+        line("d-torch", "w1", 2.0, stamp=later),  # newer, on the other card
+        line("d-torch", "w2", 2.0, stamp=later),
+        line("d-fast", "w1", 1.0, gpu=GPU_A2),
+        line("d-fast", "w2", 1.0, gpu=GPU_A2),  # no baseline on GPU_A2 for w2
+    ]
+    _, summary = summarize([write(tmp_path / "r.jsonl", lines)])
+    blocks = summary["definitions"]["d"]["devices"][MODEL_A]["solutions"]
+    fast = next(s for s in blocks if s["solution"] == "d-fast")
+    rows = {r["uuid"]: r for r in fast["per_workload"]}
+    assert rows["w1"]["speedup_eager"] == 3.0 and rows["w2"]["speedup_eager"] == 2.0
+    torch = next(s for s in blocks if s["solution"] == "d-torch")
+    assert [r["speedup_eager"] for r in torch["per_workload"]] == [1.0, 1.0]
+
+
 def test_preference_needs_every_workload_passed(tmp_path: Path) -> None:
     lines = [
         line("d-torch", "w1", 2.0),

@@ -33,13 +33,15 @@ def choice_rows(
     """One row per comparison (the first carries the definition's pass count)."""
     passed = sum(s["workloads"]["passed"] for s in dblock["solutions"])
     total = sum(s["workloads"]["total"] for s in dblock["solutions"])
-    left = [_left(item, definition) for item in choice["left_out"]]
+    names = [s["solution"] for s in dblock["solutions"]]
+    twice = {name for name in names if names.count(name) > 1}
+    left = [_left(item, definition, twice) for item in choice["left_out"]]
     base = {"definition": definition, "passed": passed, "total": total}
     if not choice["comparisons"]:
         return [base | _empty(f"none ({choice['reason']})") | {"left_out": left, "first": True}]
     rows = []
     for i, comparison in enumerate(choice["comparisons"]):
-        out = left + [_left(item, definition) for item in comparison["left_out"]]
+        out = left + [_left(item, definition, twice) for item in comparison["left_out"]]
         rows.append(
             base
             | {"first": i == 0, "compared": compared_text(comparison), "left_out": out}
@@ -90,5 +92,9 @@ def _choice(comparison: Mapping[str, Any], definition: str) -> dict[str, Any]:
     }
 
 
-def _left(item: Mapping[str, Any], definition: str) -> str:
-    return f"{short_name(str(item['solution']), definition)}: {item['reason']}"
+def _left(item: Mapping[str, Any], definition: str, twice: set[str]) -> str:
+    """ "fa4: not run on 2: ..."; a solution measured in two envs names the env it was in."""
+    name = short_name(str(item["solution"]), definition)
+    if item["solution"] in twice and item.get("env"):
+        name += f" ({item['env']})"
+    return f"{name}: {item['reason']}"

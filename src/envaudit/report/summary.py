@@ -5,8 +5,9 @@ across models), then by solution *in one environment* (env name and closure hash
 measured in two environments appears twice. Two GPUs of one model are one group, so a re-run on
 a second card adds to the report instead of splitting it: per workload the newest line counts,
 and every row names the GPU (UUID) its figures came from. Speedups compare a solution with its
-definition's baseline on the same GPU model, each in its own environment, workload by workload,
-and are aggregated as a geometric mean over the workloads both passed.
+definition's baseline on the same card where the baseline ran there (card-to-card differences
+cancel, as in the exported traces), else on the same GPU model, each in its own environment,
+workload by workload, and are aggregated as a geometric mean over the workloads both passed.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -111,8 +112,9 @@ def build_summary(
         )
         devices = {}
         for model in sorted(groups[definition]):
-            entries = {k: _newest_per_workload(v) for k, v in groups[definition][model].items()}
-            devices[model] = _device_block(entries, baseline, numbers)
+            runs = groups[definition][model]
+            entries = {k: _newest_per_workload(v) for k, v in runs.items()}
+            devices[model] = _device_block(entries, runs, baseline, numbers)
         summary_defs[definition] = {
             "baseline": baseline,
             "op_type": (definitions.get(definition) or {}).get("op_type"),
@@ -141,14 +143,25 @@ def build_summary(
 
 def _device_block(
     entries: Mapping[tuple[str, str, str | None], list[ResultLine]],
+    runs: Mapping[tuple[str, str, str | None], list[ResultLine]],
     baseline: str | None,
     numbers: Mapping[LineKey, int],
 ) -> dict[str, Any]:
+    """`entries`: each solution's newest line per workload; `runs`: every kept line, so that a
+    line can be compared with the baseline's line from its own card."""
     base_key = _baseline_key(entries, baseline)
-    base_lines = {ln.workload.uuid: ln for ln in entries.get(base_key, [])} if base_key else {}
+    newest = {ln.workload.uuid: ln for ln in entries.get(base_key, [])} if base_key else {}
+    on_card: dict[tuple[str, str], ResultLine] = {}
+    for ln in sorted(runs.get(base_key, []) if base_key else [], key=lambda x: x.timestamp or ""):
+        on_card[(device_of(ln), ln.workload.uuid)] = ln
+
+    def baseline_for(line: ResultLine) -> ResultLine | None:
+        uuid = line.workload.uuid
+        return on_card.get((device_of(line), uuid)) or newest.get(uuid)
+
     solutions = []
     for key in sorted(entries, key=lambda k: (k[0], k[1], k[2] or "")):
-        solutions.append(_solution_block(key, entries[key], base_lines, key == base_key, numbers))
+        solutions.append(_solution_block(key, entries[key], baseline_for, key == base_key, numbers))
     return {"baseline_env": base_key[1] if base_key else None, "solutions": solutions}
 
 
@@ -165,14 +178,13 @@ def _baseline_key(
 def _solution_block(
     key: tuple[str, str, str | None],
     lines: list[ResultLine],
-    base_lines: Mapping[str, ResultLine],
+    baseline_for: Callable[[ResultLine], ResultLine | None],
     is_baseline: bool,
     numbers: Mapping[LineKey, int],
 ) -> dict[str, Any]:
     name, env, closure = key
     per_workload = [
-        _workload_row(ln, base_lines.get(ln.workload.uuid)) | {"results_line": numbers.get(ln.key)}
-        for ln in lines
+        _workload_row(ln, baseline_for(ln)) | {"results_line": numbers.get(ln.key)} for ln in lines
     ]
     per_workload.sort(key=lambda row: (str(row["label"]), row["uuid"]))
     failed: dict[str, int] = defaultdict(int)
