@@ -153,8 +153,8 @@ def native_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def skip_unless_ready(reason: str | None, required: settings.Setting[bool]) -> pytest.MarkDecorator:
     """skipif(`reason`) where this machine lacks what the tests need (an engine, podman, a
-    registry); where `required` (an ENVAUDIT_REQUIRE_* switch CI sets) says they must run, the
-    module fails at collection instead, naming what is missing."""
+    registry); where `required` (one of settings.py's REQUIRE switches, which CI sets) says
+    they must run, the module fails at collection instead, naming what is missing."""
     if reason and settings.value(required):
         raise RuntimeError(f"{required.name}=1 but {reason}")
     return pytest.mark.skipif(reason is not None, reason=reason or "")

@@ -149,7 +149,18 @@ def fetch(
 def verify_env(
     env: Annotated[str, typer.Argument(help="Lock directory name under locks/.")],
     python: Annotated[
-        str | None, typer.Option("--python", help="Interpreter to inspect (default: this one).")
+        str | None,
+        typer.Option(
+            "--python",
+            help="Interpreter to inspect (default: this one; with --image, the image's env).",
+        ),
+    ] = None,
+    image: Annotated[
+        str | None,
+        typer.Option(
+            "--image",
+            help="Inspect inside this container image (files hashed in a container of it).",
+        ),
     ] = None,
     exact: Annotated[
         bool, typer.Option("--exact", help="Also fail on installed packages not in the lock.")
@@ -167,14 +178,14 @@ def verify_env(
 
     with reported():
         locked = load_lock(env_dir(env, locks_dir))
-        interpreter = python or sys.executable
-        installed = installed_distributions(interpreter)
-        drift = compare(
-            locked,
-            installed,
-            store or FetchConfig.from_environment().store,
-            python_version(interpreter),
-        )
+        if image is not None:
+            from envaudit.image.build import image_distributions
+
+            installed, version = image_distributions(image, python)
+        else:
+            interpreter = python or sys.executable
+            installed, version = installed_distributions(interpreter), python_version(interpreter)
+        drift = compare(locked, installed, store or FetchConfig.from_environment().store, version)
     typer.echo(render(drift, exact=exact))
     raise typer.Exit(EXIT_FAILED if drift.failed(exact) else EXIT_OK)
 

@@ -29,7 +29,7 @@ from typer.testing import CliRunner
 from envaudit.cli import app
 from envaudit.lock.files import load_lock
 from envaudit.runtime.jit import jit_cache_folder
-from envaudit.runtime.runtimes.local import uv_binary
+from envaudit.runtime.runtimes.local import environment_root, uv_binary
 from envaudit.settings import REQUIRE_CUDA_BUILD, value
 from tests.conftest import UUID_BLOB, UUID_RANDOM, write_toy_root
 
@@ -213,7 +213,10 @@ def cpu_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, lis
     tvm_ffi = {"kernel.cu": nonce + TVM_FFI_CU}
     write_cuda_solution(base / "solutions/fib_tvm_ffi", "fib_tvm_ffi", tvm_ffi, [], None)
     device = ["--device", "cpu", "--runtime", "local", "--env", ENV]
-    env = {"TORCH_CUDA_ARCH_LIST": "9.0a"}
+    # Disk: a 6 GB environment this module made is removed when it ends, and uv keeps no second
+    # copy of it in its cache (the wheels come from the store either way).
+    made_here = not environment_root(LOCK).exists()
+    env = {"TORCH_CUDA_ARCH_LIST": "9.0a", "UV_NO_CACHE": "1"}
     fetched = CliRunner().invoke(app, ["fetch", ENV, "--locks-dir", str(REPO / "locks")])
     assert fetched.exit_code == 0, fetched.output
     lines = {
@@ -224,6 +227,8 @@ def cpu_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, lis
         "audit": three_languages_audit(base / "fib", ok, env),
     }
     yield lines
+    if made_here:
+        shutil.rmtree(environment_root(LOCK), ignore_errors=True)
     for line in (lines["first"][0], lines["broken"][0], lines["tvm_ffi"][0]):
         module = (line.get("build") or {}).get("module")
         if module:

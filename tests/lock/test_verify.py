@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from envaudit.cli import app
 from envaudit.lock.config import FetchConfig, uv_binary
 from envaudit.lock.files import load_lock, write_lock
 from envaudit.lock.resolve import lock_env
-from envaudit.lock.verify import compare, version_drift
+from envaudit.lock.verify import LIST_SCRIPT, InstalledDist, compare, parse_listing, version_drift
 from envaudit.schema.locks import Artifact, LockedSource
 from tests.conftest import base_recipe_for
 
@@ -125,6 +126,31 @@ def test_edited_file_fails_when_the_wheel_is_in_the_store(
     assert code == 1, output
     assert "changed files: six==1.17.0: 1 of" in output
     assert "(six.py)" in output
+
+
+def test_files_hashed_where_they_are_are_compared(
+    locks_dir: Path, venv: Path, six_store: Path
+) -> None:
+    """The listing `verify-env --image` takes in a container: each RECORD file hashed by the
+    inspected interpreter itself, so the comparison needs no access to the files (here: a
+    location this process cannot read); an edit is found from those hashes alone."""
+    python = str(venv / "bin/python")
+
+    def listed() -> list[InstalledDist]:
+        argv = [python, "-c", LIST_SCRIPT, "records", "disk"]
+        done = subprocess.run(argv, capture_output=True, text=True, check=True)
+        return [
+            replace(d, location=Path("/nonexistent")) for d in parse_listing(python, done.stdout)
+        ]
+
+    lock = load_lock(locks_dir / "tiny")
+    drift = compare(lock, listed(), six_store)
+    assert drift.hashes_checked == ["six"] and not drift.changed_files
+    (six_py,) = venv.glob("lib/python*/site-packages/six.py")
+    with six_py.open("a") as handle:
+        handle.write("# edited after installation\n")
+    [changed] = compare(lock, listed(), six_store).changed_files
+    assert (changed.name, changed.examples) == ("six", ("six.py",))
 
 
 def test_interpreter_that_does_not_exist_is_a_usage_error(locks_dir: Path, tmp_path: Path) -> None:

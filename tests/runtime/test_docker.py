@@ -102,6 +102,30 @@ def test_second_build_is_a_no_op_and_labels_match_the_lock(engine_env: dict[str,
     assert not any("wheels/" in created and size > 0 for created, size in history), history
 
 
+def test_verify_env_in_the_image_matches_the_lock_and_names_an_edited_file(
+    engine_env: dict[str, str],
+) -> None:
+    """`verify-env --image`: the image's env against the lock, --exact, every file hashed in a
+    container of the image against the wheel in the store; an image whose one installed file
+    was edited after the build fails, naming the package and the file."""
+    tag = plan_build("torch-cpu").image.tag
+    code, out = invoke(["verify-env", "torch-cpu", "--image", tag, "--exact"], engine_env)
+    assert code == 0, out
+    assert f"{len(LOCK.packages)} locked, {len(LOCK.packages)} match" in out, out
+    assert f"hashes checked for {len(LOCK.packages)}" in out, out
+    engine = Engine.connect()
+    edited = f"{tag}-edited"
+    target = f"{VENV}/lib/python3.11/site-packages/filelock/__init__.py"
+    script = f"FROM {tag}\nUSER root\nRUN echo '# edited' >> {target}\n"
+    engine.client.images.build(fileobj=io.BytesIO(script.encode()), tag=edited, rm=True)
+    try:
+        code, out = invoke(["verify-env", "torch-cpu", "--image", edited], engine_env)
+    finally:
+        engine.client.images.remove(edited, force=True)
+    assert code == 1, out
+    assert "changed files: filelock==" in out and "(filelock/__init__.py)" in out, out
+
+
 def test_baselines_pass_smoke_in_containers(engine_env: dict[str, str], tmp_path: Path) -> None:
     names = REPRESENTATIVE_BASELINES
     argv = ["audit", "--runtime", "docker", "--env", "torch-cpu", "--device", "cpu"]

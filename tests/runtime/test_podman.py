@@ -13,11 +13,13 @@ a build through podman itself took 280 s here, too long for CI; docs/containers.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -80,7 +82,8 @@ def _wait_for(socket: str) -> None:
     deadline = time.monotonic() + 30
     while True:
         try:
-            Engine.connect("podman")
+            with mock.patch.dict(os.environ, {"CONTAINER_HOST": socket}):
+                Engine.connect("podman")
             return
         except EngineError:
             if time.monotonic() > deadline:

@@ -27,13 +27,13 @@ from envaudit.image.overlay import (
     plan_overlay,
     render_overlay_dockerfile,
 )
-from envaudit.image.plan import LABEL_PREFIX, ImagePlan, plan_image
+from envaudit.image.plan import LABEL_PREFIX, VENV, ImagePlan, plan_image
 from envaudit.image.registry_base import PinnedBase, ensure_base
 from envaudit.lock.config import FetchConfig
 from envaudit.lock.files import env_dir, load_spec
 from envaudit.lock.resolve import current_lock
 from envaudit.lock.store import Store
-from envaudit.lock.verify import LIST_SCRIPT, compare, parse_listing
+from envaudit.lock.verify import LIST_SCRIPT, InstalledDist, compare, parse_listing
 from envaudit.settings import cache_root
 
 CLOSURE_LABEL = f"{LABEL_PREFIX}.closure-hash"
@@ -254,3 +254,23 @@ def build_overlay(
                 shutil.copyfile(store.path_of(artifact), folder / artifact.filename)
         outcome = engine.build(context, plan.tag, plan.labels, no_cache=no_cache)
     return _built(env, plan.tag, outcome, started, base_built, []), plan
+
+
+def image_distributions(
+    image: str, interpreter: str | None = None
+) -> tuple[list[InstalledDist], str]:
+    """What `interpreter` (default: the image's env) sees inside `image`, every RECORD file
+    hashed in a container of it (this process cannot read an image's files), and its Python's
+    major.minor: what `verify-env --image` compares with a lock."""
+    engine = Engine.connect()
+    info = engine.image(image)
+    if info is None:
+        raise EnvauditError(
+            f"no image {image!r} in the engine",
+            EXIT_USAGE,
+            hint="build it first (`envaudit build --env ENV`), or name it by tag or id",
+        )
+    python = interpreter or f"{VENV}/bin/python"
+    listing = engine.run_python(info.id, python, LIST_SCRIPT, ["records", "disk"])
+    version = engine.run_python(info.id, python, PYTHON_VERSION).strip().splitlines()
+    return parse_listing(python, listing), version[-1] if version else ""

@@ -11,7 +11,9 @@ from __future__ import annotations
 import io
 import os
 import re
-from collections.abc import Callable, Iterator
+import tarfile
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,6 +117,8 @@ class Engine:
         return dict(self.client.info())
 
     def image(self, reference: str) -> ImageInfo | None:
+        if not reference.strip():  # the SDK raises NullResource for an empty name
+            return None
         try:
             found = self.client.images.get(reference)
         except docker.errors.ImageNotFound:
@@ -158,9 +162,10 @@ class Engine:
         steps = cached = 0
         current = ""
         image_id: str | None = None
-        with _engine_call(f"building {tag}"):
+        with _engine_call(f"building {tag}"), context_tar(context) as archive:
             stream = self.client.api.build(
-                path=str(context),
+                fileobj=archive,
+                custom_context=True,
                 tag=tag,
                 labels=labels,
                 network_mode="none",
@@ -215,13 +220,15 @@ class Engine:
         assert info is not None
         return info
 
-    def run_python(self, image: str, interpreter: str, script: str) -> str:
+    def run_python(
+        self, image: str, interpreter: str, script: str, args: Sequence[str] = ()
+    ) -> str:
         """Run a short script with the image's interpreter (no network, removed after); its
         standard output."""
         with _engine_call(f"running {interpreter} in {image}"):
             out = self.client.containers.run(
                 image,
-                [interpreter, "-c", script],
+                [interpreter, "-c", script, *args],
                 remove=True,
                 network_mode="none",
                 working_dir="/tmp",
@@ -271,6 +278,29 @@ class Engine:
     def remove_image(self, reference: str) -> None:
         with _engine_call(f"removing {reference}"):
             self.client.images.remove(reference, force=True, noprune=False)
+
+
+@contextmanager
+def context_tar(context: Path) -> Iterator[IO[bytes]]:
+    """The build context as a tar in which every file is a regular entry, in sorted order.
+
+    Python's tarfile (and so the SDK's own context tar) writes a second path to one inode as a
+    hard link to the first. A wheel staged in two layers (the torch stack's cuBLAS also in the
+    CUDA toolchain) then changes the engine's cache checksum of the folder holding the link, so
+    two envs with the same torch stack stop sharing its layer."""
+    with tempfile.TemporaryFile() as handle:
+        with tarfile.open(fileobj=handle, mode="w") as tar:
+            for path in sorted(context.rglob("*")):
+                info = tar.gettarinfo(str(path), path.relative_to(context).as_posix())
+                if info.islnk():
+                    info.type, info.linkname, info.size = tarfile.REGTYPE, "", path.stat().st_size
+                if info.isreg():
+                    with path.open("rb") as data:
+                        tar.addfile(info, data)
+                else:
+                    tar.addfile(info)
+        handle.seek(0)
+        yield handle
 
 
 @contextmanager

@@ -47,33 +47,49 @@ NO_RECORD = "no RECORD installed"
 # Runs inside the target interpreter: stdlib only, and as old a Python 3 as importlib.metadata.
 # The marker keeps a sitecustomize that prints to stdout from corrupting the answer.
 LIST_SCRIPT = f"""
-import csv, io, json, sys
+import base64, csv, hashlib, io, json, os, sys
 from importlib import metadata
 found = []
-with_records = sys.argv[1:] == ["records"]
+with_records = "records" in sys.argv[1:]
+on_disk = "disk" in sys.argv[1:]
+def digest(path):
+    hasher = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                hasher.update(block)
+    except OSError:
+        return None
+    return "sha256=" + base64.urlsafe_b64encode(hasher.digest()).rstrip(b"=").decode()
 for dist in metadata.distributions():
     name = dist.metadata["Name"]
     if not name:
         continue
     text = dist.read_text("RECORD") if with_records else None
     record = None
+    location = str(dist.locate_file(""))
     if text is not None:
         record = [(row + ["", ""])[:2] for row in csv.reader(io.StringIO(text)) if row]
-    location = str(dist.locate_file(""))
+    disk = None
+    if record is not None and on_disk:
+        disk = [(path, digest(os.path.join(location, path))) for path, _ in record]
     found.append({{"name": name, "version": dist.version or "", "location": location,
-                  "record": record}})
+                  "record": record, "disk": disk}})
 sys.stdout.write("\\n{MARKER}" + json.dumps(found) + "\\n")
 """
 
 
 @dataclass(frozen=True)
 class InstalledDist:
-    """One distribution as the target interpreter sees it; `record` is None without RECORD."""
+    """One distribution as the target interpreter sees it; `record` is None without RECORD.
+    `disk`: each RECORD path's sha256 as hashed where the files are (inside a container image,
+    where this process cannot read them); None when they are on this machine's disk."""
 
     name: str
     version: str
     location: Path
     record: tuple[tuple[str, str], ...] | None
+    disk: tuple[tuple[str, str | None], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -196,12 +212,15 @@ def parse_listing(python: str, stdout: str) -> list[InstalledDist]:
 
 
 def _installed(item: dict[str, Any]) -> InstalledDist:
-    record = item.get("record")
+    record, disk = item.get("record"), item.get("disk")
     return InstalledDist(
         name=normalize_name(str(item["name"])),
         version=str(item["version"]),
         location=Path(str(item["location"])),
         record=None if record is None else tuple((str(p), str(h)) for p, h in record),
+        disk=None
+        if disk is None
+        else tuple((str(p), None if h is None else str(h)) for p, h in disk),
     )
 
 
@@ -315,13 +334,15 @@ def file_drift(want: LockedDist, have: InstalledDist, expected: dict[str, str]) 
     same wheel (`--compile-bytecode` rewrites a shipped `__pycache__/*.pyc`): the source it is
     compiled from is compared, and an edit to it still fails."""
     recorded = dict(have.record or ())
+    hashed = dict(have.disk) if have.disk is not None else None
     differing: list[str] = []
     compared = 0
     for path, digest in sorted(expected.items()):
         if path.split("/", 1)[0].endswith(".data") or compiled_from(path) in expected:
             continue
         compared += 1
-        if recorded.get(path) != digest or _on_disk(have.location / path) != digest:
+        on_disk = hashed.get(path) if hashed is not None else _on_disk(have.location / path)
+        if recorded.get(path) != digest or on_disk != digest:
             differing.append(path)
     if not differing:
         return None

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# A CUDA env's image made from its lock alone (issue 43), step by step, each step timed: the base
+# from its recipe (debootstrap), the lock's artifacts into the store, the cold build, the no-op
+# rebuild; then, in the image, what the lock promises: `verify-env --image --exact` (every file
+# hashed in a container against the store's wheels), torch and its CUDA, the toolchain's nvcc
+# as CUDA_HOME, and a small CUDA extension compiled for sm_90a in a build stage (no GPU, no
+# network). Sizes at the end. Results under OUT (steps.txt, one NAME.txt per step).
+#   benchmarks/hermetic_image.sh ENV OUT [ENV2]   ENV2: a second env, for what the two share
+set -u
+env=$1 out=$2 second=${3:-}
+mkdir -p "$out"
+out=$(realpath "$out")
+steps=$out/steps.txt
+source "$(dirname "$0")/../scripts/gpu/steps.sh"
+ea=".venv/bin/envaudit"
+lock_field() {  # lock_field ENV EXPRESSION-OVER-lock
+    .venv/bin/python -c "import json, sys; lock = json.load(open(sys.argv[1])); print($2)" \
+        "locks/$1/lock.json"
+}
+tag_of() { echo "envaudit/$1:$(lock_field "$1" "lock['closure_hash'][:16]")"; }
+recipe=$(lock_field "$env" "lock['base']['recipe']")
+tag=$(tag_of "$env")
+step base "$ea" base build "$recipe"
+step fetch "$ea" fetch "$env"
+step build "$ea" build --env "$env"
+step rebuild "$ea" build --env "$env"
+step verify "$ea" verify-env "$env" --image "$tag" --exact
+step torch docker run --rm --network none "$tag" python -c \
+    'import torch; print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version())'
+step nvcc docker run --rm --network none "$tag" sh -c 'echo "CUDA_HOME=$CUDA_HOME"; "$CUDA_HOME/bin/nvcc" --version'
+# The extension: one kernel and its binding, compiled by torch.utils.cpp_extension in a build
+# stage of the env's image; the .so's embedded cubin must say sm_90a.
+ext=$(mktemp -d)
+cat >"$ext/Dockerfile" <<EOF
+FROM $tag AS extension
+ENV TORCH_CUDA_ARCH_LIST=9.0a MAX_JOBS=2 TORCH_EXTENSIONS_DIR=/tmp/ext
+COPY build.py /tmp/build.py
+RUN python /tmp/build.py
+EOF
+cat >"$ext/build.py" <<'EOF'
+import glob
+import time
+
+from torch.utils.cpp_extension import load_inline
+
+CUDA = """
+#include <torch/extension.h>
+__global__ void twice(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2.0f * x[i];
+}
+torch::Tensor run(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    int n = x.numel();
+    twice<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
+    return y;
+}
+"""
+started = time.monotonic()
+load_inline("twice", cpp_sources="torch::Tensor run(torch::Tensor x);", cuda_sources=CUDA,
+            functions=["run"], verbose=False)
+(library,) = glob.glob("/tmp/ext/twice/*.so")
+data = open(library, "rb").read()
+arches = sorted({data[i + 6:i + 13].decode() for i in range(len(data)) if data.startswith(b"-arch sm_", i)})
+print(f"built {library} in {time.monotonic() - started:.1f} s; cubin arches: {arches}")
+assert arches == ["sm_90a"], arches
+EOF
+step extension docker build --network none --no-cache -t "$tag-extension-check" "$ext"
+docker rmi "$tag-extension-check" >/dev/null 2>&1
+rm -rf "$ext"
+docker images --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E "^(envaudit-base/$recipe|${tag%%:*}):" \
+    | tee -a "$steps"
+docker history --format '{{.Size}}\t{{.CreatedBy}}' "$tag" | cut -c1-160 >"$out/history.txt"
+if [ -n "$second" ]; then
+    tag2=$(tag_of "$second")
+    step fetch2 "$ea" fetch "$second"
+    step build2 "$ea" build --env "$second"
+    # layers the two images hold in common (by content digest) and their size on disk once
+    .venv/bin/python - "$tag" "$tag2" <<'EOF' | tee -a "$steps"
+import json, subprocess, sys
+def layers(tag):
+    info = json.loads(subprocess.run(["docker", "image", "inspect", tag], capture_output=True, check=True).stdout)[0]
+    return info["RootFS"]["Layers"], info["Size"]
+(a, size_a), (b, size_b) = layers(sys.argv[1]), layers(sys.argv[2])
+print(f"shared layers: {len(set(a) & set(b))} of {len(a)} and {len(b)}; images {size_a/1e9:.2f} GB and {size_b/1e9:.2f} GB")
+EOF
+fi
+df -h / | tail -1 | tee -a "$steps"

@@ -1,0 +1,44 @@
+"""The build context goes to the engine as a tar of regular files: a wheel staged in two layers
+(hard links to one store file) must not turn into a hard-link entry, which would change the
+engine's cache checksum of one layer's folder with what another layer holds."""
+
+from __future__ import annotations
+
+import os
+import tarfile
+from pathlib import Path
+
+from envaudit.image.engine import context_tar
+
+
+def entries(context: Path) -> dict[str, tuple[int, int, bytes]]:
+    """path -> (type, size, content) of every entry of the context's tar."""
+    found = {}
+    with context_tar(context) as archive, tarfile.open(fileobj=archive) as tar:
+        for info in tar.getmembers():
+            data = tar.extractfile(info).read() if info.isreg() else b""  # type: ignore[union-attr]
+            found[info.name] = (info.type, info.size, data)
+    return found
+
+
+def stage(root: Path, store_file: Path, folders: list[str]) -> Path:
+    (root / "wheels").mkdir(parents=True)
+    (root / "Dockerfile").write_text("FROM scratch\n")
+    for folder in folders:
+        (root / "wheels" / folder).mkdir()
+        os.link(store_file, root / "wheels" / folder / "cublas.whl")
+    return root
+
+
+def test_a_file_staged_twice_is_two_regular_entries_like_a_file_staged_once(
+    tmp_path: Path,
+) -> None:
+    store_file = tmp_path / "store-entry"
+    store_file.write_bytes(b"wheel bytes" * 1000)
+    twice = entries(stage(tmp_path / "a", store_file, ["cuda-toolchain", "torch-stack"]))
+    once = entries(stage(tmp_path / "b", store_file, ["torch-stack"]))
+    assert twice["wheels/torch-stack/cublas.whl"] == once["wheels/torch-stack/cublas.whl"]
+    assert twice["wheels/cuda-toolchain/cublas.whl"] == once["wheels/torch-stack/cublas.whl"]
+    kind, size, data = once["wheels/torch-stack/cublas.whl"]
+    assert (kind, size, data) == (tarfile.REGTYPE, 11000, store_file.read_bytes())
+    assert list(twice) == sorted(twice) and "Dockerfile" in twice
