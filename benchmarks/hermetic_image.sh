@@ -39,6 +39,7 @@ RUN python /tmp/build.py
 EOF
 cat >"$ext/build.py" <<'EOF'
 import glob
+import re
 import time
 
 from torch.utils.cpp_extension import load_inline
@@ -60,8 +61,7 @@ started = time.monotonic()
 load_inline("twice", cpp_sources="torch::Tensor run(torch::Tensor x);", cuda_sources=CUDA,
             functions=["run"], verbose=False)
 (library,) = glob.glob("/tmp/ext/twice/*.so")
-data = open(library, "rb").read()
-arches = sorted({data[i + 6:i + 13].decode() for i in range(len(data)) if data.startswith(b"-arch sm_", i)})
+arches = sorted({m.decode() for m in re.findall(rb"-arch (sm_[0-9a-z]+)", open(library, "rb").read())})
 print(f"built {library} in {time.monotonic() - started:.1f} s; cubin arches: {arches}")
 assert arches == ["sm_90a"], arches
 EOF
@@ -84,5 +84,7 @@ def layers(tag):
 (a, size_a), (b, size_b) = layers(sys.argv[1]), layers(sys.argv[2])
 print(f"shared layers: {len(set(a) & set(b))} of {len(a)} and {len(b)}; images {size_a/1e9:.2f} GB and {size_b/1e9:.2f} GB")
 EOF
+    # the engine's own account: what of each image is shared with another, what is its own
+    docker system df -v | grep -E "^(REPOSITORY|${tag%%:*} |${tag2%%:*} )" | tee -a "$steps"
 fi
 df -h / | tail -1 | tee -a "$steps"

@@ -8,6 +8,8 @@ import os
 import tarfile
 from pathlib import Path
 
+import pytest
+
 from envaudit.image.engine import context_tar
 
 
@@ -42,3 +44,32 @@ def test_a_file_staged_twice_is_two_regular_entries_like_a_file_staged_once(
     kind, size, data = once["wheels/torch-stack/cublas.whl"]
     assert (kind, size, data) == (tarfile.REGTYPE, 11000, store_file.read_bytes())
     assert list(twice) == sorted(twice) and "Dockerfile" in twice
+
+
+def test_a_source_that_cannot_be_reached_names_the_env_to_lock(tmp_path: Path) -> None:
+    """flashmla-13.3-trixie is locked without its wheel (the image build compiles FlashMLA):
+    with no git base configured, staging its source says so and names the command to run, with
+    the env's own name in it."""
+    from dataclasses import replace
+
+    from envaudit.errors import EnvauditError
+    from envaudit.image.build import plan_build
+    from envaudit.image.context import _stage_source
+    from envaudit.lock.config import FetchConfig
+    from envaudit.lock.store import Store
+    from tests.conftest import REPO
+
+    build = plan_build("flashmla-13.3-trixie", REPO / "locks")
+    [source] = build.image.sources
+    config = replace(FetchConfig.from_environment(store=tmp_path / "store"), git_bases=[])
+    with pytest.raises(EnvauditError) as caught:
+        _stage_source(
+            source,
+            Store(tmp_path / "store"),
+            config,
+            tmp_path,
+            build.git_sources[source.name],
+            build.image.env,
+        )
+    assert "no git base is configured" in caught.value.message
+    assert "`envaudit lock flashmla-13.3-trixie --rebuild flash-mla`" in (caught.value.hint or "")

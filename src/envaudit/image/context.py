@@ -77,7 +77,7 @@ def stage_context(
         for _, _, artifact in layer.packages:
             _link_or_copy(store.path_of(artifact), folder / artifact.filename)
     for source in plan.sources:
-        _stage_source(source, store, config, dest, git_sources.get(source.name))
+        _stage_source(source, store, config, dest, git_sources.get(source.name), plan.env)
         for name in source.files:
             target = dest / source.files_folder / name
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -97,7 +97,7 @@ def _link_or_copy(source: Path, target: Path) -> None:
 
 
 def _stage_source(
-    source: SourceStage, store: Store, config: FetchConfig, dest: Path, git: str | None
+    source: SourceStage, store: Store, config: FetchConfig, dest: Path, git: str | None, env: str
 ) -> None:
     archive = dest / source.archive
     archive.parent.mkdir(parents=True, exist_ok=True)
@@ -117,7 +117,7 @@ def _stage_source(
             f"source {source.name}: cannot reach {git} at {source.rev}: no git base is"
             " configured (ENVAUDIT_GIT_BASES is empty)",
             hint="set ENVAUDIT_GIT_BASES to a git host or a folder of owner/name mirrors,"
-            f" or `envaudit lock {{env}} --rebuild {source.name}` on a machine that can build it",
+            f" or `envaudit lock {env} --rebuild {source.name}` on a machine that can build it",
         )
     errors = []
     with tempfile.TemporaryDirectory(prefix="envaudit-source-") as tmp:
@@ -135,7 +135,7 @@ def _stage_source(
                 raise EnvauditError(
                     f"source {source.name}: {remote} lacks {', '.join(checkout.absent[:3])}"
                     f" of {source.rev}; an image does not build from an incomplete tree",
-                    hint=f"`envaudit lock {{env}} --rebuild {source.name}` builds the wheel from"
+                    hint=f"`envaudit lock {env} --rebuild {source.name}` builds the wheel from"
                     " it and records the files left out; the image then installs that wheel",
                 )
             with tarfile.open(archive, "w") as tar:
