@@ -328,15 +328,24 @@ def test_parallelism_variables_come_from_the_caller_not_the_lock(
     assert "jobs_env" not in LockedSource(name="n", kind="sdist").model_dump(mode="json")
 
 
-def test_the_toolchain_prefix_answers_for_lib64_as_nvcc_links(tmp_path: Path) -> None:
+def test_the_toolchain_prefix_answers_for_lib64_and_unversioned_names(tmp_path: Path) -> None:
     """The wheels put libcudadevrt.a and libcudart_static.a in lib/; nvcc's profile (and so
-    CMake's CUDA compiler check, natten's first step) links from lib64/."""
-    from envaudit.lock.offline import expose_cudart
+    CMake's CUDA compiler check, natten's first step) links from lib64/. -lcudart and -lnvrtc
+    (DeepGEMM's extension links both) need the unversioned names the wheels leave out."""
+    from envaudit.lock.offline import expose_libraries
 
-    (tmp_path / "lib").mkdir()
-    (tmp_path / "lib" / "libcudart.so.13").write_text("")
-    (tmp_path / "lib" / "libcudadevrt.a").write_text("")
-    expose_cudart(tmp_path)
-    expose_cudart(tmp_path)  # a second call changes nothing
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    for name in (
+        "libcudart.so.13",
+        "libnvrtc.so.13",
+        "libnvrtc-builtins.so.13.0",
+        "libcudadevrt.a",
+    ):
+        (lib / name).write_text("")
+    expose_libraries(tmp_path)
+    expose_libraries(tmp_path)  # a second call changes nothing
     assert (tmp_path / "lib64").is_symlink() and (tmp_path / "lib64" / "libcudadevrt.a").is_file()
-    assert (tmp_path / "lib" / "libcudart.so").resolve().name == "libcudart.so.13"
+    assert (lib / "libcudart.so").resolve().name == "libcudart.so.13"
+    assert (lib / "libnvrtc.so").resolve().name == "libnvrtc.so.13"
+    assert not (lib / "libnvrtc-builtins.so").exists()

@@ -92,14 +92,16 @@ def _toolchain_stage(layer: WheelLayer) -> str:
 
 def toolchain_install(pip: str, wheels: str) -> str:
     """The shell step that installs a toolchain layer's wheels (in `wheels`) into TOOLCHAIN;
-    the runtime wheel's libcudart gets the unversioned name linkers look for, and lib/ the
-    lib64 name nvcc links from (as `offline.expose_cudart` does for source builds)."""
+    each versioned library (libcudart.so.13, libnvrtc.so.13) gets the unversioned name linkers
+    look for, and lib/ the lib64 name nvcc links from (as `offline.expose_libraries` does for
+    source builds)."""
     return (
         f"{pip} install {PIP_OFFLINE} --target {TOOLCHAIN} \\\n"
         f"    --find-links {wheels} -r {wheels}/requirements.txt \\\n"
         f" && home=$(ls -d {TOOLCHAIN}/nvidia/cu1*) \\\n"
-        ' && if [ -e "$home/lib/libcudart.so.13" ]; then'
-        ' ln -sf libcudart.so.13 "$home/lib/libcudart.so"; fi \\\n'
+        ' && for so in "$home"/lib/lib*.so.[0-9]*; do v=${so##*.so.};'
+        " case $v in *[!0-9]*) continue;; esac;"
+        ' [ -e "${so%.so.*}.so" ] || ln -s "${so##*/}" "${so%.so.*}.so"; done \\\n'
         ' && if [ ! -e "$home/lib64" ]; then ln -s lib "$home/lib64"; fi'
     )
 

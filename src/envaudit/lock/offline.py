@@ -124,7 +124,7 @@ def install_toolchain(
 ) -> Path:
     """The CUDA toolchain into its own prefix, in one install (the component wheels share their
     top-level folder); its CUDA_HOME, prefix/subdir (`LockedCuda.prefix_subdir`), with the
-    libcudart.so link that linkers look for."""
+    unversioned library links that linkers look for."""
     install_from_store(python, store, packages, env, failure, target=prefix)
     home = prefix / subdir
     if not (home / "bin").is_dir():
@@ -133,7 +133,7 @@ def install_toolchain(
             exit_code=EXIT_FAILED,
             hint="cuda.components must include nvidia-cuda-nvcc of the declared cuda.version",
         )
-    expose_cudart(home)
+    expose_libraries(home)
     return home
 
 
@@ -147,13 +147,18 @@ def cuda_home(root: Path) -> Path | None:
     return None
 
 
-def expose_cudart(home: Path) -> None:
-    """The runtime wheel ships only libcudart.so.13; linkers and loaders look for libcudart.so.
-    The wheels put libraries in lib/, where nvcc's own profile links from lib64/ (CMake's CUDA
-    compiler check links an executable against lib64's libcudadevrt.a and libcudart_static.a)."""
-    runtime = home / "lib" / "libcudart.so"
-    if not runtime.exists() and (home / "lib" / "libcudart.so.13").exists():
-        runtime.symlink_to("libcudart.so.13")
+def expose_libraries(home: Path) -> None:
+    """The component wheels ship only versioned shared libraries (libcudart.so.13,
+    libnvrtc.so.13); a linker's -lcudart or -lnvrtc looks for the unversioned name, so each gets
+    one. The wheels put libraries in lib/, where nvcc's own profile links from lib64/ (CMake's
+    CUDA compiler check links an executable against lib64's libcudadevrt.a and
+    libcudart_static.a)."""
+    lib = home / "lib"
+    for versioned in sorted(lib.glob("lib*.so.[0-9]*")) if lib.is_dir() else []:
+        stem, _, version = versioned.name.partition(".so.")
+        plain = lib / f"{stem}.so"
+        if version.isdigit() and not plain.exists() and not plain.is_symlink():
+            plain.symlink_to(versioned.name)
     lib64 = home / "lib64"
-    if not lib64.exists() and (home / "lib").is_dir():
+    if not lib64.exists() and lib.is_dir():
         lib64.symlink_to("lib")

@@ -1,8 +1,8 @@
 """Where JIT-compiling libraries keep what they compile, for one job.
 
 Triton, TorchInductor, torch's jiterator (the harness's fused input draw), FlashInfer, CuTe DSL
-(FA4, quack) and TileLang compile kernels at their first call and cache the result under the
-user's home folder unless told otherwise. A shared home folder would let one environment's
+(FA4, quack), TileLang and DeepGEMM compile kernels at their first call and cache the result
+under the user's home folder unless told otherwise. A shared home folder would let one environment's
 compiled kernels (another library version, another compiler) be found by another's, and a
 container's home is a throw-away tmpfs. So every job gets one cache
 folder per environment closure, `<cache>/jit/<env>-<closure16>`, and every library's variable
@@ -34,6 +34,7 @@ JIT_CACHE_VARIABLES: dict[str, str] = {
     "TILELANG_TMP_DIR": "tilelang-tmp",
     "TVM_FFI_CACHE_DIR": "tvm-ffi",
     "TORCH_EXTENSIONS_DIR": "torch-extensions",  # cuda/cpp solutions (harness/solution.py)
+    "DG_JIT_CACHE_DIR": "deep-gemm",  # else $HOME/.deep_gemm (csrc/jit/compiler.hpp)
 }
 
 
