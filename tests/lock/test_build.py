@@ -27,6 +27,7 @@ from tests.lock.helpers import (
 
 REPO = Path(__file__).resolve().parents[2]
 SETUPTOOLS = "setuptools==80.9.0"
+MVENDOR_URL = "https://example.invalid/tests/mvendor.git"
 
 ADD_H = """#ifndef FLAG_OFFSET
 #define FLAG_OFFSET 0
@@ -349,3 +350,75 @@ def test_the_toolchain_prefix_answers_for_lib64_and_unversioned_names(tmp_path: 
     assert (lib / "libcudart.so").resolve().name == "libcudart.so.13"
     assert (lib / "libnvrtc.so").resolve().name == "libnvrtc.so.13"
     assert not (lib / "libnvrtc-builtins.so").exists()
+
+
+def test_a_lock_made_without_building_records_the_files_its_mirror_lacks(
+    places: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`lock --no-build` checks the source out as a build would and records the files of its
+    pinned commits the mirror lacks (a snapshot missing a media blob); a later lock that cannot
+    reach the mirror carries that finding; an image stages exactly that tree and refuses a tree
+    that lacks something else (here: nothing, from a complete mirror)."""
+    import shutil
+    import tarfile
+    from dataclasses import replace
+
+    from envaudit.errors import EnvauditError
+    from envaudit.image.build import plan_build
+    from envaudit.image.context import _stage_source
+    from envaudit.lock.store import Store
+    from tests.lock.helpers import new_repo
+
+    complete, partial = tmp_path / "complete", tmp_path / "partial"
+    vendor = complete / "tests" / "mvendor"
+    vendor_rev = new_repo(vendor, {"add.h": ADD_H, "media/big.png": "PNG\n"})
+    blob = git(vendor, "rev-parse", f"{vendor_rev}:media/big.png")
+    shutil.copytree(vendor, partial / "tests" / "mvendor")
+    (partial / "tests" / "mvendor" / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
+    project = tmp_path / "mproject"
+    new_repo(project, {"README": "surveyed\n"})
+    git(project, *FILE_ALLOWED, "submodule", "add", "--quiet", str(vendor), "vendor")
+    git(project, "config", "-f", ".gitmodules", "submodule.vendor.url", MVENDOR_URL)
+    rev = commit_all(project)
+    for base in (complete, partial):
+        (base / "tests" / "mproject").symlink_to(project)
+    folder = new_env(places, "surveyed", git_source("tests/mproject", rev, {"vendor": vendor_rev}))
+    monkeypatch.setenv("ENVAUDIT_GIT_BASES", str(partial))
+
+    surveyed = envaudit(places, "lock", "surveyed", "--no-build")
+    assert surveyed.exit_code == 0, surveyed.output
+    assert "1 file(s) the repository lacks: vendor/media/big.png" in surveyed.output
+    [source] = load_lock(folder).sources
+    assert (source.status, source.wheel) == ("declared", None)
+    assert source.absent_files == ["vendor/media/big.png"]
+    monkeypatch.delenv("ENVAUDIT_GIT_BASES")
+    again = envaudit(places, "lock", "surveyed", "--no-build")
+    assert again.exit_code == 0 and "tree not surveyed" in again.output, again.output
+    assert load_lock(folder).sources[0].absent_files == ["vendor/media/big.png"]
+
+    build = plan_build("surveyed", places / "locks")
+    [stage] = build.image.sources
+    config = FetchConfig.from_environment(store=places / "store")
+    git_name = build.git_sources["tinyext"]
+    _stage_source(
+        stage,
+        Store(places / "store"),
+        replace(config, git_bases=[str(partial)]),
+        tmp_path / "ctx",
+        git_name,
+        "surveyed",
+    )
+    with tarfile.open(tmp_path / "ctx" / stage.archive) as tar:
+        names = set(tar.getnames())
+    assert "./vendor/add.h" in names and "./vendor/media/big.png" not in names
+    with pytest.raises(EnvauditError) as refused:
+        _stage_source(
+            stage,
+            Store(places / "store"),
+            replace(config, git_bases=[str(complete)]),
+            tmp_path / "ctx2",
+            git_name,
+            "surveyed",
+        )
+    assert "lacks nothing" in refused.value.message
+    assert "the lock records vendor/media/big.png" in refused.value.message

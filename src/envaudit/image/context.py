@@ -131,17 +131,28 @@ def _stage_source(
             except SourceUnavailable as exc:
                 errors.append(str(exc))
                 continue
-            if checkout.absent:
-                raise EnvauditError(
-                    f"source {source.name}: {remote} lacks {', '.join(checkout.absent[:3])}"
-                    f" of {source.rev}; an image does not build from an incomplete tree",
-                    hint=f"`envaudit lock {env} --rebuild {source.name}` builds the wheel from"
-                    " it and records the files left out; the image then installs that wheel",
-                )
+            _check_absent(source, remote, tuple(sorted(checkout.absent)), env)
             with tarfile.open(archive, "w") as tar:
                 tar.add(tree, arcname=".")
             return
     raise EnvauditError(
         f"source {source.name}: cannot reach {git} at {source.rev}: " + "; ".join(errors),
         hint="check ENVAUDIT_GIT_BASES (a git host or a folder of owner/name mirrors)",
+    )
+
+
+def _check_absent(source: SourceStage, remote: str, absent: tuple[str, ...], env: str) -> None:
+    """The tree must lack exactly the files the lock records as lacking (a mirror missing a
+    blob, surveyed when the lock was made): another tree would build another wheel."""
+    if absent == source.absent_files:
+        return
+    lacks = ", ".join(absent[:3]) + (" ..." if len(absent) > 3 else "") if absent else "nothing"
+    recorded = ", ".join(source.absent_files[:3]) if source.absent_files else "nothing"
+    raise EnvauditError(
+        f"source {source.name}: {remote} lacks {lacks} of {source.rev}, where the lock"
+        f" records {recorded} ({len(absent)} vs {len(source.absent_files)} file(s)); an image"
+        " builds only from the tree its lock describes",
+        hint=f"`envaudit lock {env} --no-build` with ENVAUDIT_GIT_BASES set records what this"
+        f" repository lacks; `envaudit lock {env} --rebuild {source.name}` builds the wheel"
+        " instead, and the image then installs it",
     )

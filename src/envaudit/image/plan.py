@@ -63,6 +63,9 @@ class SourceStage:
     sdist: Artifact | None = None
     files: tuple[str, ...] = ()
     """Files of the env folder the build reads (build_env names their folder as {env_dir})."""
+    absent_files: tuple[str, ...] = ()
+    """Files of the pinned commits the lock records as lacking from the repository: the tree
+    the image builds from must lack exactly these."""
 
     @property
     def archive(self) -> str:
@@ -199,4 +202,5 @@ def _source_stage(source: LockedSource) -> SourceStage:
         build_requires=WheelLayer(f"build-{source.name}", requires),
         sdist=source.sdist,
         files=tuple(sorted(source.files)),
+        absent_files=tuple(sorted(source.absent_files or ())),
     )

@@ -90,18 +90,58 @@ def lock_and_build(
     build: bool = True,
     rebuild: list[str] | None = None,
     bases_dir: Path = BASES_DIR,
+    work: Path | None = None,
 ) -> tuple[Lock, list[str]]:
     """What `envaudit lock` does for one env: resolve, then build the sources (unless build is
-    False); `rebuild` names sources to build again even when a wheel was carried over."""
+    False: then each unbuilt git source's tree is only surveyed); `rebuild` names sources to
+    build again even when a wheel was carried over."""
     sealed = lock_env(folder, config, bases_dir)
     notes = [n for n in (s.stand_in() for s in sealed.sources) if n is not None]
     if not build:
-        return sealed, notes
+        surveyed, messages = survey_sources(sealed, load_spec(folder), config, work)
+        return surveyed, [*messages, *notes]
     only = set(rebuild) if rebuild else None
     built, messages = build_sources(
         sealed, load_spec(folder), config, only=only, rebuild=bool(rebuild), env_dir=folder
     )
     return built, [*messages, *notes]
+
+
+def survey_sources(
+    lock: Lock, spec: EnvSpec, config: FetchConfig, work: Path | None = None
+) -> tuple[Lock, list[str]]:
+    """For a lock made without building: check out each unbuilt git source as a build would and
+    record the files of its pinned commits that the repository lacks (`absent_files`). An image
+    built from the lock alone then builds from exactly the tree the lock describes, and refuses
+    any other (image/context.py). A source whose repository cannot be reached here keeps what
+    it had, with the reason."""
+    repositories = {s.name: s.git for s in spec.sources}
+    sources: list[LockedSource] = []
+    messages: list[str] = []
+    for source in lock.sources:
+        git = repositories.get(source.name)
+        if source.kind != "git" or source.wheel is not None or git is None:
+            sources.append(source)
+            continue
+        try:
+            with build_folder(lock.env, source.name, work) as tmp:
+                checkout = _checkout_from_remotes(source, git, config, tmp / "src")
+        except SourceUnavailable as exc:
+            sources.append(source)
+            messages.append(f"source {source.name}: tree not surveyed: {exc}")
+            continue
+        absent = list(checkout.absent)
+        sources.append(source.model_copy(update={"absent_files": absent or None}))
+        lacking = f"{len(absent)} file(s) the repository lacks: {', '.join(absent[:3])}"
+        messages.append(
+            f"source {source.name}: tree surveyed at {source.rev}, not built; "
+            + (lacking if absent else "complete")
+        )
+    if sources == lock.sources:
+        return lock, messages
+    body = lock.model_dump(mode="json", exclude={"closure_hash"})
+    body["sources"] = [s.model_dump(mode="json") for s in sources]
+    return seal(body), messages
 
 
 def _check_names(lock: Lock, only: set[str] | None) -> None:

@@ -346,8 +346,8 @@ class _Earlier:
 def _carry_wheel(source: LockedSource, earlier: _Earlier) -> LockedSource:
     """Keep a wheel built earlier when nothing that went into the build changed: the source's
     inputs and the CUDA toolchain. A git source's version is read from its built wheel, and the
-    files its repository lacked were found by that build: outputs, carried with the wheel.
-    Historical pins are a record, not a build input."""
+    files its repository lacked were found by that build (or by a survey without one): outputs,
+    carried with the wheel. Historical pins are a record, not a build input."""
     previous = earlier.lock
     if previous is None or previous.toolchain_packages() != earlier.toolchain:
         return source
@@ -355,13 +355,16 @@ def _carry_wheel(source: LockedSource, earlier: _Earlier) -> LockedSource:
     if source.kind == "git":
         outputs.add("version")
     for old in previous.sources:
-        if old.wheel is None or old.name != source.name:
+        if old.name != source.name:
             continue
-        if old.model_dump(exclude=outputs) == source.model_dump(exclude=outputs):
-            update = {"wheel": old.wheel, "status": "built", "absent_files": old.absent_files}
-            if source.kind == "git":
-                update["version"] = old.version
-            return source.model_copy(update=update)
+        if old.model_dump(exclude=outputs) != source.model_dump(exclude=outputs):
+            continue
+        if old.wheel is None:  # a tree surveyed without building (build.survey_sources)
+            return source.model_copy(update={"absent_files": old.absent_files})
+        update = {"wheel": old.wheel, "status": "built", "absent_files": old.absent_files}
+        if source.kind == "git":
+            update["version"] = old.version
+        return source.model_copy(update=update)
     return source
 
 

@@ -26,7 +26,7 @@ COPY wheels/cuda-toolchain/ /tmp/wheels/
 RUN /opt/envaudit/installer/bin/pip install --no-index --no-deps --require-hashes --no-cache-dir --disable-pip-version-check --no-warn-script-location --target /opt/envaudit/toolchain \
     --find-links /tmp/wheels -r /tmp/wheels/requirements.txt \
  && home=$(ls -d /opt/envaudit/toolchain/nvidia/cu1*) \
- && if [ -e "$home/lib/libcudart.so.13" ]; then ln -sf libcudart.so.13 "$home/lib/libcudart.so"; fi \
+ && for so in "$home"/lib/lib*.so.[0-9]*; do v=${so##*.so.}; case $v in *[!0-9]*) continue;; esac; [ -e "${so%.so.*}.so" ] || ln -s "${so##*/}" "${so%.so.*}.so"; done \
  && if [ ! -e "$home/lib64" ]; then ln -s lib "$home/lib64"; fi
 
 # source build of flash-mla: rev 9241ae3ef9bac614dd25e45e507e089f888280e0, csrc/cutlass at 147f5673d0c1c3dcf66f78d677fd647e4a020219
