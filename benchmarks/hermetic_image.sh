@@ -4,7 +4,9 @@
 # rebuild; then, in the image, what the lock promises: `verify-env --image --exact` (every file
 # hashed in a container against the store's wheels), torch and its CUDA, the toolchain's nvcc
 # as CUDA_HOME, and a small CUDA extension compiled for sm_90a in a build stage (no GPU, no
-# network). Sizes at the end. Results under OUT (steps.txt, one NAME.txt per step).
+# network); for an env whose toolchain is build-only (FlashMLA's), each source built in the image
+# instead: it imports, its extension's arches, the wheel's hash. Sizes at the end. Results under
+# OUT (steps.txt, one NAME.txt per step).
 #   benchmarks/hermetic_image.sh ENV OUT [ENV2]   ENV2: a second env, for what the two share
 set -u
 env=$1 out=$2 second=${3:-}
@@ -27,6 +29,38 @@ step rebuild "$ea" build --env "$env"
 step verify "$ea" verify-env "$env" --image "$tag" --exact
 step torch docker run --rm --network none "$tag" python -c \
     'import torch; print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version())'
+build_only=$(lock_field "$env" "bool((lock.get('cuda') or {}).get('build_only'))")
+if [ "$build_only" = True ]; then
+    # A build-only toolchain stays in the build stages: the image has the sources' built
+    # packages, not nvcc. Each source built in the image: its module imports, the arches its
+    # extension names, and the wheel the build stage made, hashed (a lock made without
+    # building records none to compare it with).
+    for source in $(lock_field "$env" "' '.join(s['name'] for s in lock['sources'])"); do
+        step "source-$source" docker run --rm -i --network none "$tag" python - "$source" <<'EOF'
+import importlib.metadata as md
+import re
+import sys
+
+name = sys.argv[1]
+dist = next(d for d in md.distributions() if d.metadata["Name"].replace("_", "-") == name)
+print(dist.metadata["Name"], dist.version)
+for library in [f for f in dist.files or [] if str(f).endswith(".so")]:
+    data = open(library.locate(), "rb").read()
+    arches = sorted({m.decode() for m in re.findall(rb"sm_[0-9]+a?(?![0-9a-z])", data)})
+    print(library, f"{len(data) / 1e6:.1f} MB", "arches named:", arches)
+EOF
+        # the classic builder keeps each stage's result as an untagged image: the build
+        # stage's is the one holding /out/<wheel>
+        for image in $(docker images -a -q --filter dangling=true); do
+            docker run --rm --network none --entrypoint sh "$image" -c \
+                "ls /out/*.whl >/dev/null 2>&1 && sha256sum /out/*.whl && ls -l /out/*.whl" 2>/dev/null
+        done | sort -u | tee "$out/built-wheel-$source.txt" | tee -a "$steps"
+    done
+    docker images --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E "^(envaudit-base/$recipe|${tag%%:*}):" \
+        | tee -a "$steps"
+    df -h / | tail -1 | tee -a "$steps"
+    exit 0
+fi
 step nvcc docker run --rm --network none "$tag" sh -c 'echo "CUDA_HOME=$CUDA_HOME"; "$CUDA_HOME/bin/nvcc" --version'
 # The extension: one kernel and its binding, compiled by torch.utils.cpp_extension in a build
 # stage of the env's image; the .so's embedded cubin must say sm_90a.
