@@ -126,6 +126,8 @@ def fetch(
         typer.echo(f"fetched {filename} ({origin})")
     for message in report.missing:
         typer.echo(f"missing: {message}", err=True)
+    for message in report.notes:
+        typer.echo(f"note: {message}")
     typer.echo(
         f"{env}: {len(report.present)} already in the store, {len(report.fetched)} fetched,"
         f" {len(report.quarantined)} quarantined, {len(report.missing)} missing;"

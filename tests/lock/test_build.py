@@ -389,12 +389,16 @@ def test_a_lock_made_without_building_records_the_files_its_mirror_lacks(
     assert surveyed.exit_code == 0, surveyed.output
     assert "1 file(s) the repository lacks: vendor/media/big.png" in surveyed.output
     [source] = load_lock(folder).sources
-    assert (source.status, source.wheel) == ("declared", None)
+    assert (source.status, source.wheel) == ("surveyed", None)
     assert source.absent_files == ["vendor/media/big.png"]
     monkeypatch.delenv("ENVAUDIT_GIT_BASES")
     again = envaudit(places, "lock", "surveyed", "--no-build")
     assert again.exit_code == 0 and "tree not surveyed" in again.output, again.output
     assert load_lock(folder).sources[0].absent_files == ["vendor/media/big.png"]
+    assert load_lock(folder).sources[0].status == "surveyed"
+    fetched = envaudit(places, "fetch", "surveyed")
+    assert fetched.exit_code == 0, fetched.output
+    assert "`envaudit build` compiles it from its tree" in fetched.output
 
     build = plan_build("surveyed", places / "locks")
     [stage] = build.image.sources

@@ -131,7 +131,8 @@ def survey_sources(
             messages.append(f"source {source.name}: tree not surveyed: {exc}")
             continue
         absent = list(checkout.absent)
-        sources.append(source.model_copy(update={"absent_files": absent or None}))
+        update = {"absent_files": absent or None, "status": "surveyed"}
+        sources.append(source.model_copy(update=update))
         lacking = f"{len(absent)} file(s) the repository lacks: {', '.join(absent[:3])}"
         messages.append(
             f"source {source.name}: tree surveyed at {source.rev}, not built; "

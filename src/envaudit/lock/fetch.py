@@ -40,6 +40,7 @@ class FetchReport:
     present: list[str] = field(default_factory=list)
     fetched: list[tuple[str, str]] = field(default_factory=list)  # (filename, origin)
     missing: list[str] = field(default_factory=list)  # one message per missing artifact
+    notes: list[str] = field(default_factory=list)  # sources an image builds from their tree
     quarantined: list[str] = field(default_factory=list)  # one message per bad store entry
 
     @property
@@ -78,6 +79,7 @@ def fetch_lock(
         else:
             report.fetched.append((artifact.filename, origin))
     report.missing += unbuildable_sources(lock)
+    report.notes += sources_built_in_images(lock)
     return report
 
 
@@ -116,10 +118,11 @@ def fetch_artifact(
 
 
 def unbuildable_sources(lock: Lock) -> list[str]:
-    """Sources whose wheel is not recorded: what is missing to build them, in words."""
+    """Sources whose wheel is not recorded and whose tree was not reached when the lock was
+    made: what is missing to build them, in words."""
     messages = []
     for source in lock.sources:
-        if source.wheel is not None:
+        if source.wheel is not None or source.status == "surveyed":
             continue
         if source.rev_unresolved:
             messages.append(
@@ -133,6 +136,19 @@ def unbuildable_sources(lock: Lock) -> list[str]:
                 " it (its sources and build requirements must be reachable)"
             )
     return messages
+
+
+def sources_built_in_images(lock: Lock) -> list[str]:
+    """Sources locked without a wheel whose tree was surveyed: an image build compiles them in a
+    build stage (their build requirements and toolchain are among the artifacts fetched); the
+    local and host runtimes install wheels only."""
+    return [
+        f"source {s.name}: no wheel in the lock; `envaudit build` compiles it from its tree at"
+        f" {s.rev} (ENVAUDIT_GIT_BASES must reach it), while the local and host runtimes need"
+        f" its wheel (`envaudit lock {lock.env} --rebuild {s.name}`)"
+        for s in lock.sources
+        if s.wheel is None and s.status == "surveyed"
+    ]
 
 
 def download(

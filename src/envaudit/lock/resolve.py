@@ -360,7 +360,9 @@ def _carry_wheel(source: LockedSource, earlier: _Earlier) -> LockedSource:
         if old.model_dump(exclude=outputs) != source.model_dump(exclude=outputs):
             continue
         if old.wheel is None:  # a tree surveyed without building (build.survey_sources)
-            return source.model_copy(update={"absent_files": old.absent_files})
+            return source.model_copy(
+                update={"absent_files": old.absent_files, "status": old.status}
+            )
         update = {"wheel": old.wheel, "status": "built", "absent_files": old.absent_files}
         if source.kind == "git":
             update["version"] = old.version

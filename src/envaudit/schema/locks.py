@@ -390,7 +390,12 @@ class LockedSource(_Strict):
         description="Files of the pinned commits the repository lacked, left out of the tree the"
         " wheel was built from (sources.py: a mirror missing a blob).",
     )
-    status: Literal["declared", "built"] = "declared"
+    status: Literal["declared", "surveyed", "built"] = Field(
+        "declared",
+        description="declared: not built, its tree not reached; surveyed: not built, its tree"
+        " checked out when the lock was made (`lock --no-build`: absent_files is what the"
+        " repository lacked), so an image can build it from exactly that tree; built: `wheel`.",
+    )
     historical: HistoricalPin | None = Field(
         None, description="The original pins `rev` stands in for (from env.toml; never built)."
     )
