@@ -79,9 +79,14 @@ def build_sources(
             message = _skipped(source)
         sources.append(source)
         messages.append(message)
+    return _with_sources(lock, sources), messages
+
+
+def _with_sources(lock: Lock, sources: list[LockedSource]) -> Lock:
+    """The lock with these sources, sealed again (its closure hash covers them)."""
     body = lock.model_dump(mode="json", exclude={"closure_hash"})
     body["sources"] = [s.model_dump(mode="json") for s in sources]
-    return seal(body), messages
+    return seal(body)
 
 
 def lock_and_build(
@@ -90,7 +95,6 @@ def lock_and_build(
     build: bool = True,
     rebuild: list[str] | None = None,
     bases_dir: Path = BASES_DIR,
-    work: Path | None = None,
 ) -> tuple[Lock, list[str]]:
     """What `envaudit lock` does for one env: resolve, then build the sources (unless build is
     False: then each unbuilt git source's tree is only surveyed); `rebuild` names sources to
@@ -98,7 +102,7 @@ def lock_and_build(
     sealed = lock_env(folder, config, bases_dir)
     notes = [n for n in (s.stand_in() for s in sealed.sources) if n is not None]
     if not build:
-        surveyed, messages = survey_sources(sealed, load_spec(folder), config, work)
+        surveyed, messages = survey_sources(sealed, load_spec(folder), config)
         return surveyed, [*messages, *notes]
     only = set(rebuild) if rebuild else None
     built, messages = build_sources(
@@ -140,9 +144,7 @@ def survey_sources(
         )
     if sources == lock.sources:
         return lock, messages
-    body = lock.model_dump(mode="json", exclude={"closure_hash"})
-    body["sources"] = [s.model_dump(mode="json") for s in sources]
-    return seal(body), messages
+    return _with_sources(lock, sources), messages
 
 
 def _check_names(lock: Lock, only: set[str] | None) -> None:
