@@ -46,10 +46,13 @@ def test_a_file_staged_twice_is_two_regular_entries_like_a_file_staged_once(
     assert list(twice) == sorted(twice) and "Dockerfile" in twice
 
 
-def test_a_source_that_cannot_be_reached_names_the_env_to_lock(tmp_path: Path) -> None:
+def test_a_source_that_cannot_be_reached_names_the_env_to_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """flashmla-13.3-trixie is locked without its wheel (the image build compiles FlashMLA):
-    with no git base configured, staging its source says so and names the command to run, with
-    the env's own name in it."""
+    with no git base configured and no archive of its tree kept from an earlier build, staging
+    its source says so and names the command to run, with the env's own name in it."""
+    monkeypatch.setenv("ENVAUDIT_CACHE", str(tmp_path / "cache"))
     from dataclasses import replace
 
     from envaudit.errors import EnvauditError

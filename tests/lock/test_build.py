@@ -415,6 +415,11 @@ def test_a_lock_made_without_building_records_the_files_its_mirror_lacks(
     with tarfile.open(tmp_path / "ctx" / stage.archive) as tar:
         names = set(tar.getnames())
     assert "./vendor/add.h" in names and "./vendor/media/big.png" not in names
+    # staged again (the next build): the very same archive, so the engine's cache holds
+    _stage_source(stage, Store(places / "store"), config, tmp_path / "ctx3", git_name, "surveyed")
+    first, again = (tmp_path / c / stage.archive for c in ("ctx", "ctx3"))
+    assert first.read_bytes() == again.read_bytes()
+    monkeypatch.setenv("ENVAUDIT_CACHE", str(tmp_path / "another-cache"))
     with pytest.raises(EnvauditError) as refused:
         _stage_source(
             stage,

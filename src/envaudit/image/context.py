@@ -7,6 +7,8 @@ file system allows and copied where it does not; nothing is downloaded here or i
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import tarfile
@@ -20,6 +22,7 @@ from envaudit.image.plan import ImagePlan, SourceStage
 from envaudit.lock.config import FetchConfig
 from envaudit.lock.sources import SourceUnavailable, git_checkout
 from envaudit.lock.store import Store
+from envaudit.settings import cache_root
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,22 @@ def _stage_source(
         return
     if git is None or source.rev is None:
         raise EnvauditError(f"source {source.name}: no git repository or rev in the lock")
+    _link_or_copy(_tree_archive(source, config, git, env), archive)
+
+
+SOURCE_EPOCH = 315532800
+"""The mtime every member of a source archive gets (SOURCE_DATE_EPOCH of the source builds)."""
+
+
+def _tree_archive(source: SourceStage, config: FetchConfig, git: str, env: str) -> Path:
+    """The source's tree as a tar, made once per (commit, submodule commits, files absent) on
+    this machine and kept in the cache. The engine's cache key for ADD is the archive's bytes: a
+    tar made afresh (new mtimes, a new git index) would compile the source stage again on every
+    build. Members are sorted, owned by root, dated SOURCE_EPOCH."""
+    identity = json.dumps([source.rev, list(source.submodules), list(source.absent_files)])
+    kept = cache_root() / "source-trees" / f"{hashlib.sha256(identity.encode()).hexdigest()}.tar"
+    if kept.is_file():
+        return kept
     remotes = config.git_remotes(git)
     if not remotes:
         raise EnvauditError(
@@ -119,6 +138,7 @@ def _stage_source(
             hint="set ENVAUDIT_GIT_BASES to a git host or a folder of owner/name mirrors,"
             f" or `envaudit lock {env} --rebuild {source.name}` on a machine that can build it",
         )
+    kept.parent.mkdir(parents=True, exist_ok=True)
     errors = []
     with tempfile.TemporaryDirectory(prefix="envaudit-source-") as tmp:
         for remote in remotes:
@@ -126,19 +146,33 @@ def _stage_source(
             shutil.rmtree(tree, ignore_errors=True)
             try:
                 checkout = git_checkout(
-                    source.name, remote, source.rev, dict(source.submodules), tree, config.git_bases
+                    source.name,
+                    remote,
+                    source.rev or "",
+                    dict(source.submodules),
+                    tree,
+                    config.git_bases,
                 )
             except SourceUnavailable as exc:
                 errors.append(str(exc))
                 continue
             _check_absent(source, remote, tuple(sorted(checkout.absent)), env)
-            with tarfile.open(archive, "w") as tar:
-                tar.add(tree, arcname=".")
-            return
+            partial = kept.with_name(f"{kept.name}.{os.getpid()}.partial")
+            with tarfile.open(partial, "w") as tar:
+                tar.add(tree, arcname=".", filter=_normalized)
+            os.replace(partial, kept)
+            return kept
     raise EnvauditError(
         f"source {source.name}: cannot reach {git} at {source.rev}: " + "; ".join(errors),
         hint="check ENVAUDIT_GIT_BASES (a git host or a folder of owner/name mirrors)",
     )
+
+
+def _normalized(member: tarfile.TarInfo) -> tarfile.TarInfo:
+    member.mtime = SOURCE_EPOCH
+    member.uid = member.gid = 0
+    member.uname = member.gname = ""
+    return member
 
 
 def _check_absent(source: SourceStage, remote: str, absent: tuple[str, ...], env: str) -> None:
