@@ -46,14 +46,16 @@ dist = next(d for d in md.distributions() if d.metadata["Name"].replace("_", "-"
 print(dist.metadata["Name"], dist.version)
 for library in [f for f in dist.files or [] if str(f).endswith(".so")]:
     data = open(library.locate(), "rb").read()
-    arches = sorted({m.decode() for m in re.findall(rb"sm_[0-9]+a?(?![0-9a-z])", data)})
-    print(library, f"{len(data) / 1e6:.1f} MB", "arches named:", arches)
+    arches = sorted({m.decode() for m in re.findall(rb"-arch[ =](sm_[0-9]+a?)", data)})
+    print(library, f"{len(data) / 1e6:.1f} MB", "cubin arches:", arches)
 EOF
         # the classic builder keeps each stage's result as an untagged image: the build
-        # stage's is the one holding /out/<wheel>
+        # stage's is the one holding /out/<wheel>, and the toolchain that made it
         for image in $(docker images -a -q --filter dangling=true); do
             docker run --rm --network none --entrypoint sh "$image" -c \
-                "ls /out/*.whl >/dev/null 2>&1 && sha256sum /out/*.whl && ls -l /out/*.whl" 2>/dev/null
+                'ls /out/*.whl >/dev/null 2>&1 && sha256sum /out/*.whl && ls -l /out/*.whl \
+                 && echo "CUDA_HOME=$CUDA_HOME" && "$CUDA_HOME/bin/nvcc" --version | grep release' \
+                2>/dev/null
         done | sort -u | tee "$out/built-wheel-$source.txt" | tee -a "$steps"
     done
     docker images --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E "^(envaudit-base/$recipe|${tag%%:*}):" \

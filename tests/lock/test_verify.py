@@ -199,3 +199,23 @@ def test_other_python_version_is_drift(locks_dir: Path) -> None:
     drift = compare(lock, [], None, python_version="2.7")
     assert drift.python == (lock.python, "2.7") and drift.failed()
     assert f"different python: locked {lock.python}, interpreter 2.7" in render(drift)
+
+
+def test_a_source_built_in_the_image_matches_by_name(locks_dir: Path) -> None:
+    """A surveyed source has no wheel in the lock: the image compiles it from the locked tree.
+    Installed, it is one of the locked (not an extra, even with --exact), its files unchecked
+    with the reason; not installed, nothing claims it matched."""
+    from envaudit.lock.verify import BUILT_IN_PLACE, InstalledDist, render
+
+    lock = load_lock(locks_dir / "tiny")
+    surveyed = LockedSource(name="Flash_MLA", kind="git", rev="0" * 40, status="surveyed")
+    lock = lock.model_copy(update={"sources": [surveyed]})
+    here = Path("/site-packages")
+    stack = [InstalledDist("idna", "3.10", here, None), InstalledDist("six", "1.17.0", here, None)]
+    built = InstalledDist("flash-mla", "1.0.0+9241ae3", here, None)
+    drift = compare(lock, [*stack, built], store=None)
+    assert not drift.failed(exact=True), render(drift, exact=True)
+    assert (drift.locked, drift.extra) == (3, [])
+    assert drift.hashes_not_checked["flash-mla"] == BUILT_IN_PLACE
+    without = compare(lock, stack, store=None)
+    assert without.locked == 2 and "flash-mla" not in without.matching

@@ -43,6 +43,7 @@ MARKER = "ENVAUDIT-DISTRIBUTIONS:"
 EXAMPLES = 3  # paths named per package whose files differ
 NOT_IN_STORE = "artifact not in the store"
 NO_RECORD = "no RECORD installed"
+BUILT_IN_PLACE = "built where the environment was made (no wheel in the lock)"
 
 # Runs inside the target interpreter: stdlib only, and as old a Python 3 as importlib.metadata.
 # The marker keeps a sitecustomize that prints to stdout from corrupting the answer.
@@ -268,9 +269,26 @@ def compare(
             continue
         if _check_files(want, have, store, drift):
             drift.matching.append(want.name)
-    names = {d.name for d in locked}
+    names = {d.name for d in locked} | _built_in_place(lock, by_name, drift)
     drift.extra = [d for d in by_name.values() if d.name not in names]
     return drift
+
+
+def _built_in_place(lock: Lock, by_name: dict[str, InstalledDist], drift: Drift) -> set[str]:
+    """Sources the lock holds no wheel of, found installed: an image compiles such a source in
+    its build stage from the locked tree (status "surveyed"), so the version is whatever that
+    build made and there is no wheel to hash the files against. They match by name, are
+    counted among the locked, and say why their files were not checked."""
+    found = set()
+    for source in lock.sources:
+        name = normalize_name(source.name)
+        if source.wheel is not None or name not in by_name:
+            continue
+        found.add(name)
+        drift.locked += 1
+        drift.matching.append(name)
+        drift.hashes_not_checked[name] = BUILT_IN_PLACE
+    return found
 
 
 def version_drift(
