@@ -73,7 +73,11 @@ def _engine(checks: list[Check]) -> Engine | None:
             f" CDI spec dirs {', '.join(cdi) or 'none'}",
         )
     )
-    access = choose_gpu_access(info, _setting(GPU_ACCESS))
+    try:
+        access = choose_gpu_access(info, _setting(GPU_ACCESS), engine.is_podman())
+    except EnvauditError as exc:
+        checks.append(Check("gpu access", "error", exc.message, exc.hint))
+        return engine
     driver = _setting(NVIDIA_DRIVER_DIR) or NVIDIA_DRIVER_DIR.fallback
     libraries = f"; driver libraries from {driver}" if access.mode == DEVICE_NODES else ""
     checks.append(

@@ -116,6 +116,12 @@ class Engine:
     def info(self) -> dict[str, Any]:
         return dict(self.client.info())
 
+    def is_podman(self) -> bool:
+        """Whether the engine behind the socket is podman's Docker-compatible service (the
+        socket can be pointed anywhere: the engine's own account of itself decides)."""
+        components = self.client.version().get("Components") or []
+        return any(c.get("Name") == "Podman Engine" for c in components)
+
     def image(self, reference: str) -> ImageInfo | None:
         if not reference.strip():  # the SDK raises NullResource for an empty name
             return None

@@ -13,6 +13,11 @@ Three paths, tried in this order unless ENVAUDIT_GPU_ACCESS names one:
   library folder mounted read-only (ENVAUDIT_NVIDIA_DRIVER_DIR).
 
 `doctor` prints the choice and its reason; the docker runtime passes the GPU accordingly.
+
+podman's Docker-compatible API (4.3.1, Debian bookworm's) starts a container whose device
+request it cannot honour without a word: a `cdi` request and an NVIDIA one alike leave the
+container without the device (tests/runtime/test_cdi_podman.py; its own CLI applies the same
+CDI spec). On podman only the device nodes are passed, and forcing another path is refused.
 """
 
 from __future__ import annotations
@@ -88,12 +93,30 @@ def _load_spec(path: Path) -> Mapping[str, Any]:
     return data
 
 
-def choose_gpu_access(info: Mapping[str, Any], setting: str | None = None) -> GpuAccess:
+PODMAN_DROPS_REQUESTS = (
+    "podman's Docker-compatible API drops device requests (CDI or NVIDIA's) without a word:"
+    " the container would start without its GPU"
+)
+
+
+def choose_gpu_access(
+    info: Mapping[str, Any], setting: str | None = None, podman: bool = False
+) -> GpuAccess:
     """The path for an engine whose `docker info` is `info` (ENVAUDIT_GPU_ACCESS's `setting`
     first), with the reason in words."""
     folders = list(info.get("CDISpecDirs") or [])
     specs, problems = cdi_specs(folders)
     spec = specs[0] if specs else None
+    if podman:
+        if setting not in (None, "", DEVICE_NODES):
+            raise EnvauditError(
+                f"ENVAUDIT_GPU_ACCESS={setting} cannot work through podman:"
+                f" {PODMAN_DROPS_REQUESTS}",
+                EXIT_USAGE,
+                hint="set ENVAUDIT_GPU_ACCESS=device-nodes (or leave it unset), or use Docker",
+            )
+        reason = f"{PODMAN_DROPS_REQUESTS}; the GPU's device nodes"
+        return GpuAccess(DEVICE_NODES, reason, spec, problems)
     if setting:
         return GpuAccess(setting, "ENVAUDIT_GPU_ACCESS says so", spec, problems)
     if "nvidia" in (info.get("Runtimes") or {}):
