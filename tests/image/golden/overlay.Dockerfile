@@ -8,7 +8,7 @@ COPY wheels/toolchain/ /tmp/wheels/toolchain/
 RUN /opt/torch/.venv/bin/python -m pip install --no-index --no-deps --require-hashes --no-cache-dir --disable-pip-version-check --no-warn-script-location --target /opt/envaudit/toolchain \
     --find-links /tmp/wheels/toolchain -r /tmp/wheels/toolchain/requirements.txt \
  && home=$(ls -d /opt/envaudit/toolchain/nvidia/cu1*) \
- && if [ -e "$home/lib/libcudart.so.13" ]; then ln -sf libcudart.so.13 "$home/lib/libcudart.so"; fi \
+ && for so in "$home"/lib/lib*.so.[0-9]*; do v=${so##*.so.}; case $v in *[!0-9]*) continue;; esac; [ -e "${so%.so.*}.so" ] || ln -s "${so##*/}" "${so%.so.*}.so"; done \
  && if [ ! -e "$home/lib64" ]; then ln -s lib "$home/lib64"; fi \
  && rm -rf /tmp/wheels/toolchain && mkdir -p $(dirname /opt/cuda) && ln -s $(ls -d /opt/envaudit/toolchain/nvidia/cu1*) /opt/cuda
 ENV PATH="/opt/torch/.venv/bin:/opt/cuda/bin:/opt/gcc/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
