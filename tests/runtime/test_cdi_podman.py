@@ -39,7 +39,7 @@ LIMITS = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096"]  # test
 PROBE = (
     "[ -c /dev/nvidia-standin ] && echo node;"
     " read line < /usr/local/nvidia/lib64/libstandin.so && echo $line;"
-    " echo variable=$ENVAUDIT_STANDIN"
+    " echo variable=$CDI_STANDIN"
 )
 
 
@@ -101,7 +101,7 @@ def standin_spec(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         "          options: [ro, nosuid, nodev, bind]\n"
         "containerEdits:\n"
         "  env:\n"
-        "    - ENVAUDIT_STANDIN=1\n"
+        "    - CDI_STANDIN=1\n"
     )
     yield spec
     spec.unlink(missing_ok=True)
