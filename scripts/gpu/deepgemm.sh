@@ -59,14 +59,15 @@ EOF
 step probe probe
 prewarm() {
   for s in "${deepgemm[@]}"; do
-    python3 -m envaudit run --solution "$s" --runtime host --gpu "$uuid" --suite all \
-      --validation-only --timeout 300 --report "$out/prewarm/$s.jsonl" >"$out/prewarm/$s.txt" 2>&1 &
+    timeout "${PREWARM_S:-150}" python3 -m envaudit run --solution "$s" --runtime host \
+      --gpu "$uuid" --suite all --validation-only --timeout 300 \
+      --report "$out/prewarm/$s.jsonl" >"$out/prewarm/$s.txt" 2>&1 &
   done
   wait
   du -sh "$ENVAUDIT_CACHE"/jit/deepgemm-2.6.1-*/deep-gemm 2>/dev/null
   find "$ENVAUDIT_CACHE"/jit/deepgemm-2.6.1-*/deep-gemm -name "*.cubin" 2>/dev/null | wc -l
 }
-step prewarm timeout "${PREWARM_S:-150}" bash -c "$(declare -f prewarm); deepgemm=(${deepgemm[*]}); out=$out uuid=$uuid prewarm"
+step prewarm prewarm
 args=(--runtime host --gpu "$uuid" --suite all --timeout 150 --out "$scratch/audit" --resume)
 for s in "${deepgemm[@]}" "${others[@]}"; do args+=(--solution "$s"); done
 step audit timeout "${AUDIT_S:-240}" python3 -m envaudit audit "${args[@]}"

@@ -17,11 +17,13 @@ import subprocess
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
 from envaudit import settings
 from envaudit.errors import EnvauditError
+from envaudit.image.engine import Engine
 from envaudit.runtime.gpu_access import (
     CDI,
     DEVICE_NODES,
@@ -31,6 +33,7 @@ from envaudit.runtime.gpu_access import (
     choose_gpu_access,
 )
 from tests.conftest import skip_unless_ready
+from tests.runtime.test_podman import _wait_for
 
 UUID = "GPU-00000000-0000-0000-0000-5ad0c0ffee00"
 SPEC_FOLDER = Path("/var/run/cdi")  # one of the two folders podman reads specs from
@@ -147,7 +150,7 @@ def test_the_spec_envaudit_reads_gives_a_podman_container_exactly_its_device(
 def test_podmans_api_drops_the_request_so_envaudit_passes_device_nodes(
     shell_image: str, standin_spec: Path, tmp_path: Path
 ) -> None:
-    docker = pytest.importorskip("docker")
+    pytest.importorskip("docker")
     from docker.types import DeviceRequest, Ulimit
 
     socket = tmp_path / "podman.sock"
@@ -157,7 +160,11 @@ def test_podmans_api_drops_the_request_so_envaudit_passes_device_nodes(
         stderr=subprocess.DEVNULL,
     )
     try:
-        client = _wait_for(docker, f"unix://{socket}")
+        address = f"unix://{socket}"
+        _wait_for(address)
+        with mock.patch.dict(os.environ, {"CONTAINER_HOST": address}):
+            engine = Engine.connect("podman")
+        client = engine.client
         limits = [
             Ulimit(name="nofile", soft=1024, hard=1024),
             Ulimit(name="nproc", soft=4096, hard=4096),
@@ -172,31 +179,13 @@ def test_podmans_api_drops_the_request_so_envaudit_passes_device_nodes(
             device_requests=[request],
         )
         assert out.decode().split() == ["variable="], "podman's API now honours CDI requests"
-        from envaudit.image.engine import Engine
-
-        engine = Engine(client, "podman", f"unix://{socket}")
-        assert engine.is_podman()
-        chosen = choose_gpu_access(engine.info(), None, engine.is_podman())
+        assert engine.podman
+        chosen = choose_gpu_access(engine.info(), None, engine.podman)
         assert chosen.mode == DEVICE_NODES and "drops device requests" in chosen.reason
         for forced in (CDI, NVIDIA_RUNTIME):
             with pytest.raises(EnvauditError) as refused:
-                choose_gpu_access(engine.info(), forced, engine.is_podman())
+                choose_gpu_access(engine.info(), forced, engine.podman)
             assert refused.value.exit_code == 2 and "device-nodes" in (refused.value.hint or "")
     finally:
         service.terminate()
         service.wait(timeout=30)
-
-
-def _wait_for(docker: object, address: str) -> object:
-    """A client of podman's service once it answers (the client asks for the API version as
-    it is made, so it is made when the socket is there)."""
-    import time
-
-    for _ in range(60):
-        try:
-            client = docker.DockerClient(base_url=address)  # type: ignore[attr-defined]
-            client.ping()
-            return client
-        except Exception:
-            time.sleep(0.5)
-    raise AssertionError(f"podman's service never answered at {address}")

@@ -74,7 +74,7 @@ def _engine(checks: list[Check]) -> Engine | None:
         )
     )
     try:
-        access = choose_gpu_access(info, _setting(GPU_ACCESS), engine.is_podman())
+        access = choose_gpu_access(info, _setting(GPU_ACCESS), engine.podman)
     except EnvauditError as exc:
         checks.append(Check("gpu access", "error", exc.message, exc.hint))
         return engine

@@ -114,19 +114,19 @@ def _stage_source(
         return
     if git is None or source.rev is None:
         raise EnvauditError(f"source {source.name}: no git repository or rev in the lock")
-    _link_or_copy(_tree_archive(source, config, git, env), archive)
+    _link_or_copy(_tree_archive(source, source.rev, config, git, env), archive)
 
 
 SOURCE_EPOCH = 315532800
 """The mtime every member of a source archive gets (SOURCE_DATE_EPOCH of the source builds)."""
 
 
-def _tree_archive(source: SourceStage, config: FetchConfig, git: str, env: str) -> Path:
+def _tree_archive(source: SourceStage, rev: str, config: FetchConfig, git: str, env: str) -> Path:
     """The source's tree as a tar, made once per (commit, submodule commits, files absent) on
     this machine and kept in the cache. The engine's cache key for ADD is the archive's bytes: a
     tar made afresh (new mtimes, a new git index) would compile the source stage again on every
     build. Members are sorted, owned by root, dated SOURCE_EPOCH."""
-    identity = json.dumps([source.rev, list(source.submodules), list(source.absent_files)])
+    identity = json.dumps([rev, list(source.submodules), list(source.absent_files)])
     kept = cache_root() / "source-trees" / f"{hashlib.sha256(identity.encode()).hexdigest()}.tar"
     if kept.is_file():
         return kept
@@ -146,12 +146,7 @@ def _tree_archive(source: SourceStage, config: FetchConfig, git: str, env: str) 
             shutil.rmtree(tree, ignore_errors=True)
             try:
                 checkout = git_checkout(
-                    source.name,
-                    remote,
-                    source.rev or "",
-                    dict(source.submodules),
-                    tree,
-                    config.git_bases,
+                    source.name, remote, rev, dict(source.submodules), tree, config.git_bases
                 )
             except SourceUnavailable as exc:
                 errors.append(str(exc))

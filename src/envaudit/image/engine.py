@@ -8,6 +8,7 @@ exceptions do not travel further up.
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import re
@@ -116,9 +117,11 @@ class Engine:
     def info(self) -> dict[str, Any]:
         return dict(self.client.info())
 
-    def is_podman(self) -> bool:
+    @functools.cached_property
+    def podman(self) -> bool:
         """Whether the engine behind the socket is podman's Docker-compatible service (the
-        socket can be pointed anywhere: the engine's own account of itself decides)."""
+        socket can be pointed anywhere: the engine's own account of itself decides). Asked
+        once per engine: every job's GPU passing reads it."""
         components = self.client.version().get("Components") or []
         return any(c.get("Name") == "Podman Engine" for c in components)
 

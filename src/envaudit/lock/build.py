@@ -111,9 +111,7 @@ def lock_and_build(
     return built, [*messages, *notes]
 
 
-def survey_sources(
-    lock: Lock, spec: EnvSpec, config: FetchConfig, work: Path | None = None
-) -> tuple[Lock, list[str]]:
+def survey_sources(lock: Lock, spec: EnvSpec, config: FetchConfig) -> tuple[Lock, list[str]]:
     """For a lock made without building: check out each unbuilt git source as a build would and
     record the files of its pinned commits that the repository lacks (`absent_files`). An image
     built from the lock alone then builds from exactly the tree the lock describes, and refuses
@@ -128,7 +126,7 @@ def survey_sources(
             sources.append(source)
             continue
         try:
-            with build_folder(lock.env, source.name, work) as tmp:
+            with build_folder(lock.env, source.name) as tmp:
                 checkout = _checkout_from_remotes(source, git, config, tmp / "src")
         except SourceUnavailable as exc:
             sources.append(source)

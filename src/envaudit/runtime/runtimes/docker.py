@@ -348,7 +348,7 @@ def gpu_passing(engine: Engine, gpu: Gpu) -> GpuPassing:
     """The path runtime/gpu_access.py chooses for this engine: NVIDIA's runtime (a device
     request by UUID), a CDI device (`nvidia.com/gpu=<UUID>`), else the GPU's device nodes and
     the driver's library folder, read-only."""
-    access = choose_gpu_access(engine.info(), read(GPU_ACCESS), engine.is_podman())
+    access = choose_gpu_access(engine.info(), read(GPU_ACCESS), engine.podman)
     if access.mode == NVIDIA_RUNTIME:
         request = docker.types.DeviceRequest(device_ids=[gpu.uuid], capabilities=[CAPABILITIES])
         return GpuPassing(access.mode, options={"device_requests": [request]})
