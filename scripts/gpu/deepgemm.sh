@@ -9,14 +9,18 @@
 # Steps (wall times in OUT/steps.txt):
 #   install  the wheel under SCRATCH/dg, on PYTHONPATH
 #   probe    versions (torch, deep_gemm, nvcc, g++) and one bf16_gemm_nt against torch
-#   prewarm  validation-only runs of the DeepGEMM solutions, all at once: each kernel
-#            configuration is compiled by nvcc once, in parallel on the machine's cores, into
-#            the env's JIT folder (DG_JIT_CACHE_DIR); nothing is timed while they share the GPU
 #   audit    the `all` suite of every solution below, one job at a time, at most AUDIT_S seconds
-#            (default 240); lines to OUT/deepgemm-all.jsonl
+#            (default 240); lines to OUT/deepgemm-all.jsonl. DeepGEMM's JIT compiles each kernel
+#            configuration on its first call (3.3 s for the probe's on the H100, 2026-12-06), inside
+#            the harness's untimed warm-up, into the env's JIT folder (DG_JIT_CACHE_DIR). No
+#            parallel prewarm: the GPU's lease refuses a second job ("GPU ... is in use").
+# scratch/dg holds the lock's deep_gemm wheel (built here) and apache-tvm-ffi 0.1.11 (sha256 as
+# locked), which the machine lacks; scratch/gpu-wheels holds only what envaudit itself imports
+# and the machine lacks (docker, pydantic and its deps): a wheel there that the lock also pins
+# shadows the machine's copy and every line says "not the declared env".
 set -u
 out=$1
-mkdir -p "$out/prewarm"
+mkdir -p "$out"
 steps=$out/steps.txt
 source "$(dirname "$0")/steps.sh"
 source "$(dirname "$0")/harness-env.sh"
@@ -57,20 +61,11 @@ print("mk alignment", deep_gemm.get_mk_alignment_for_contiguous_layout())
 EOF
 }
 step probe probe
-prewarm() {
-  for s in "${deepgemm[@]}"; do
-    timeout "${PREWARM_S:-150}" python3 -m envaudit run --solution "$s" --runtime host \
-      --gpu "$uuid" --suite all --validation-only --timeout 300 \
-      --report "$out/prewarm/$s.jsonl" >"$out/prewarm/$s.txt" 2>&1 &
-  done
-  wait
-  du -sh "$ENVAUDIT_CACHE"/jit/deepgemm-2.6.1-*/deep-gemm 2>/dev/null
-  find "$ENVAUDIT_CACHE"/jit/deepgemm-2.6.1-*/deep-gemm -name "*.cubin" 2>/dev/null | wc -l
-}
-step prewarm prewarm
 args=(--runtime host --gpu "$uuid" --suite all --timeout 150 --out "$scratch/audit" --resume)
 for s in "${deepgemm[@]}" "${others[@]}"; do args+=(--solution "$s"); done
 step audit timeout "${AUDIT_S:-240}" python3 -m envaudit audit "${args[@]}"
 cp "$scratch/audit/results.jsonl" "$out/deepgemm-all.jsonl" 2>/dev/null
 wc -l "$out/deepgemm-all.jsonl" | tee -a "$steps"
-tar -C "$scratch/audit" -czf "$out/audit-logs.tgz" --exclude='*.jsonl' . 2>/dev/null
+# Logs only: the audit folder also holds the staged inputs (hundreds of MB at M=16384).
+(cd "$scratch/audit" && find . -type f -size -1M ! -name '*.jsonl' -print0 |
+  tar --null -T - -czf "$out/audit-logs.tgz")
