@@ -13,6 +13,8 @@ import hashlib
 import json
 import math
 import os
+import shutil
+import subprocess
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +22,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from envaudit import settings
 from envaudit.cli import app
+from envaudit.image.engine import Engine, EngineError
 from envaudit.lock.bisect_locks import toml_text
 from envaudit.lock.bisect_search import search
 from envaudit.lock.config import FetchConfig
@@ -29,8 +33,8 @@ from envaudit.lock.files import load_lock, load_spec, write_lock
 from envaudit.lock.resolve import lock_env
 from envaudit.lock.store import Store
 from envaudit.schema.locks import EnvSpec
-from tests.conftest import REPO, write_toy_root
-from tests.lock.helpers import env_header
+from tests.conftest import REPO, base_recipe_for, write_toy_root
+from tests.lock.helpers import PYTHON, env_header
 
 TORCH_CPU = load_lock(REPO / "locks" / "torch-cpu")
 TORCH_WHEEL = next(p.artifact for p in TORCH_CPU.packages if p.name == "torch")
@@ -164,14 +168,18 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         yield base
 
 
-def bisect(places: Path, a: str, b: str, solution: str, out: str) -> tuple[int, str, dict]:
+def bisect(
+    places: Path, a: str, b: str, solution: str, out: str, *extra: str, cache: str = "cache"
+) -> tuple[int, str, dict]:
+    """`bisect-env` with the places' store; `cache` names the step cache (another name: nothing
+    cached), `extra` the runtime or executor."""
     argv = ["bisect-env", a, b, "--solution", solution, "--device", "cpu", "--suite", "smoke"]
     argv += ["--measure-ms", "20", "--locks-dir", str(places / "locks")]
     argv += ["--data-root", str(places / "data"), "--solutions-root", str(places / "solutions")]
-    argv += ["--out", str(places / out)]
+    argv += ["--out", str(places / out), *extra]
     variables = {
         "ENVAUDIT_STORE": str(places / "store"),
-        "ENVAUDIT_CACHE": str(places / "cache"),
+        "ENVAUDIT_CACHE": str(places / cache),
         "ENVAUDIT_OFFLINE": "1",
     }
     result = CliRunner().invoke(app, argv, env=variables)
@@ -296,3 +304,83 @@ def test_a_culprit_s_partner_that_flips_alone_is_the_answer() -> None:
     assert narrowed(("kernel",), keys, folder, judge_by("einops")) == ("einops",)
     assert narrowed(("kernel",), keys, folder, judge_by("kernel")) == ("kernel",)
     assert narrowed(("other",), keys, folder, judge_by("other")) == ("other",)
+
+
+def _slurm_missing() -> str | None:
+    if shutil.which("squeue") is None:
+        return "no Slurm here (scripts/slurm/single-node.sh starts one)"
+    if subprocess.run(["squeue", "-h"], capture_output=True).returncode != 0:
+        return "Slurm does not answer (scripts/slurm/single-node.sh starts one)"
+    return None
+
+
+def _engine_missing() -> str | None:
+    try:
+        Engine.connect()
+    except EngineError as exc:
+        return f"no container engine: {exc}"
+    return None
+
+
+@pytest.mark.skipif(
+    _slurm_missing() is not None and not settings.value(settings.REQUIRE_SLURM),
+    reason=_slurm_missing() or "",
+)
+def test_under_slurm_each_level_is_one_job_array_with_the_same_answer(places: Path) -> None:
+    """Steps of one level at once (--parallel 2), each an `envaudit run` task of a job array on
+    the real Slurm; a cache of its own, so every step runs there."""
+    code, out, found = bisect(
+        places,
+        "good",
+        "bad",
+        "toy-kernel",
+        "slurm",
+        "--executor",
+        "slurm",
+        "--parallel",
+        "2",
+        cache="cache-slurm",
+    )
+    assert code == 0, out
+    assert "found: toykernel 1.0 -> 1.1 flips the status" in out
+    assert "bisect-env: running" not in out  # nothing ran in this process
+    assert not any(s["cached"] for s in found["steps"])
+    arrays = sorted((places / "cache-slurm" / "bisect" / _work(found) / "slurm").iterdir())
+    assert len(arrays) >= 2, arrays  # the ends, then at least one level
+    assert all(list(a.glob("task-*.out")) for a in arrays), arrays
+    for step in found["steps"]:
+        assert set(step["statuses"].values()) == (
+            {"PASSED"} if step["like"] == "A" else {"INCORRECT_NUMERICAL"}
+        ), step
+
+
+@pytest.mark.skipif(
+    _engine_missing() is not None and not settings.value(settings.REQUIRE_ENGINE),
+    reason=_engine_missing() or "",
+)
+def test_in_containers_every_step_is_an_image_of_its_lock(places: Path) -> None:
+    """The pair under the docker runtime: the ends and the one step are each built as the image
+    of their lock (the torch layer shared) and run there, with the local runtime's answer."""
+    env = {"ENVAUDIT_STORE": str(places / "store"), "ENVAUDIT_CACHE": str(places / "cache-docker")}
+    recipe = base_recipe_for(PYTHON)
+    result = CliRunner().invoke(app, ["base", "build", recipe], env=env)
+    assert result.exit_code == 0, result.output
+    code, out, found = bisect(
+        places,
+        "pair-good",
+        "pair-bad",
+        "toy-pair",
+        "docker",
+        "--runtime",
+        "docker",
+        cache="cache-docker",
+    )
+    assert code == 0, out
+    assert "found: toypair-a 1.0 -> 2.0 together with toypair-b 1.0 -> 2.0" in out
+    engine = Engine.connect()
+    for step in found["steps"]:
+        lines = [json.loads(x) for x in Path(step["report"]).read_text().splitlines()]
+        assert lines and all(x["context"]["runtime"] == "docker" for x in lines), step
+        image = engine.image(lines[0]["context"]["image_id"])
+        assert image is not None
+        assert image.labels["dev.envaudit.closure-hash"] == step["closure_hash"]
