@@ -61,11 +61,12 @@ def merge(
 ) -> None:
     """Merge result files (ours or FlashInfer-Bench traces) into results.jsonl, summary.json,
     performance.md, preferred-solutions.json, interfaces.json, plots/ and traces/."""
+    from envaudit.lock.history import stand_in_notes
     from envaudit.report.build import ReportError, build_report
 
     command = "envaudit merge " + " ".join(str(f) for f in files) + f" --out {out}"
     try:
-        outcome = build_report(files, out, data_root, solutions_root, command)
+        outcome = build_report(files, out, data_root, solutions_root, command, stand_in_notes)
     except ReportError as exc:
         render(exc)
     merged = outcome.merged

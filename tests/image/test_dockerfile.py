@@ -157,3 +157,51 @@ def test_a_build_only_toolchain_builds_the_sources_and_stays_out_of_the_image() 
     assert "FROM installer AS cuda-toolchain" in build
     assert "COPY --from=cuda-toolchain" in build and 'CUDA_HOME="/opt/cuda"' in build
     assert "cuda-toolchain" not in final and "CUDA_HOME" not in final
+
+
+def test_build_only_components_stay_in_the_source_stages_only() -> None:
+    """cuda.build_only_components: the source stages build with the whole toolchain, the final
+    image copies a stage holding the rest, with CUDA_HOME; without an unbuilt source that stage
+    is the only one."""
+    body = sample_lock().model_dump(mode="json", exclude={"closure_hash"})
+    body["cuda"]["build_only_components"] = ["nvidia-cuda-runtime"]
+    plan = plan_image(seal(body))
+    assert plan.toolchain is not None and plan.run_toolchain is not None
+    assert [n for n, _, _ in plan.toolchain.packages] == ["nvidia-cuda-nvcc", "nvidia-cuda-runtime"]
+    assert [n for n, _, _ in plan.run_toolchain.packages] == ["nvidia-cuda-nvcc"]
+    text = render_dockerfile(plan)
+    build, final = text.split("# the environment sample")
+    assert "FROM installer AS cuda-toolchain" in build
+    assert "FROM installer AS cuda-run-toolchain" in build
+    stage = build.split("FROM installer AS cuda-run-toolchain")[1].split("FROM ")[0]
+    assert "wheels/cuda-run-toolchain/" in stage and "nvidia-cuda-runtime" not in stage
+    assert "COPY --from=cuda-toolchain" in build.split("AS build-flash-mla")[1]
+    assert "COPY --from=cuda-run-toolchain" in final and 'CUDA_HOME="/opt/cuda"' in final
+    assert "COPY --from=cuda-toolchain " not in final
+    staged = {folder for folder, _ in plan.staged_artifacts()}
+    assert {"wheels/cuda-toolchain", "wheels/cuda-run-toolchain"} <= staged
+
+    built = seal({**body, "sources": []})
+    plan = plan_image(built)
+    assert plan.run_toolchain is None and plan.toolchain is not None
+    assert [n for n, _, _ in plan.toolchain.packages] == ["nvidia-cuda-nvcc"]
+    assert "COPY --from=cuda-toolchain" in render_dockerfile(plan).split("# the environment")[1]
+
+
+def test_the_deepgemm_image_keeps_only_what_its_jit_runs() -> None:
+    """deepgemm-2.6.1: deep_gemm's wheel is built; the image's toolchain is nvcc, NVVM, crt, the
+    runtime headers and CCCL, without the cuBLAS/cuSPARSE/cuSOLVER/cuRAND/NVRTC components that
+    only built deep_gemm._C."""
+    result = CliRunner().invoke(
+        app,
+        ["build", "--solution", "deepgemm-2.6.1", "--dry-run", "--locks-dir", str(REPO / "locks")],
+    )
+    assert result.exit_code == 0, result.output
+    final = result.output.split("# the environment deepgemm-2.6.1")[1]
+    assert "COPY --from=cuda-toolchain" in final and 'CUDA_HOME="/opt/cuda"' in final
+    stage = result.output.split("# the CUDA toolchain (")[1].split("\n")[0]
+    assert result.output.count("# the CUDA toolchain (") == 1
+    for kept in ("nvidia-cuda-nvcc", "nvidia-nvvm", "nvidia-cuda-crt", "nvidia-cuda-cccl"):
+        assert kept in stage, kept
+    for left in ("cublas", "cusparse", "cusolver", "curand", "nvrtc"):
+        assert left not in stage, left

@@ -320,16 +320,37 @@ def test_the_report_names_a_stand_in_source_by_its_closure_hash(tmp_path: Path) 
     stand-in's, and the report says so; a lock without historical pins and an unreadable one add
     nothing."""
     import shutil
+    import subprocess
 
-    from envaudit.report.build import stand_in_notes
+    from envaudit.lock.history import stand_in_notes
 
+    closures = {}
     for env in ("flashmla-13.3", "torch-cpu"):
         (tmp_path / env).mkdir()
         shutil.copy(Path("locks") / env / "lock.json", tmp_path / env / "lock.json")
+        closures[env] = json.loads((tmp_path / env / "lock.json").read_text())["closure_hash"]
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "lock.json").write_text("{")
-    closure = json.loads((tmp_path / "flashmla-13.3" / "lock.json").read_text())["closure_hash"]
-    notes = stand_in_notes(tmp_path)
-    assert list(notes) == [closure]
-    [note] = notes[closure]
+    notes = stand_in_notes([*closures.values(), "f" * 64], tmp_path)
+    assert list(notes) == [closures["flashmla-13.3"]]
+    [note] = notes[closures["flashmla-13.3"]]
     assert "9241ae3ef9ba" in note and "0f11e178" in note and "for the stand-in" in note
+
+    # a closure the locks have moved on from is read from git history
+    def git(*args: str) -> None:
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            cwd=tmp_path,
+            check=True,
+            capture_output=True,
+        )
+
+    git("init", "-q")
+    git("add", "flashmla-13.3")
+    git("commit", "-q", "-m", "the lock as measured")
+    moved = json.loads((tmp_path / "flashmla-13.3" / "lock.json").read_text())
+    moved["closure_hash"] = "e" * 64
+    (tmp_path / "flashmla-13.3" / "lock.json").write_text(json.dumps(moved))
+    git("commit", "-q", "-am", "the lock moved on")
+    again = stand_in_notes([closures["flashmla-13.3"]], tmp_path)
+    assert again == notes

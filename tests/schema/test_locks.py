@@ -169,19 +169,73 @@ def test_readers_key_the_duplicated_name_by_role() -> None:
 
 
 def test_cuda_components_name_each_package_once() -> None:
-    raw = {
+    raw = _cuda_spec(
+        version="13.3",
+        components=["nvidia-cuda-runtime==13.3.29", "nvidia_cuda_runtime==13.0.96"],
+    )
+    with pytest.raises(ValidationError, match="name nvidia-cuda-runtime more than once"):
+        EnvSpec.model_validate(raw)
+
+
+def _cuda_spec(**cuda: Any) -> dict[str, Any]:
+    return {
         "python": "3.12",
         "platform": "x86_64-manylinux_2_28",
         "base": {"recipe": "noble-minbase"},
         "requirements": ["torch==2.11.0"],
         "cuda": {
-            "version": "13.3",
+            "version": "13.0",
             "home": "/opt/cuda",
-            "components": ["nvidia-cuda-runtime==13.3.29", "nvidia_cuda_runtime==13.0.96"],
+            "components": ["nvidia-cuda-nvcc==13.0.88", "nvidia-cublas==13.1.0.3"],
+            **cuda,
         },
     }
-    with pytest.raises(ValidationError, match="name nvidia-cuda-runtime more than once"):
-        EnvSpec.model_validate(raw)
+
+
+@pytest.mark.parametrize(
+    ("cuda", "message"),
+    [
+        ({"build_only_components": ["nvidia-cufft"]}, "names nvidia-cufft, not among"),
+        (
+            {"build_only_components": ["nvidia-cublas"], "build_only": True},
+            "whole toolchain is build-only already",
+        ),
+        (
+            {"build_only_components": ["nvidia_cublas", "nvidia-cuda-nvcc"]},
+            "names every component: write cuda.build_only = true",
+        ),
+    ],
+)
+def test_build_only_components_are_refused_when_wrong(cuda: dict, message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        EnvSpec.model_validate(_cuda_spec(**cuda))
+
+
+def test_build_only_components_leave_the_run_toolchain_and_old_hashes_alone() -> None:
+    """Unset, the field is absent from spec and closure (every other lock keeps its hashes);
+    set, the run-time toolchain drops those components, matched by normalized name."""
+    plain = EnvSpec.model_validate(_cuda_spec())
+    assert "build_only_components" not in json.dumps(plain.model_dump(mode="json"))
+    body = lock_body(
+        [
+            package("nvidia-cuda-nvcc", "13.0.88", "cuda"),
+            package("nvidia-cublas", "13.1.0.3", "cuda", "b"),
+            package("nvidia-cublas", "13.1.0.3", "runtime", "b"),
+        ]
+    )
+    body["cuda"] = {"version": "13.0", "home": "/opt/cuda"}
+    before = seal(body)
+    assert [p.name for p in before.run_toolchain_packages()] == [
+        "nvidia-cuda-nvcc",
+        "nvidia-cublas",
+    ]
+    body["cuda"]["build_only_components"] = ["nvidia-cublas"]
+    after = seal(body)
+    assert after.closure_hash != before.closure_hash
+    assert [p.name for p in after.run_toolchain_packages()] == ["nvidia-cuda-nvcc"]
+    assert len(after.toolchain_packages()) == 2
+    body["cuda"] = {"version": "13.0", "home": "/opt/cuda", "build_only": True}
+    assert seal(body).run_toolchain_packages() == []
 
 
 def test_shipped_flashmla_locks_build_the_stand_in_and_record_the_audit_pins() -> None:

@@ -37,6 +37,8 @@ def render_dockerfile(plan: ImagePlan) -> str:
     steps += [_layer_stage(layer, plan) for layer in plan.layers]
     if plan.toolchain is not None:
         steps.append(_toolchain_stage(plan.toolchain))
+    if plan.run_toolchain is not None:
+        steps.append(_toolchain_stage(plan.run_toolchain))
     for source in plan.sources:
         steps.append(_build_stage(source, plan))
         steps.append(_built_stage(source))
@@ -84,7 +86,7 @@ def _toolchain_stage(layer: WheelLayer) -> str:
     names = ", ".join(f"{n}=={v}" for n, v, _ in layer.packages)
     return (
         f"# the CUDA toolchain ({names}), a prefix of its own, not on the run-time path\n"
-        "FROM installer AS cuda-toolchain\n"
+        f"FROM installer AS {layer.name}\n"
         f"COPY {layer.folder}/ /tmp/wheels/\n"
         f"RUN {toolchain_install(f'{INSTALLER}/bin/pip', '/tmp/wheels')}"
     )
@@ -172,8 +174,9 @@ def _final(plan: ImagePlan) -> str:
         lines.append(f"COPY --from=layer-built-{source.name} {VENV}/ {VENV}/")
     path = f"{VENV}/bin:{PATH}"
     variables = [("PATH", path), ("VIRTUAL_ENV", VENV)]
-    if plan.toolchain is not None and plan.toolchain_at_run_time:
-        lines.append(f"COPY --from=cuda-toolchain {TOOLCHAIN}/ {TOOLCHAIN}/")
+    run_toolchain = plan.run_toolchain or plan.toolchain
+    if run_toolchain is not None and plan.toolchain_at_run_time:
+        lines.append(f"COPY --from={run_toolchain.name} {TOOLCHAIN}/ {TOOLCHAIN}/")
         lines.append(_cuda_home_link(plan))
     if plan.cuda_home is not None and plan.toolchain_at_run_time:
         variables.append(("CUDA_HOME", plan.cuda_home))

@@ -81,10 +81,10 @@ def plan_overlay(
             EXIT_FAILED,
             hint=f"build {lock.env} on its own base, or choose a lock that matches this stack",
         )
-    tools = tuple((p.name, p.version, p.artifact) for p in lock.toolchain_packages())
-    missing = {d.name for d in drift.missing} - {name for name, _, _ in tools}
-    if lock.cuda is not None and lock.cuda.build_only:
-        tools = ()  # it built the sources (their wheels are in the lock); nothing runs it
+    every_tool = {p.name for p in lock.toolchain_packages()}
+    missing = {d.name for d in drift.missing} - every_tool
+    # the sources were built (their wheels are in the lock): only what runs is installed
+    tools = tuple((p.name, p.version, p.artifact) for p in lock.run_toolchain_packages())
     replaced = {d.name: d for d in drift.different}
     wanted = missing | set(replaced)
     added = tuple(

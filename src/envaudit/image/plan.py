@@ -96,6 +96,9 @@ class ImagePlan:
     toolchain_at_run_time: bool = True
     """False for a build-only toolchain (cuda.build_only): it builds the source stages, and the
     final image has neither it nor CUDA_HOME."""
+    run_toolchain: WheelLayer | None = None
+    """The final image's toolchain where it is a part of `toolchain` (cuda.build_only_components
+    left out) and source stages need the whole: a stage of its own."""
     base_pinned: str | None = None
     """`name@sha256:...` of a base pinned by registry digest (None for a recipe)."""
     base_registry: str | None = None
@@ -113,8 +116,7 @@ class ImagePlan:
 
     def all_layers(self) -> list[WheelLayer]:
         layers = list(self.layers)
-        if self.toolchain is not None:
-            layers.append(self.toolchain)
+        layers += [t for t in (self.toolchain, self.run_toolchain) if t is not None]
         layers += [s.build_requires for s in self.sources]
         return layers
 
@@ -146,11 +148,16 @@ def plan_image(lock: Lock) -> ImagePlan:
         for name, packages in (("torch-stack", stack), ("packages", rest), ("built", built))
         if packages
     ]
-    cuda = tuple((p.name, p.version, p.artifact) for p in lock.packages if p.role == "cuda")
+    cuda = tuple((p.name, p.version, p.artifact) for p in lock.toolchain_packages())
+    at_run = tuple((p.name, p.version, p.artifact) for p in lock.run_toolchain_packages())
     sources = tuple(_source_stage(s) for s in lock.sources if s.wheel is None)
-    at_run_time = not (lock.cuda is not None and lock.cuda.build_only)
-    needed = cuda and (at_run_time or sources)
-    toolchain = WheelLayer("cuda-toolchain", cuda, target="toolchain") if needed else None
+    at_run_time = bool(at_run)
+    # source stages build with the whole toolchain; the final image keeps the run-time part
+    built_with = cuda if sources else at_run
+    toolchain = WheelLayer("cuda-toolchain", built_with, target="toolchain") if built_with else None
+    run_toolchain = None
+    if sources and at_run and at_run != cuda:
+        run_toolchain = WheelLayer("cuda-run-toolchain", at_run, target="toolchain")
     return ImagePlan(
         env=lock.env,
         closure_hash=lock.closure_hash,
@@ -164,6 +171,7 @@ def plan_image(lock: Lock) -> ImagePlan:
         cuda_home=lock.cuda.home if lock.cuda is not None and toolchain is not None else None,
         env_vars=tuple(sorted(lock.env_vars.items())),
         toolchain_at_run_time=at_run_time,
+        run_toolchain=run_toolchain,
         base_pinned=lock.base.image,
         base_registry=lock.base.registry,
         labels=_labels(lock),

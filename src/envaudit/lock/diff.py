@@ -96,6 +96,8 @@ def _items(found: FoundLock) -> dict[str, Items]:
         cuda["cuda.version"] = lock.cuda.version
         cuda["cuda.home"] = lock.cuda.home
         cuda["cuda.build_only"] = str(bool(lock.cuda.build_only)).lower()
+        if lock.cuda.build_only_components:
+            cuda["cuda.build_only_components"] = ", ".join(lock.cuda.build_only_components)
     for package in lock.toolchain_packages():
         cuda[package.name] = _version(package)
     for package in lock.runtime_packages():

@@ -13,6 +13,7 @@ import io
 import re
 import subprocess
 import tarfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -160,3 +161,33 @@ def git_export(commit: str, path: str, root: Path, dest: Path) -> Path:
     with tarfile.open(fileobj=io.BytesIO(done.stdout)) as archive:
         archive.extractall(dest, filter="data")
     return dest / path
+
+
+def stand_in_notes(
+    closures: Iterable[str], locks_dir: Path = Path("locks")
+) -> dict[str, list[str]]:
+    """closure hash -> what its lock builds in place of unreachable historical pins (FlashMLA
+    9241ae3e for the audit's 0f11e178), so a report says whose figures these are; a closure the
+    locks have moved on from is read from git history, as `reproduce` does. Locks that do not
+    parse are skipped here: `envaudit lock --check` is where they are refused."""
+    wanted = set(closures)
+    locks: dict[str, Lock] = {}
+    for path in sorted(locks_dir.glob("*/lock.json")):
+        try:
+            lock = _from_file(path).lock
+        except LockNotFound:
+            continue
+        if lock.closure_hash in wanted:
+            locks[lock.closure_hash] = lock
+    root = git_root(locks_dir)
+    for closure in sorted(wanted - set(locks)):
+        if root is None or not HASH_PREFIX.match(closure):
+            continue
+        try:
+            found = _from_history(closure, root)
+        except LockNotFound:
+            continue
+        if found is not None:
+            locks[closure] = found.lock
+    notes = {c: [n for n in (s.stand_in() for s in lock.sources) if n] for c, lock in locks.items()}
+    return {c: found for c, found in sorted(notes.items()) if found}

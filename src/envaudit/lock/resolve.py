@@ -81,7 +81,13 @@ def lock_env(folder: Path, config: FetchConfig, bases_dir: Path = BASES_DIR) -> 
         "platform": spec.platform,
         "base": base.model_dump(mode="json"),
         "cuda": LockedCuda(
-            version=spec.cuda.version, home=spec.cuda.home, build_only=spec.cuda.build_only
+            version=spec.cuda.version,
+            home=spec.cuda.home,
+            build_only=spec.cuda.build_only,
+            build_only_components=sorted(
+                normalize_name(n) for n in spec.cuda.build_only_components or ()
+            )
+            or None,
         ).model_dump()
         if spec.cuda
         else None,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,10 +35,8 @@ from envaudit.report.merge import (
 from envaudit.report.plots import render_plots
 from envaudit.report.summary import SolutionInfo, build_summary
 from envaudit.report.traces import render_traces, trace_to_line
-from envaudit.schema.locks import Lock
 from envaudit.schema.names import check_under, name_problem, shown
 from envaudit.schema.paths import PathOutsideRoot, write_bytes_atomically, write_text_atomically
-from envaudit.schema.reading import load_json
 from envaudit.schema.results import now_iso
 
 INPUTS_HINT = (
@@ -59,12 +57,18 @@ class ReportOutcome:
     written: list[Path]
 
 
+StandIns = Callable[[Iterable[str]], Mapping[str, list[str]]]
+"""closure hashes -> what each one's lock builds in place of unreachable pins (the caller reads
+the locks: lock.history.stand_in_notes)."""
+
+
 def build_report(
     inputs: Sequence[Path],
     out: Path,
     data_root: Path,
     solutions_root: Path,
     command: str,
+    stand_ins: StandIns | None = None,
 ) -> ReportOutcome:
     if not inputs:
         raise ReportError("no result files given")
@@ -83,7 +87,7 @@ def build_report(
             hint=INPUTS_HINT,
             findings=[f.render() for f in merged.findings],
         )
-    files = render_report(merged, out, data_root, solutions_root, command)
+    files = render_report(merged, out, data_root, solutions_root, command, stand_ins)
     _confine(files, out)
     for path, content in files.items():
         try:
@@ -105,7 +109,7 @@ def render_report(
     data_root: Path,
     solutions_root: Path,
     command: str,
-    locks_root: Path = Path("locks"),
+    stand_ins: StandIns | None = None,
 ) -> dict[Path, str | bytes]:
     """Every file of the report by its path under `out`, in the order they are written."""
     solutions = load_solutions(solutions_root, data_root)
@@ -119,9 +123,10 @@ def render_report(
     workloads = {w.uuid: w.trace.workload.model_dump(mode="json") for w in traceset.workloads}
     interfaces = [i.model_dump(mode="json") for _, i in sorted(load_interfaces(data_root).items())]
     summary = build_summary(merged, solutions, definitions)
-    stand_ins = stand_in_notes(locks_root)
+    closures = {str(env["closure_hash"]) for env in summary["environments"]}
+    notes = stand_ins(closures) if stand_ins is not None else {}
     for env in summary["environments"]:
-        env["stand_in"] = stand_ins.get(str(env["closure_hash"]), [])
+        env["stand_in"] = list(notes.get(str(env["closure_hash"]), []))
     suites = {name: suite.workloads for name, suite in traceset.suites.items()}
     preferred = preferred_solutions(summary, suites)
     try:
@@ -222,19 +227,3 @@ def _require_names(path: Path, raw: Mapping[str, Any]) -> None:
                 hint=f"fix the solution's {field} (it names a folder of the report) and merge"
                 " again; nothing was written",
             )
-
-
-def stand_in_notes(locks_root: Path) -> dict[str, list[str]]:
-    """closure hash -> what its lock builds in place of unreachable historical pins (FlashMLA
-    9241ae3e for the audit's 0f11e178), so the report says whose figures these are. Locks that
-    do not parse are skipped here: `envaudit lock --check` is where they are refused."""
-    notes: dict[str, list[str]] = {}
-    for path in sorted(locks_root.glob("*/lock.json")):
-        try:
-            lock = Lock.model_validate(load_json(path))
-        except (OSError, ValueError):
-            continue
-        found = [n for n in (s.stand_in() for s in lock.sources) if n is not None]
-        if found:
-            notes[lock.closure_hash] = found
-    return notes

@@ -139,10 +139,39 @@ class CudaSpec(_Strict):
         description="true: the toolchain only builds the env's sources; images leave it out of"
         " the run environment (a JIT compiler such as TileLang's needs it there: leave unset).",
     )
+    build_only_components: list[str] | None = Field(
+        None,
+        description="Components (by name) that only the env's source builds need: the run"
+        " environment's toolchain leaves them out, e.g. the cuBLAS/cuSPARSE/cuSOLVER headers"
+        " ATen's CUDA headers include, which a JIT compiling its own kernels never reads.",
+    )
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return _without_absent(handler(self), "build_only")
+        return _without_absent(handler(self), "build_only", "build_only_components")
+
+    @model_validator(mode="after")
+    def _build_only_names(self) -> CudaSpec:
+        if not self.build_only_components:
+            return self
+        if self.build_only:
+            raise ValueError(
+                "cuda.build_only_components with cuda.build_only = true: the whole toolchain is"
+                " build-only already; drop one of them"
+            )
+        names = [split_pin(p)[0] for p in self.components]
+        asked = [normalize_name(n) for n in self.build_only_components]
+        unknown = [n for n in self.build_only_components if normalize_name(n) not in names]
+        if unknown:
+            raise ValueError(
+                f"cuda.build_only_components names {', '.join(unknown)}, not among"
+                f" cuda.components ({', '.join(names)})"
+            )
+        if set(asked) == set(names):
+            raise ValueError(
+                "cuda.build_only_components names every component: write cuda.build_only = true"
+            )
+        return self
 
     @field_validator("components")
     @classmethod
@@ -456,10 +485,12 @@ class LockedCuda(_Strict):
     home: str
     build_only: bool | None = None
     """true: images leave the toolchain out of the run environment (CudaSpec.build_only)."""
+    build_only_components: list[str] | None = None
+    """Canonical names of the components only source builds get (CudaSpec's field)."""
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return _without_absent(handler(self), "build_only")
+        return _without_absent(handler(self), "build_only", "build_only_components")
 
     @property
     def prefix_subdir(self) -> str:
@@ -500,6 +531,14 @@ class Lock(_Strict):
     def toolchain_packages(self) -> list[LockedPackage]:
         """The CUDA toolchain: installed into its own prefix (cuda.home), never the run venv."""
         return [p for p in self.packages if p.role == "cuda"]
+
+    def run_toolchain_packages(self) -> list[LockedPackage]:
+        """The part of the toolchain the run environment keeps: none when it is build-only,
+        else every component but those only source builds need."""
+        if self.cuda is None or self.cuda.build_only:
+            return []
+        left_out = set(self.cuda.build_only_components or ())
+        return [p for p in self.toolchain_packages() if normalize_name(p.name) not in left_out]
 
     def closure_body(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude={"closure_hash"})

@@ -94,7 +94,13 @@ def ensure_environment(
 
 
 def toolchain_of(lock: Lock) -> list[tuple[str, str, Artifact]]:
-    return [(p.name, p.version, p.artifact) for p in lock.toolchain_packages()]
+    """The toolchain a local env gets: a build-only one whole (local runs may build sources),
+    else its run-time part (cuda.build_only_components left out, as in the image)."""
+    if lock.cuda is not None and lock.cuda.build_only:
+        packages = lock.toolchain_packages()
+    else:
+        packages = lock.run_toolchain_packages()
+    return [(p.name, p.version, p.artifact) for p in packages]
 
 
 def _build(lock: Lock, store: Store, root: Path, compile_bytecode: bool = True) -> None:
