@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# On the GPU machine, over one lease of several device calls: the `all` suite of solutions in
+# their containers over the imported machine stack (--runtime docker --over gpu-host-stack),
+# where some envs need store entries the machine lacks (DeepGEMM's built wheel and its run-time
+# CUDA toolchain). The working tree (~38 MB) leaves about 27 MB a call for anything else, so
+# the engine and the store entries come in parts:
+#   engine: `split -n 2 -d -a 2 docker-engine.tar.xz part-` beside docker-engine.tar.xz.sha256
+#   store:  one tar of store entries (files named by their sha256), `split -b 26M -d -a 2` into
+#           part-NN beside wheels.tar.sha256
+# A driver, in its own session, brings the engine up and imports the base as soon as the engine
+# parts are there (while the store parts are still being carried), fills the store once every
+# store part is there, then audits. State lives in STATE, outside the repository copy, alive
+# while the lease is.
+#   scripts/gpu/overlay-audit.sh start STATE ENGINE_DIR LIST   stash engine parts, start the
+#                                        driver for the solutions LIST names (one a line)
+#   scripts/gpu/overlay-audit.sh part STATE engine|store DIR   stash more parts
+#   scripts/gpu/overlay-audit.sh poll STATE SECONDS [DEST]     wait up to SECONDS for the driver
+#                                        to end, print its steps, pack what is there to DEST
+# NENGINE (default 2) and NSTORE (default 6) are how many parts the driver waits for; the
+# driver's steps go to STATE/session/steps.txt (scripts/gpu/library-session.sh does the work).
+set -u
+cmd=$1 state=$2
+shift 2
+session=$state/session
+here=$(dirname "$0")
+mkdir -p "$state/engine" "$state/store" "$session"
+wait_for() { # FOLDER COUNT: until FOLDER holds COUNT part-* files (at most 30 min)
+  for _ in $(seq 900); do
+    [ "$(ls "$1"/part-* 2>/dev/null | wc -l)" -ge "$2" ] && return 0
+    sleep 2
+  done
+  return 1
+}
+case $cmd in
+  start)
+    cp "$1"/* "$state/engine/"
+    grep -v '^$' "$2" >"$state/solutions.txt"
+    setsid bash "$0" drive "$state" >"$state/driver.log" 2>&1 </dev/null &
+    echo "driver started: $(wc -l <"$state/solutions.txt") solutions"
+    ;;
+  part)
+    cp "$2"/* "$state/$1/"
+    ls -l "$state/$1"
+    ;;
+  drive)
+    out=$session steps=$session/steps.txt
+    source "$here/steps.sh"
+    tarball=$state/docker-engine.tar.xz
+    wait_for "$state/engine" "${NENGINE:-2}" || { echo "engine parts never came" >>"$steps"; exit 1; }
+    cat "$state"/engine/part-* >"$tarball"
+    cp "$state/engine/docker-engine.tar.xz.sha256" "$tarball.sha256"
+    ENGINE_TARBALL=$tarball bash "$here/library-session.sh" up "$session"
+    wait_for "$state/store" "${NSTORE:-6}" || { echo "store parts never came" >>"$steps"; exit 1; }
+    mkdir -p "${SCRATCH:-/root/ea}/stash"
+    cp "$state"/store/* "${SCRATCH:-/root/ea}/stash/"
+    ENGINE_TARBALL=$tarball bash "$here/library-session.sh" store "$session"
+    mapfile -t solutions <"$state/solutions.txt"
+    ENGINE_TARBALL=$tarball SUITE=all RESUME=1 \
+      bash "$here/library-session.sh" audit "$session" - "${solutions[@]}"
+    touch "$state/done"
+    ;;
+  poll)
+    for _ in $(seq "$1"); do
+      [ -e "$state/done" ] && break
+      sleep 1
+    done
+    cat "$session/steps.txt" 2>/dev/null
+    wc -l "$session"/audit-*/results.jsonl 2>/dev/null
+    tail -3 "$state/driver.log"
+    [ -n "${2:-}" ] && bash "$here/library-session.sh" pack "$session" "$2"
+    ;;
+  *)
+    echo "unknown step $cmd" >&2
+    exit 2
+    ;;
+esac
