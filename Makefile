@@ -78,14 +78,15 @@ build: bootstrap
 # the all suite of the 34 torch-2.11-cu130 solutions (record/), FlashMLA's and NATTEN's all
 # suites, and the dev suite of the library solutions. Where a solution has lines of both suites,
 # merge keeps the newest per workload; earlier lines are kept as history under docs/results/.
-# DeepGEMM was run on the lent H100 only (host runtime, beside the torch solutions of its
-# definitions): the report shows it under that GPU model, apart from the H200's.
+# DeepGEMM was run on the lent H100 only (in containers over the imported machine stack, beside
+# the torch solutions of its definitions): the report shows it under that GPU model, apart from
+# the H200's; the host-runtime run of the same day (deepgemm-all.jsonl) is history.
 REPORT_LINES := docs/results/h200/libraries/audit-dev.jsonl docs/results/h200/libraries/tilelang-0.1.12.jsonl \
 	docs/results/h200/flashmla/flashmla-13.1.jsonl docs/results/h200/flashmla/flashmla-13.3.jsonl \
 	docs/results/h200/gdn-strict-diagnostic.jsonl \
 	docs/results/h200/natten/natten.jsonl docs/results/h200/natten/torch-flex.jsonl \
 	docs/results/h200/record/containers-all.jsonl \
-	docs/results/h100/deepgemm/deepgemm-all.jsonl
+	docs/results/h100/deepgemm/containers-all.jsonl
 report: bootstrap
 	.venv/bin/envaudit merge $(REPORT_LINES) --out docs/report
 	scripts/report-screenshot.sh docs/report/report.html docs/report-screenshot.png
