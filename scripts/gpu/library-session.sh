@@ -19,6 +19,8 @@
 #                                                          lines appended to OUT/alternate/<env>.jsonl
 #   scripts/gpu/library-session.sh envaudit OUT ARGS...     any envaudit command in the session's
 #                                                          setting (engine, store, cache)
+#   STEP_NAME=N scripts/gpu/library-session.sh exec OUT CMD...  any command in that setting,
+#                                                          its output to OUT/N.txt
 #   scripts/gpu/library-session.sh scaling OUT SOLUTION... scripts/gpu/gpu-scaling.sh (two GPUs)
 #   scripts/gpu/library-session.sh pack OUT DEST           each audit's result files to DEST (few
 #                                                          files, as the device tool wants) and
@@ -107,6 +109,10 @@ case $cmd in
   envaudit)
     setup
     step "envaudit-$1" python3 -m envaudit "$@"
+    ;;
+  exec)
+    setup
+    step "${STEP_NAME:-exec}" "$@"
     ;;
   scaling)
     setup

@@ -14,6 +14,9 @@
 #   scripts/gpu/overlay-audit.sh start STATE ENGINE_DIR LIST   stash engine parts, start the
 #                                        driver for the solutions LIST names (one a line)
 #   scripts/gpu/overlay-audit.sh part STATE engine|store DIR   stash more parts
+#   scripts/gpu/overlay-audit.sh exec STATE SECONDS CMD...     wait up to SECONDS for the store,
+#                                        then run CMD in the session's setting (an empty LIST:
+#                                        the driver audits nothing)
 #   scripts/gpu/overlay-audit.sh poll STATE SECONDS [DEST]     wait up to SECONDS for the driver
 #                                        to end, print its steps, pack what is there to DEST
 # NENGINE (default 2) and NSTORE (default 6) are how many parts the driver waits for; the
@@ -54,10 +57,26 @@ case $cmd in
     mkdir -p "${SCRATCH:-/root/ea}/stash"
     cp "$state"/store/* "${SCRATCH:-/root/ea}/stash/"
     ENGINE_TARBALL=$tarball bash "$here/library-session.sh" store "$session"
+    touch "$state/ready"
     mapfile -t solutions <"$state/solutions.txt"
-    ENGINE_TARBALL=$tarball SUITE=all RESUME=1 \
-      bash "$here/library-session.sh" audit "$session" - "${solutions[@]}"
+    if [ "${#solutions[@]}" -gt 0 ]; then
+      ENGINE_TARBALL=$tarball SUITE=all RESUME=1 \
+        bash "$here/library-session.sh" audit "$session" - "${solutions[@]}"
+    fi
     touch "$state/done"
+    ;;
+  exec)
+    for _ in $(seq "$1"); do
+      [ -e "$state/ready" ] && break
+      sleep 1
+    done
+    [ -e "$state/ready" ] || { echo "the session is not ready"; tail -5 "$state/driver.log"; exit 1; }
+    shift
+    ENGINE_TARBALL=$state/docker-engine.tar.xz STEP_NAME=${STEP_NAME:-exec} \
+      bash "$here/library-session.sh" exec "$session" "$@"
+    rc=$?
+    tail -40 "$session/${STEP_NAME:-exec}.txt"
+    exit $rc
     ;;
   poll)
     for _ in $(seq "$1"); do

@@ -314,3 +314,32 @@ def test_a_cuda_solution_is_compiled_for_the_gpu_and_passes(tmp_path: Path) -> N
     lines = run_lines(tmp_path, "native_cuda", tmp_path / "lines.jsonl", device, cache)
     assert [ln["status"] for ln in lines] == ["PASSED", "PASSED"], lines[0].get("message")
     assert lines[0]["build"]["arch"] == "sm90a" and lines[0]["timing"]
+
+
+@pytest.mark.gpu
+def test_a_cuda_solution_is_compiled_in_its_image_and_passes(tmp_path: Path) -> None:
+    """On the GPU machine, in the session scripts/gpu/overlay-audit.sh sets up (an engine, the
+    imported machine stack as base `gpu-host-stack`, the store holding this lock's toolchain):
+    the solution is compiled by the lock's own nvcc inside its container, as the non-root user
+    with no network, and the kernel runs there."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from envaudit.image.engine import Engine, EngineError
+    from tests.harness.test_gpu_faults import gpu_uuid
+
+    try:
+        Engine.connect()
+    except EngineError as exc:
+        pytest.skip(f"no container engine: {exc}")
+    write_toy_root(tmp_path / "data")
+    sources = {"kernel.cu": KERNEL_CU, "main.cpp": MAIN_CPP}
+    write_cuda_solution(tmp_path / "solutions/native_cuda", "native_cuda", sources, ["cuda"])
+    device = ["--gpu", gpu_uuid(), "--runtime", "docker", "--over", "gpu-host-stack"]
+    device += ["--env", ENV]
+    lines = run_lines(tmp_path, "native_cuda", tmp_path / "lines.jsonl", device, {})
+    assert [ln["status"] for ln in lines] == ["PASSED", "PASSED"], lines[0].get("message")
+    context = lines[0]["context"]
+    assert context["runtime"] == "docker" and context["env"] == ENV, context
+    assert context["env_check"]["matches"], context["env_check"]
+    assert lines[0]["build"]["arch"] == "sm90a" and lines[0]["timing"]
