@@ -38,7 +38,13 @@ case $cmd in
   start)
     cp "$1"/* "$state/engine/"
     grep -v '^$' "$2" >"$state/solutions.txt"
-    setsid bash "$0" drive "$state" >"$state/driver.log" 2>&1 </dev/null &
+    # The driver outlives this call, and each later call syncs the repository copy afresh: it
+    # runs from a snapshot of what it reads, so no sync can pull a file from under it.
+    mkdir -p "$state/repo/scratch"
+    cp -r src scripts solutions workloads locks containers pyproject.toml "$state/repo/"
+    cp -r scratch/gpu-wheels "$state/repo/scratch/"
+    (cd "$state/repo" && setsid bash scripts/gpu/overlay-audit.sh drive "$state" \
+      >"$state/driver.log" 2>&1 </dev/null &)
     echo "driver started: $(wc -l <"$state/solutions.txt") solutions"
     ;;
   part)
@@ -56,7 +62,8 @@ case $cmd in
     wait_for "$state/store" "${NSTORE:-6}" || { echo "store parts never came" >>"$steps"; exit 1; }
     mkdir -p "${SCRATCH:-/root/ea}/stash"
     cp "$state"/store/* "${SCRATCH:-/root/ea}/stash/"
-    ENGINE_TARBALL=$tarball bash "$here/library-session.sh" store "$session"
+    ENGINE_TARBALL=$tarball bash "$here/library-session.sh" store "$session" \
+      || { echo "filling the store failed" >>"$steps"; exit 1; }
     touch "$state/ready"
     mapfile -t solutions <"$state/solutions.txt"
     if [ "${#solutions[@]}" -gt 0 ]; then
