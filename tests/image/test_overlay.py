@@ -96,3 +96,15 @@ def test_a_build_only_toolchain_is_not_installed_over_the_stack() -> None:
     overlay = plan_overlay(lock, "b", "gpu-host-stack", "/opt/torch/.venv/bin/python", "c", drift)
     assert overlay.toolchain is None and overlay.cuda_home is None
     assert "/opt/envaudit/toolchain" not in render_overlay_dockerfile(overlay)
+
+
+def test_build_only_components_are_not_installed_over_the_stack() -> None:
+    body = sample_lock(sources=[]).model_dump(mode="json", exclude={"closure_hash"})
+    body["cuda"]["build_only_components"] = ["nvidia-cuda-runtime"]
+    lock = seal(body)
+    drift = compare(lock, installed(**STACK, safetensors="0.8.0"), None, "3.12")
+    overlay = plan_overlay(lock, "b", "gpu-host-stack", "/opt/torch/.venv/bin/python", "c", drift)
+    assert overlay.toolchain is not None and overlay.verified["toolchain"] == 1
+    assert [n for n, _, _ in overlay.toolchain.packages] == ["nvidia-cuda-nvcc"]
+    assert overlay.verified["added"] == 0  # a left-out component is not a missing package
+    assert 'CUDA_HOME="/opt/cuda"' in render_overlay_dockerfile(overlay)

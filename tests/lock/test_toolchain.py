@@ -181,3 +181,21 @@ def test_a_new_toolchain_rebuilds_the_wheel(places: Path) -> None:
     again = envaudit(places, "lock", "probe")
     assert again.exit_code == 0 and "built probe" in again.output, again.output
     assert {p.version for p in load_lock(folder).toolchain_packages()} == {"13.0.1", "1.16.0"}
+
+
+def test_a_local_env_gets_the_toolchain_its_image_would_keep() -> None:
+    """toolchain_of: the run-time part (build_only_components left out, as in the image); a
+    build-only toolchain whole, since a local run may build the env's sources."""
+    from envaudit.runtime.runtimes.local import toolchain_of
+    from envaudit.schema.locks import seal
+    from tests.image.test_dockerfile import sample_lock
+
+    body = sample_lock(sources=[]).model_dump(mode="json", exclude={"closure_hash"})
+    assert [n for n, _, _ in toolchain_of(seal(body))] == [
+        "nvidia-cuda-nvcc",
+        "nvidia-cuda-runtime",
+    ]
+    body["cuda"]["build_only_components"] = ["nvidia-cuda-runtime"]
+    assert [n for n, _, _ in toolchain_of(seal(body))] == ["nvidia-cuda-nvcc"]
+    body["cuda"] = {**body["cuda"], "build_only": True, "build_only_components": None}
+    assert len(toolchain_of(seal(body))) == 2
