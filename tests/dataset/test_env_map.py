@@ -120,8 +120,9 @@ def test_a_cuda_solution_in_a_lock_without_a_run_time_nvcc_stops_before_anything
     tmp_path: Path,
 ) -> None:
     """A cuda solution is compiled in its job: torch-cpu has no toolchain, flashmla-13.3 has a
-    build-only one (gone from its run environment); both are refused naming the locks that
-    keep nvcc at run time."""
+    build-only one (gone from its run environment), deepgemm-2.6.1 keeps only nvcc's part of
+    one (no cuBLAS headers for ATen's); all three are refused naming the locks that keep the
+    whole toolchain at run time."""
     spec = BuildSpec(
         language="cuda",
         target_hardware=["cuda"],
@@ -133,11 +134,11 @@ def test_a_cuda_solution_in_a_lock_without_a_run_time_nvcc_stops_before_anything
         name="cuda-one", definition=DEFINITION, author="fib-tests", spec=spec, sources=[source]
     )
     root = write_nested_root(tmp_path / "fib", cuda)
-    for env in ("torch-cpu", "flashmla-13.3"):
+    for env in ("torch-cpu", "flashmla-13.3", "deepgemm-2.6.1"):
         code, output, lines = run(root, tmp_path, "cuda-one", "--runtime", "local", "--env", env)
         assert code == 2 and not lines, output
-        assert f"lock {env} keeps no CUDA toolchain there or pins no ninja" in output
-        assert "torch-2.11-cu130-nvcc" in output  # a lock that does
+        assert f"lock {env} keeps no whole CUDA toolchain there or pins no ninja" in output
+        assert "torch-2.11-cu130-nvcc" in output and "deepgemm" not in output.split("hint")[1]
     assert not (tmp_path / "cache" / "envs").exists()  # nothing was built
 
 

@@ -4,7 +4,8 @@ package is exit 2 naming it and the locks that have it, not an ImportError in ev
 Names that are toolchains or system libraries rather than Python packages (NON_PACKAGES) are
 not checked against the lock's packages: the lock's CUDA toolchain and the torch stack's
 nvidia-* wheels provide them. A `cuda` solution is compiled in its job: its lock must carry a
-CUDA toolchain kept at run time (a [cuda] table that is not build_only) and ninja, else the same
+CUDA toolchain kept whole at run time (a [cuda] table with neither build_only nor
+build_only_components) and ninja, else the same
 exit 2 names the locks that do."""
 
 from __future__ import annotations
@@ -106,14 +107,18 @@ def check_dependencies(
 
 
 def run_time_toolchain(locks_dir: Path, env: str) -> bool | None:
-    """Whether a lock keeps its CUDA toolchain in the run environment and pins ninja, which
-    torch's extension builder drives (None: no readable lock)."""
+    """Whether a lock keeps its whole CUDA toolchain in the run environment and pins ninja, which
+    torch's extension builder drives (None: no readable lock). A toolchain kept in part
+    (cuda.build_only_components: DeepGEMM's env keeps nvcc for its JIT but not the cuBLAS
+    headers ATen's CUDA headers include) would turn the env's gap into the solution's
+    COMPILE_ERROR, so it does not count."""
     try:
         lock = load_lock(locks_dir / env)
     except LockError:
         return None
     ninja = any(canonicalize_name(p.name) == "ninja" for p in lock.runtime_packages())
-    return lock.cuda is not None and not lock.cuda.build_only and ninja
+    cuda = lock.cuda
+    return cuda is not None and not cuda.build_only and not cuda.build_only_components and ninja
 
 
 def check_run_time_toolchain(solution: str, env: str, locks_dir: Path) -> None:
@@ -126,7 +131,7 @@ def check_run_time_toolchain(solution: str, env: str, locks_dir: Path) -> None:
     ]
     raise DependencyError(
         f"solution {shown(solution)} is CUDA source compiled in its job, which needs nvcc and"
-        f" ninja at run time; lock {env} keeps no CUDA toolchain there or pins no ninja",
+        f" ninja at run time; lock {env} keeps no whole CUDA toolchain there or pins no ninja",
         hint=f"locks that do: {', '.join(having) or 'none here'}; choose one with --env or"
         f" {ENV_MAP_HINT} beside the data",
     )
