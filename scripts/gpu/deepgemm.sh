@@ -67,5 +67,5 @@ step audit timeout "${AUDIT_S:-240}" python3 -m envaudit audit "${args[@]}"
 cp "$scratch/audit/results.jsonl" "$out/deepgemm-all.jsonl" 2>/dev/null
 wc -l "$out/deepgemm-all.jsonl" | tee -a "$steps"
 # Logs only: the audit folder also holds the staged inputs (hundreds of MB at M=16384).
-(cd "$scratch/audit" && find . -type f -size -1M ! -name '*.jsonl' -print0 |
+(cd "$scratch/audit" && find . -type f -size -1024k ! -name '*.jsonl' -print0 |
   tar --null -T - -czf "$out/audit-logs.tgz")
