@@ -16,6 +16,7 @@ import pytest
 
 from envaudit.lock.files import load_lock
 from envaudit.lock.verify import locked_distributions
+from envaudit.settings import REQUIRE_ENGINE, value
 from tests.conftest import REPO
 from tests.lock.helpers import env_header, envaudit, new_repo, setuptools_pyproject
 
@@ -34,6 +35,9 @@ seen = {
     "cudart_link": os.path.islink(os.path.join(home, "lib", "libcudart.so")),
     "six_in_builder": importlib.util.find_spec("six") is not None,
     "ld_library_path": os.environ.get("LD_LIBRARY_PATH", ""),
+    "prefix": sorted(os.listdir(os.path.realpath(os.path.join(home, "..", ".."))))
+    if os.path.isdir(home)
+    else [],
 }
 Path("src/probe/seen.json").write_text(json.dumps(seen))
 setup(packages=["probe"], package_dir={"": "src"}, package_data={"probe": ["seen.json"]})
@@ -199,3 +203,62 @@ def test_a_local_env_gets_the_toolchain_its_image_would_keep() -> None:
     assert [n for n, _, _ in toolchain_of(seal(body))] == ["nvidia-cuda-nvcc"]
     body["cuda"] = {**body["cuda"], "build_only": True, "build_only_components": None}
     assert len(toolchain_of(seal(body))) == 2
+
+
+def _engine_missing() -> str | None:
+    from envaudit.image.engine import Engine, EngineError
+
+    try:
+        Engine.connect()
+    except EngineError as exc:
+        return f"no container engine: {exc}"
+    return None
+
+
+@pytest.mark.skipif(
+    _engine_missing() is not None and not value(REQUIRE_ENGINE), reason=_engine_missing() or ""
+)
+def test_an_image_builds_with_the_whole_toolchain_and_keeps_its_run_time_part(
+    places: Path,
+) -> None:
+    """[cuda] build_only_components, in a real image: the source stage builds the unbuilt source
+    with every component in the toolchain prefix, the final image's prefix lacks the left-out
+    one and keeps the rest as CUDA_HOME."""
+    from typer.testing import CliRunner
+
+    from envaudit.cli import app
+    from envaudit.image.build import plan_build
+    from envaudit.image.engine import Engine
+    from tests.conftest import base_recipe_for
+    from tests.lock.helpers import PYTHON
+
+    fake_toolchain_wheel(places / "wheels", "13.0.0")
+    repo = places / "probe-split"
+    files = {"setup.py": PROBE_SETUP, "pyproject.toml": setuptools_pyproject("probe")}
+    rev = new_repo(repo, {**files, "src/probe/__init__.py": ""})
+    body = probe_env(repo, rev, "13.0.0").replace(
+        'components = ["fake-cuda-toolchain==13.0.0", "six==1.16.0"]\n',
+        'components = ["fake-cuda-toolchain==13.0.0", "six==1.16.0"]\n'
+        'build_only_components = ["six"]\n',
+    )
+    write_env(places, "split", body)
+    for argv in (("lock", "split", "--no-build"), ("fetch", "split")):
+        result = envaudit(places, *argv)
+        assert result.exit_code == 0, result.output
+    based = CliRunner().invoke(app, ["base", "build", base_recipe_for(PYTHON)])
+    assert based.exit_code == 0, based.output
+    built = envaudit(places, "build", "--env", "split")
+    assert built.exit_code == 0, built.output
+    tag = plan_build("split", places / "locks").image.tag
+    script = (
+        "ls /opt/envaudit/toolchain; echo CUDA_HOME=$CUDA_HOME;"
+        ' python -c \'import importlib.resources as r; print(r.files("probe")'
+        '.joinpath("seen.json").read_text())\''
+    )
+    output = Engine.connect().client.containers.run(tag, ["sh", "-c", script], remove=True)
+    lines = output.decode().splitlines()
+    seen = json.loads(lines[-1])
+    assert "six.py" in seen["prefix"] and "nvidia" in seen["prefix"]  # the build saw them all
+    assert seen["cuda_home"] == "/opt/cuda"
+    final = lines[: lines.index("CUDA_HOME=/opt/cuda")]
+    assert "nvidia" in final and "six.py" not in final, final  # the image keeps its run part
