@@ -158,3 +158,26 @@ def skip_unless_ready(reason: str | None, required: settings.Setting[bool]) -> p
     if reason and settings.value(required):
         raise RuntimeError(f"{required.name}=1 but {reason}")
     return pytest.mark.skipif(reason is not None, reason=reason or "")
+
+
+def engine_missing() -> str | None:
+    """Why no container engine answers here (None: one does)."""
+    from envaudit.image.engine import Engine, EngineError
+
+    try:
+        Engine.connect()
+    except EngineError as exc:
+        return f"no container engine: {exc}"
+    return None
+
+
+def slurm_missing() -> str | None:
+    """Why no Slurm answers here (None: one does; scripts/slurm/single-node.sh starts one)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("squeue") is None:
+        return "no Slurm here (scripts/slurm/single-node.sh starts one)"
+    if subprocess.run(["squeue", "-h"], capture_output=True).returncode != 0:
+        return "Slurm does not answer (scripts/slurm/single-node.sh starts one)"
+    return None

@@ -13,8 +13,6 @@ import hashlib
 import json
 import math
 import os
-import shutil
-import subprocess
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +22,7 @@ from typer.testing import CliRunner
 
 from envaudit import settings
 from envaudit.cli import app
-from envaudit.image.engine import Engine, EngineError
+from envaudit.image.engine import Engine
 from envaudit.lock.bisect_locks import toml_text
 from envaudit.lock.bisect_search import search
 from envaudit.lock.config import FetchConfig
@@ -33,7 +31,14 @@ from envaudit.lock.files import load_lock, load_spec, write_lock
 from envaudit.lock.resolve import lock_env
 from envaudit.lock.store import Store
 from envaudit.schema.locks import EnvSpec
-from tests.conftest import REPO, base_recipe_for, write_toy_root
+from tests.conftest import (
+    REPO,
+    base_recipe_for,
+    engine_missing,
+    skip_unless_ready,
+    slurm_missing,
+    write_toy_root,
+)
 from tests.lock.helpers import PYTHON, env_header
 
 TORCH_CPU = load_lock(REPO / "locks" / "torch-cpu")
@@ -306,26 +311,7 @@ def test_a_culprit_s_partner_that_flips_alone_is_the_answer() -> None:
     assert narrowed(("other",), keys, folder, judge_by("other")) == ("other",)
 
 
-def _slurm_missing() -> str | None:
-    if shutil.which("squeue") is None:
-        return "no Slurm here (scripts/slurm/single-node.sh starts one)"
-    if subprocess.run(["squeue", "-h"], capture_output=True).returncode != 0:
-        return "Slurm does not answer (scripts/slurm/single-node.sh starts one)"
-    return None
-
-
-def _engine_missing() -> str | None:
-    try:
-        Engine.connect()
-    except EngineError as exc:
-        return f"no container engine: {exc}"
-    return None
-
-
-@pytest.mark.skipif(
-    _slurm_missing() is not None and not settings.value(settings.REQUIRE_SLURM),
-    reason=_slurm_missing() or "",
-)
+@skip_unless_ready(slurm_missing(), settings.REQUIRE_SLURM)
 def test_under_slurm_each_level_is_one_job_array_with_the_same_answer(places: Path) -> None:
     """Steps of one level at once (--parallel 2), each an `envaudit run` task of a job array on
     the real Slurm; a cache of its own, so every step runs there."""
@@ -354,10 +340,7 @@ def test_under_slurm_each_level_is_one_job_array_with_the_same_answer(places: Pa
         ), step
 
 
-@pytest.mark.skipif(
-    _engine_missing() is not None and not settings.value(settings.REQUIRE_ENGINE),
-    reason=_engine_missing() or "",
-)
+@skip_unless_ready(engine_missing(), settings.REQUIRE_ENGINE)
 def test_in_containers_every_step_is_an_image_of_its_lock(places: Path) -> None:
     """The pair under the docker runtime: the ends and the one step are each built as the image
     of their lock (the torch layer shared) and run there, with the local runtime's answer."""

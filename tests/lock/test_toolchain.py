@@ -16,8 +16,8 @@ import pytest
 
 from envaudit.lock.files import load_lock
 from envaudit.lock.verify import locked_distributions
-from envaudit.settings import REQUIRE_ENGINE, value
-from tests.conftest import REPO
+from envaudit.settings import REQUIRE_ENGINE
+from tests.conftest import REPO, engine_missing, skip_unless_ready
 from tests.lock.helpers import env_header, envaudit, new_repo, setuptools_pyproject
 
 SETUPTOOLS = "setuptools==80.9.0"
@@ -205,19 +205,7 @@ def test_a_local_env_gets_the_toolchain_its_image_would_keep() -> None:
     assert len(toolchain_of(seal(body))) == 2
 
 
-def _engine_missing() -> str | None:
-    from envaudit.image.engine import Engine, EngineError
-
-    try:
-        Engine.connect()
-    except EngineError as exc:
-        return f"no container engine: {exc}"
-    return None
-
-
-@pytest.mark.skipif(
-    _engine_missing() is not None and not value(REQUIRE_ENGINE), reason=_engine_missing() or ""
-)
+@skip_unless_ready(engine_missing(), REQUIRE_ENGINE)
 def test_an_image_builds_with_the_whole_toolchain_and_keeps_its_run_time_part(
     places: Path,
 ) -> None:

@@ -38,6 +38,7 @@ from tests.conftest import (
     SHIPPED_ROOT,
     UUID_BLOB,
     UUID_RANDOM,
+    engine_missing,
     skip_unless_ready,
     write_toy_root,
 )
@@ -50,10 +51,8 @@ LINKS = (os.environ.get("UV_FIND_LINKS") or os.environ.get("PIP_FIND_LINKS") or 
 
 
 def _why_skip() -> str | None:
-    try:
-        Engine.connect()
-    except EngineError as exc:
-        return f"no container engine: {exc}"
+    if engine_missing() is not None:
+        return engine_missing()
     if not any((Path(p) / TORCH.filename).is_file() for p in LINKS):
         return "the torch-cpu lock's CPU torch wheel is not in any configured find-links folder"
     return None

@@ -6,26 +6,16 @@ lines equal a local audit's (statuses and correctness figures)."""
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
-import pytest
 from typer.testing import CliRunner
 
 from envaudit.cli import app
-from envaudit.settings import REQUIRE_SLURM, value
-from tests.conftest import write_toy_root
+from envaudit.settings import REQUIRE_SLURM
+from tests.conftest import skip_unless_ready, slurm_missing, write_toy_root
 from tests.harness.test_faults import write_solution
 
-SLURM_UP = (
-    shutil.which("squeue") is not None
-    and subprocess.run(["squeue", "-h"], capture_output=True).returncode == 0
-)
-pytestmark = pytest.mark.skipif(
-    not SLURM_UP and not value(REQUIRE_SLURM),
-    reason="no Slurm answers here (scripts/slurm/single-node.sh starts one)",
-)
+pytestmark = skip_unless_ready(slurm_missing(), REQUIRE_SLURM)
 
 # Kills its task's `envaudit run` the first time it is imported (as a node failing would), and
 # computes the right answer from then on. This process's parent is its worker's judge, whose
