@@ -26,14 +26,8 @@ cmd=$1 state=$2
 shift 2
 session=$state/session
 here=$(dirname "$0")
+source "$here/parts.sh"
 mkdir -p "$state/engine" "$state/store" "$session"
-wait_for() { # FOLDER COUNT: until FOLDER holds COUNT part-* files (at most 30 min)
-  for _ in $(seq 900); do
-    [ "$(ls "$1"/part-* 2>/dev/null | wc -l)" -ge "$2" ] && return 0
-    sleep 2
-  done
-  return 1
-}
 case $cmd in
   start)
     cp "$1"/* "$state/engine/"
@@ -55,11 +49,10 @@ case $cmd in
     out=$session steps=$session/steps.txt
     source "$here/steps.sh"
     tarball=$state/docker-engine.tar.xz
-    wait_for "$state/engine" "${NENGINE:-2}" || { echo "engine parts never came" >>"$steps"; exit 1; }
-    cat "$state"/engine/part-* >"$tarball"
-    cp "$state/engine/docker-engine.tar.xz.sha256" "$tarball.sha256"
+    join_engine "$state/engine" "${NENGINE:-2}" "$tarball" \
+      || { echo "engine parts never came" >>"$steps"; exit 1; }
     ENGINE_TARBALL=$tarball bash "$here/library-session.sh" up "$session"
-    wait_for "$state/store" "${NSTORE:-6}" || { echo "store parts never came" >>"$steps"; exit 1; }
+    wait_for_parts "$state/store" "${NSTORE:-6}" || { echo "store parts never came" >>"$steps"; exit 1; }
     mkdir -p "${SCRATCH:-/root/ea}/stash"
     cp "$state"/store/* "${SCRATCH:-/root/ea}/stash/"
     ENGINE_TARBALL=$tarball bash "$here/library-session.sh" store "$session" \
@@ -73,23 +66,17 @@ case $cmd in
     touch "$state/done"
     ;;
   exec)
-    for _ in $(seq "$1"); do
-      [ -e "$state/ready" ] && break
-      sleep 1
-    done
-    [ -e "$state/ready" ] || { echo "the session is not ready"; tail -5 "$state/driver.log"; exit 1; }
+    wait_for_file "$state/ready" "$1" || { echo "the session is not ready"; tail -5 "$state/driver.log"; exit 1; }
     shift
-    ENGINE_TARBALL=$state/docker-engine.tar.xz STEP_NAME=${STEP_NAME:-exec} \
+    name=${STEP_NAME:-exec}
+    ENGINE_TARBALL=$state/docker-engine.tar.xz STEP_NAME=$name \
       bash "$here/library-session.sh" exec "$session" "$@"
     rc=$?
-    tail -40 "$session/${STEP_NAME:-exec}.txt"
+    tail -40 "$session/$name.txt"
     exit $rc
     ;;
   poll)
-    for _ in $(seq "$1"); do
-      [ -e "$state/done" ] && break
-      sleep 1
-    done
+    wait_for_file "$state/done" "$1"
     cat "$session/steps.txt" 2>/dev/null
     wc -l "$session"/audit-*/results.jsonl 2>/dev/null
     tail -3 "$state/driver.log"

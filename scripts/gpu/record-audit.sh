@@ -25,6 +25,7 @@ set -u
 cmd=$1 state=$2
 shift 2
 session=$state/session
+source "$(dirname "$0")/parts.sh"
 mkdir -p "$state/parts" "$session"
 case $cmd in
   start)
@@ -43,15 +44,8 @@ case $cmd in
     bash "$(dirname "$0")/integrity.sh" "$session/integrity" &
     integrity=$!
     tarball=$state/docker-engine.tar.xz
-    for _ in $(seq 900); do
-      if [ "$(ls "$state"/parts/part-* 2>/dev/null | wc -l)" -ge "${NPARTS:-2}" ]; then
-        cat "$state"/parts/part-* >"$tarball"
-        cp "$state"/parts/docker-engine.tar.xz.sha256 "$tarball.sha256"
-        break
-      fi
-      sleep 2
-    done
-    [ -f "$tarball" ] || { echo "engine parts never came" | tee -a "$steps"; exit 1; }
+    join_engine "$state/parts" "${NPARTS:-2}" "$tarball" \
+      || { echo "engine parts never came" | tee -a "$steps"; exit 1; }
     ENGINE_TARBALL=$tarball bash "$(dirname "$0")/library-session.sh" up "$session"
     wait "$integrity"
     echo "integrity done" | tee -a "$steps"
@@ -61,10 +55,7 @@ case $cmd in
     touch "$state/done"
     ;;
   poll)
-    for _ in $(seq "$1"); do
-      [ -e "$state/done" ] && break
-      sleep 1
-    done
+    wait_for_file "$state/done" "$1"
     cat "$session/steps.txt" "$session/integrity/steps.txt" 2>/dev/null
     wc -l "$session"/audit-*/results.jsonl 2>/dev/null
     tail -3 "$state/driver.log"
