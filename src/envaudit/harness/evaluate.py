@@ -47,13 +47,16 @@ from envaudit.harness.inputs import (
 )
 from envaudit.harness.judge import Submitter, correctness, probe_point, scaled
 from envaudit.harness.solution import LoadedSolution
+from envaudit.harness.timed_calls import JudgedCalls
 from envaudit.harness.timing import (
     CPU_TARGET_MEASURE_MS,
     GraphCaptureError,
+    flush_bytes,
     time_eager_cuda,
     time_graph_cuda,
     time_wall_clock,
 )
+from envaudit.harness.witness import fresh_input
 from envaudit.schema.expressions import evaluate as evaluate_expression
 from envaudit.schema.options import EvalOptions
 from envaudit.schema.progress import QuietGate
@@ -511,47 +514,75 @@ def _input_copies(inputs: dict[str, Any], device: torch.device) -> list[dict[str
 def _time(
     ctx: EvalContext, workload: Mapping[str, Any], inputs: dict[str, Any], clock: PhaseClock
 ) -> dict[str, Any]:
+    """Eager (or wall-clock) and graph timing, each mode's calls judged (envaudit.harness.witness):
+    a wrong answer from a timed call fails the workload like the validation would."""
     _await_quiet(ctx, clock)
     with clock.phase("timing_setup"):
         copies = _input_copies(inputs, ctx.device)
         prepared = [_prepare(ctx, copy)[0] for copy in copies]
-    dps = ctx.solution.destination_passing
-    outputs = _allocate_outputs(ctx, workload, 0) if dps else None
+    fresh = fresh_input(ctx.definition, workload)
+    flush = flush_bytes(ctx.device) if ctx.device.type == "cuda" else 0
 
-    def launch(i: int) -> Any:
-        return ctx.solution.call(copies[i], outputs, prepared[i])
+    def judged(mode: str) -> JudgedCalls:
+        return JudgedCalls(
+            ask=ctx.judge.ask,
+            uuid=str(workload["uuid"]),
+            mode=mode,
+            device=ctx.device,
+            call=ctx.solution.call,
+            copies=copies,
+            prepared=prepared,
+            destination_passing=ctx.solution.destination_passing,
+            fresh=fresh,
+            layouts=_output_layouts(ctx, workload),
+            flush_bytes=flush,
+        )
 
-    timing: dict[str, Any] = {}
+    timing: dict[str, Any] = {"fresh_input": fresh.name if fresh is not None else None}
     try:
         with clock.phase("eager"):
+            calls = judged("eager")
             if ctx.device.type == "cuda":
                 eager = time_eager_cuda(
-                    launch, len(copies), ctx.device, ctx.clock, **ctx.options.budgets()
+                    calls.launch,
+                    len(copies),
+                    ctx.device,
+                    ctx.clock,
+                    **ctx.options.budgets(),
+                    window=calls,
                 )
                 timing["eager"] = eager.as_dict()
             else:
                 budget = ctx.options.measure_ms or CPU_TARGET_MEASURE_MS
-                timing["eager"] = time_wall_clock(launch, len(copies), budget).as_dict()
+                stats = time_wall_clock(calls.launch, len(copies), budget, calls)
+                timing["eager"] = stats.as_dict()
     except Exception as exc:
         msg = f"during timing: {type(exc).__name__}: {exc}\n{traceback.format_exc()[-2000:]}"
         raise SolutionFailure("RUNTIME_ERROR", msg) from exc
+    with clock.phase("reference"):
+        _raise_unless_passed(calls.finish(), "a timed call (eager): ")
     with clock.phase("clock_read"):
         timing["clocks_after_eager"] = clock_state(ctx.device)
     if ctx.options.graph_timing and ctx.device.type == "cuda":
+        calls = judged("graph")
         try:
             with clock.phase("graph"):
                 graph = time_graph_cuda(
-                    launch,
+                    calls.launch,
                     len(copies),
                     ctx.device,
                     ctx.clock,
                     timing["eager"]["median_ms"],
                     **ctx.options.budgets(),
+                    window=calls,
                 )
                 timing["graph"] = graph.as_dict()
         except GraphCaptureError as exc:
             timing["graph"] = None
             timing["graph_error"] = str(exc)[:TRACEBACK_CHARS]
+        if timing.get("graph") is not None:
+            with clock.phase("reference"):
+                _raise_unless_passed(calls.finish(), "a timed call (graph): ")
     return timing
 
 

@@ -42,6 +42,7 @@ from envaudit.harness.inputs import (
     torch_dtype,
 )
 from envaudit.harness.reference import ReferenceCache
+from envaudit.harness.witness import ModeWitness, TimingWitness, fresh_input
 
 MESSAGE_LIMIT_BYTES = 64 << 20
 """The longest message either process reads from the other (a result line is a few KB)."""
@@ -207,9 +208,97 @@ class Judge:
     cache: ReferenceCache
     strict: bool = False
     verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    witness: TimingWitness | None = None
 
     def begin(self, uuid: str) -> None:
         self.verdicts[uuid] = {"scale": {}}
+
+    def timing(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """One step of the timing handshake (envaudit.harness.witness): setup, begin (the
+        judge's clock starts; a nonce for the fresh inputs), end (it stops; the judge reads the
+        slots its sample picked), finish (the picked calls judged). Any malformed request ends
+        the mode's record with an error, which flags its figure."""
+        uuid, mode = str(request.get("uuid")), str(request.get("mode"))
+        workload = self.workloads.get(uuid)
+        if workload is None or mode not in ("eager", "graph"):
+            return _refused(f"timing of {uuid!r} in mode {mode!r}")
+        if self.witness is None:
+            self.witness = TimingWitness(self.device)
+        step = request.get("timing")
+        fresh = fresh_input(self.definition, workload)
+        try:
+            if step == "setup":
+                return self.witness.setup(uuid, request, fresh)
+            if step == "begin":
+                return {"nonce": self.witness.begin(uuid, mode, int(request.get("first") or 0))}
+            if step == "end":
+                samples = request.get("samples_ms")
+                if not isinstance(samples, list) or len(samples) > 100_000:
+                    raise ValueError("the batch's samples are not a list of times")
+                self.witness.end(uuid, mode, [float(v) for v in samples])
+                return {}
+            if step == "finish":
+                return self._finish_timing(uuid, mode, workload, fresh)
+        except (KeyError, TypeError, ValueError) as exc:
+            record = self.witness.picked(uuid, mode)
+            if record is not None:
+                record.error = f"timing handshake: {type(exc).__name__}: {exc}"[:500]
+            return _refused(f"timing handshake: {type(exc).__name__}")
+        return _refused(f"unknown timing step {step!r}")
+
+    def _finish_timing(
+        self, uuid: str, mode: str, workload: Mapping[str, Any], fresh: Any
+    ) -> dict[str, Any]:
+        assert self.witness is not None
+        record = self.witness.picked(uuid, mode)
+        result: dict[str, Any] = {"status": "PASSED", "message": ""}
+        if record is None:
+            result["summary"] = None
+        else:
+            try:
+                result.update(self._judge_picked(record, workload, fresh))
+            except torch.cuda.OutOfMemoryError as exc:
+                record.error = f"out of memory judging the timed calls: {exc}"[:500]
+            except InputError as exc:
+                result.update(status="WORKLOAD_ERROR", message=f"workload inputs: {exc}")
+            finally:
+                if self.device.type == "cuda":
+                    torch.cuda.empty_cache()
+            result["summary"] = record.summary()
+        self.verdicts.setdefault(uuid, {"scale": {}}).setdefault("timing", {})[mode] = result
+        return result
+
+    def _judge_picked(
+        self, record: ModeWitness, workload: Mapping[str, Any], fresh: Any
+    ) -> dict[str, Any]:
+        """Compute the reference for each timed call the judge read, on that call's inputs,
+        and compare: the first that fails fails the workload."""
+        dtypes = [torch_dtype(spec["dtype"]) for spec in self.definition["outputs"].values()]
+        for item in record.picked:
+            if item.outputs is None:
+                continue
+            inputs = draw_checked(self.definition, workload, self.root, self.device, 0)
+            if fresh is not None:
+                inputs[fresh.name] = fresh.draw(item.nonce, item.step, item.copy, self.device)
+            try:
+                with torch.no_grad():
+                    refs = run_reference(self.definition, inputs)
+            except torch.cuda.OutOfMemoryError:
+                raise
+            except Exception as exc:
+                msg = f"the definition's reference raised {type(exc).__name__}: {exc}"
+                return {"status": "WORKLOAD_ERROR", "message": msg[:4000]}
+            comparisons = compare_outputs(self.definition, item.outputs, refs, dtypes)
+            status = overall_status(comparisons)
+            del refs, inputs
+            if status != "PASSED":
+                failing = next(c for c in comparisons if c.status == status)
+                where = f"batch {item.batch}, step {item.step}"
+                return {
+                    "status": status,
+                    "message": f"{failing.output}: {failing.message} ({where})",
+                }
+        return {"status": "PASSED", "message": ""}
 
     def verdict(self, request: Mapping[str, Any], outputs_dir: Path) -> dict[str, Any]:
         """Judge one call's outputs: the request names the workload, the input draw, the scale
@@ -314,6 +403,7 @@ class Judge:
         if validation is not None and "reference_cached" in validation:
             outcome["reference_cached"] = validation["reference_cached"]
         _settle_probe(outcome, {**record["scale"], "1.0": validation or {"status": "NONE"}})
+        _settle_timing(outcome, record.get("timing") or {})
         if outcome.get("status") == "PASSED":
             needed = [("validation", validation)]
             if not validation_only:
@@ -383,6 +473,45 @@ def _settle_probe(outcome: dict[str, Any], judged: Mapping[str, Mapping[str, Any
     probe["points"] = points
 
 
+def _settle_timing(outcome: dict[str, Any], judged: Mapping[str, Mapping[str, Any]]) -> None:
+    """Each timing mode's figure carries the judge's account of it (`judge`: its clock, the
+    calls it checked); a mode the judge did not witness, or whose reported time does not fit
+    the judge's clock, is named in `timing.flags`, which keeps the line out of every ranking.
+    A timed call the judge found wrong fails the workload, as the validation would."""
+    timing = outcome.get("timing")
+    if not isinstance(timing, dict):
+        return
+    flags: list[str] = []
+    for mode in ("eager", "graph"):
+        stats = timing.get(mode)
+        if not isinstance(stats, dict):
+            continue
+        verdict = judged.get(mode)
+        summary = verdict.get("summary") if verdict is not None else None
+        stats["judge"] = summary
+        if not isinstance(summary, dict):
+            flags.append(f"{mode}: not measured under the judge's clock")
+            continue
+        if summary.get("error"):
+            flags.append(f"{mode}: {summary['error']}")
+        elif not summary.get("consistent"):
+            flags.append(
+                f"{mode}: the judge's clock read {summary['window_ms']:.3f} ms over the batches"
+                f" that reported {summary['reported_ms']:.3f} ms (allowance"
+                f" {summary['allowance_ms']:.3f} ms)"
+            )
+        elif not summary.get("checked_calls"):
+            flags.append(f"{mode}: no timed call was checked")
+        status = str(verdict.get("status")) if verdict is not None else "PASSED"
+        if status != "PASSED" and outcome.get("status") == "PASSED":
+            message = f"a timed call ({mode}): {verdict.get('message')}" if verdict else ""
+            outcome.update(status=status, message=message)
+    if flags:
+        timing["flags"] = flags
+    else:
+        timing.pop("flags", None)
+
+
 def _refused(message: str) -> dict[str, Any]:
     return {"status": "RUNTIME_ERROR", "message": f"the harness refused to judge: {message}"}
 
@@ -433,4 +562,6 @@ class LocalJudge(Submitter):
         self.judge = judge
 
     def ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        if "timing" in request:
+            return self.judge.timing(request)
         return self.judge.verdict(request, self.outputs_dir)

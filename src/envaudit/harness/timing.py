@@ -97,6 +97,41 @@ Launch = Callable[[int], Any]
 """Runs one call on rotating input copy number i."""
 
 
+class Window:
+    """What a measurement tells the judge around its batches (envaudit.harness.witness): the
+    judge's clock brackets each batch, a fresh input is drawn before each step (outside the
+    device's clock), a returned output is kept in the step's slot after it. This base does
+    nothing: benchmarks and tests that time a launch without a judge."""
+
+    def open(self, first: int, steps: int) -> None:
+        """A batch of `steps` steps, numbered from `first`, is about to run."""
+
+    def prime(self, step: int) -> None:
+        """Before step `step` (before its flush): its fresh inputs."""
+
+    def keep(self, step: int, result: Any) -> None:
+        """After step `step`'s end event: keep what it returned where the judge can read it."""
+
+    def close(self, samples_ms: list[float]) -> None:
+        """The batch is done and synchronised; the time of each of its steps."""
+
+    def batch_cap(self) -> int:
+        """The most steps one batch may hold (the slots the judge can read)."""
+        return MAX_ITERS
+
+    def capture(self, graph: int, call: int) -> None:
+        """Call `call` of graph `graph` is about to be captured."""
+
+    def captured(self, graph: int, call: int, result: Any) -> None:
+        """What that captured call returned (its outputs on every replay)."""
+
+    def graphs_ready(self, graphs: int, calls: int) -> None:
+        """The graphs the measurement will replay: `graphs` of `calls` calls each."""
+
+
+NO_WINDOW = Window()
+
+
 class GraphCaptureError(RuntimeError):
     """The launch could not be captured into a CUDA graph (recorded beside the result)."""
 
@@ -192,9 +227,14 @@ def median_halfwidth(samples: list[float]) -> float:
     return (hi - lo) / 2 / median if median > 0 else math.inf
 
 
-def flush_buffer(device: torch.device) -> torch.Tensor:
+def flush_bytes(device: torch.device) -> int:
+    """The L2 flush's size: twice the L2 cache, at least L2_FLUSH_MIN_BYTES."""
     l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0))
-    return torch.empty(max(2 * l2, L2_FLUSH_MIN_BYTES), dtype=torch.uint8, device=device)
+    return max(2 * l2, L2_FLUSH_MIN_BYTES)
+
+
+def flush_buffer(device: torch.device) -> torch.Tensor:
+    return torch.empty(flush_bytes(device), dtype=torch.uint8, device=device)
 
 
 @dataclass
@@ -278,17 +318,27 @@ def _cuda_warmup(launch: Launch, copies: int, clock: SmClock | None = None) -> W
 
 
 def _event_loop(
-    step: Launch, n: int, copies: int, flush: torch.Tensor, first: int = 0
+    step: Launch,
+    n: int,
+    copies: int,
+    flush: torch.Tensor,
+    first: int = 0,
+    window: Window = NO_WINDOW,
 ) -> list[float]:
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    window.open(first, n)
     for i in range(n):
+        window.prime(first + i)
         flush.zero_()
         starts[i].record()
-        step((first + i) % copies)
+        result = step((first + i) % copies)
         ends[i].record()
+        window.keep(first + i, result)
     torch.cuda.synchronize()
-    return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+    times = [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+    window.close(times)
+    return times
 
 
 class Measured(NamedTuple):
@@ -312,6 +362,7 @@ def _measure(
     clock: SmClock | None = None,
     budget_ms: float = TARGET_MEASURE_MS,
     wander_ms: float = WANDER_MIN_MEASURE_MS,
+    window: Window = NO_WINDOW,
 ) -> Measured:
     """Batches until the median is PRECISION-tight, and at least `wander_ms` measured if the
     clock moved or was limited, or until the budget is spent (module docstring); (per-call
@@ -322,7 +373,8 @@ def _measure(
     readings = _read(clock, [])
     batch = _iterations(estimate_ms, MIN_MEASURE_MS, MIN_ITERS, MAX_ITERS)
     while True:
-        raw = _event_loop(step, batch, copies, flush, len(samples))
+        batch = min(batch, window.batch_cap())
+        raw = _event_loop(step, batch, copies, flush, len(samples), window)
         samples += [t / scale for t in raw]
         readings = _read(clock, readings)
         width = median_halfwidth(samples)
@@ -420,13 +472,16 @@ def time_eager_cuda(
     clock: SmClock | None = None,
     budget_ms: float = TARGET_MEASURE_MS,
     wander_ms: float = WANDER_MIN_MEASURE_MS,
+    window: Window = NO_WINDOW,
 ) -> TimingStats:
     flush = flush_buffer(device)
     started = time.perf_counter()
     warm = _cuda_warmup(launch, copies, clock)
     warmup_wall = _ms_since(started)
     started = time.perf_counter()
-    measured = _measure(launch, copies, flush, warm.estimate_ms, 1, clock, budget_ms, wander_ms)
+    measured = _measure(
+        launch, copies, flush, warm.estimate_ms, 1, clock, budget_ms, wander_ms, window
+    )
     stats = summarize(measured.samples, "cuda_events", warm.iterations, copies, flush.numel())
     return _finish(stats, warm, warmup_wall, _ms_since(started), measured, budget_ms)
 
@@ -454,7 +509,9 @@ def graph_count(copies: int, calls: int) -> int:
     return 1 if calls >= copies else min(copies, MAX_GRAPHS)
 
 
-def _capture(launch: Launch, copies: int, calls: int, device: torch.device) -> list[Any]:
+def _capture(
+    launch: Launch, copies: int, calls: int, device: torch.device, window: Window = NO_WINDOW
+) -> list[Any]:
     """graph_count graphs of `calls` back-to-back calls each, on rotating input copies."""
     try:
         graphs = []
@@ -462,7 +519,8 @@ def _capture(launch: Launch, copies: int, calls: int, device: torch.device) -> l
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 for j in range(calls):
-                    launch((g + j) % copies)
+                    window.capture(g, j)
+                    window.captured(g, j, launch((g + j) % copies))
             graphs.append(graph)
         torch.cuda.synchronize(device)
         return graphs
@@ -479,6 +537,7 @@ def time_graph_cuda(
     estimate_ms: float | None = None,
     budget_ms: float = TARGET_MEASURE_MS,
     wander_ms: float = WANDER_MIN_MEASURE_MS,
+    window: Window = NO_WINDOW,
 ) -> TimingStats:
     """Capture graphs of back-to-back calls and time their replays (see module docstring).
     `estimate_ms` (the eager median, when known) sizes the graph without a warm-up of its own;
@@ -500,7 +559,7 @@ def time_graph_cuda(
         torch.cuda.synchronize(device)
         raise GraphCaptureError(f"{type(exc).__name__}: {exc}") from exc
     calls = graph_calls(estimate_ms)
-    graphs = _capture(launch, copies, calls, device)
+    graphs = _capture(launch, copies, calls, device, window)
 
     def replay(i: int) -> None:
         graphs[i].replay()
@@ -509,7 +568,7 @@ def time_graph_cuda(
     wanted = graph_calls(warm.estimate_ms / calls)
     if wanted >= GRAPH_RESIZE_FACTOR * calls:
         graphs.clear()  # the old graphs' memory goes back before the new ones are captured
-        graphs.extend(_capture(launch, copies, wanted, device))
+        graphs.extend(_capture(launch, copies, wanted, device, window))
         for i in range(len(graphs)):  # a graph's first replay uploads it
             replay(i)
         torch.cuda.synchronize(device)
@@ -517,17 +576,21 @@ def time_graph_cuda(
         warm.estimate_ms *= wanted / calls
         calls = wanted
     flush = flush_buffer(device)
+    window.graphs_ready(len(graphs), calls)
     warmup_wall = _ms_since(started)
     started = time.perf_counter()
     measured = _measure(
-        replay, len(graphs), flush, warm.estimate_ms, calls, clock, budget_ms, wander_ms
+        replay, len(graphs), flush, warm.estimate_ms, calls, clock, budget_ms, wander_ms, window
     )
     stats = summarize(measured.samples, "cuda_graph", warm.iterations, copies, flush.numel(), calls)
     return _finish(stats, warm, warmup_wall, _ms_since(started), measured, budget_ms)
 
 
 def time_wall_clock(
-    launch: Launch, copies: int, budget_ms: float = CPU_TARGET_MEASURE_MS
+    launch: Launch,
+    copies: int,
+    budget_ms: float = CPU_TARGET_MEASURE_MS,
+    window: Window = NO_WINDOW,
 ) -> TimingStats:
     warmup = 0
     t0 = time.perf_counter()
@@ -537,12 +600,20 @@ def time_wall_clock(
     estimate = (time.perf_counter() - t0) * 1e3 / warmup
     n = _iterations(estimate, budget_ms, CPU_MIN_ITERS, CPU_MAX_ITERS)
     warmup_wall = _ms_since(t0)
-    samples = []
+    samples: list[float] = []
     started = time.perf_counter()
-    for i in range(n):
-        start = time.perf_counter()
-        launch(i % copies)
-        samples.append((time.perf_counter() - start) * 1e3)
+    while len(samples) < n:
+        first, batch = len(samples), min(n - len(samples), window.batch_cap())
+        window.open(first, batch)
+        timed: list[float] = []
+        for i in range(first, first + batch):
+            window.prime(i)
+            start = time.perf_counter()
+            result = launch(i % copies)
+            timed.append((time.perf_counter() - start) * 1e3)
+            window.keep(i, result)
+        window.close(timed)
+        samples += timed
     stats = summarize(samples, "wall_clock", warmup, copies, 0)
     stats.warmup_wall_ms, stats.measure_wall_ms = warmup_wall, _ms_since(started)
     stats.budget_ms = budget_ms

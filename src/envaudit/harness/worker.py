@@ -192,6 +192,16 @@ def judge_main(job_dir: Path, link: Link, child: int) -> int:
             break
         kind = message.get("kind")
         if kind == "judge" and isinstance(message.get("request"), dict):
+            request = message["request"]
+            if "timing" in request:
+                judging = request.get("timing") == "finish"
+                if judging:
+                    progress.send("judging", uuid=str(request.get("uuid")))
+                verdict = judge.timing(request)
+                if judging:
+                    progress.send("judged")
+                link.send("verdict", verdict=verdict)
+                continue
             progress.send("judging", uuid=str(message["request"].get("uuid")))
             verdict = judge.verdict(message["request"], outputs_dir)
             progress.send("judged")

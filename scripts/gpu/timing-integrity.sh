@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# On the GPU machine: issue 56's GPU half. The cheats of tests/harness/test_gpu_timing_integrity.py
+# (slowed events, no work while a graph is captured, a side stream, an answer by call count) must
+# fail or pass flagged beside an honest solution that passes unflagged; then the shipped
+# solutions' dev suites (host runtime, graph timing) must pass with no timing flag.
+#   scripts/gpu/timing-integrity.sh OUT BUDGET_S [SOLUTION...]    (carry scratch/gpu-wheels)
+set -u
+out=$1 budget=$2
+shift 2
+mkdir -p "$out"
+source "$(dirname "$0")/harness-env.sh"
+export PYTHONPATH=$PWD:$PYTHONPATH
+nvidia-smi --query-gpu=name,uuid,driver_version --format=csv >"$out/gpu.txt"
+python3 -m pytest -q -p no:cacheprovider -m gpu tests/harness/test_gpu_timing_integrity.py \
+  >"$out/cheats.txt" 2>&1
+tail -n 25 "$out/cheats.txt"
+bash scripts/gpu/dev_suite.sh "$out/dev.jsonl" "$budget" "$@" >"$out/dev.txt" 2>&1
+tail -n 30 "$out/dev.txt"
+python3 - "$out/dev.jsonl" <<'PY'
+import json, sys
+flagged = passed = 0
+for raw in open(sys.argv[1]):
+    line = json.loads(raw)
+    timing = line.get("timing") or {}
+    passed += line["status"] == "PASSED"
+    if timing.get("flags") or line["status"] != "PASSED":
+        flagged += bool(timing.get("flags"))
+        print(line["solution"], line["workload"].get("label"), line["status"], line["message"][:200], timing.get("flags"))
+    for mode in ("eager", "graph"):
+        judge = (timing.get(mode) or {}).get("judge")
+        if judge:
+            print(f'  {line["solution"][:40]:40} {mode:5} window {judge["window_ms"]:9.2f} reported {judge["reported_ms"]:9.2f} allowance {judge["allowance_ms"]:8.2f} checked {judge["checked_calls"]}')
+print("passed", passed, "flagged", flagged)
+PY

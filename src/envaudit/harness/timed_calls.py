@@ -1,0 +1,180 @@
+"""The solution process's side of judged timing (envaudit.harness.witness): the calls a
+measurement times, each on a fresh input and writing a slot the judge can read, and the
+handshake that lets the judge's clock bracket every batch.
+
+Nothing here is trusted: it runs beside the solution, which may patch any of it. What it
+reports is checked by the judge against what the judge measured and read itself; a lie here
+can only make the solution fail or be flagged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from envaudit.harness.timing import Window
+from envaudit.harness.witness import (
+    FreshInput,
+    Slots,
+    adopted_ipc,
+    poison_value,
+    slot_count,
+)
+
+Ask = Callable[[dict[str, Any]], dict[str, Any]]
+Call = Callable[[Mapping[str, Any], list[torch.Tensor] | None, Any], Any]
+
+
+def as_outputs(result: Any) -> list[Any]:
+    if isinstance(result, torch.Tensor):
+        return [result]
+    if isinstance(result, tuple | list):
+        return list(result)
+    return [result]
+
+
+class JudgedCalls(Window):
+    """One mode's timed calls of one workload: `launch(i)` runs the solution on input copy i,
+    with its fresh input drawn for the current step and its outputs going to the current slot."""
+
+    def __init__(
+        self,
+        *,
+        ask: Ask,
+        uuid: str,
+        mode: str,
+        device: torch.device,
+        call: Call,
+        copies: list[dict[str, Any]],
+        prepared: list[Any],
+        destination_passing: bool,
+        fresh: FreshInput | None,
+        layouts: list[tuple[tuple[int, ...], torch.dtype]],
+        flush_bytes: int,
+    ) -> None:
+        self.ask, self.uuid, self.mode, self.device = ask, uuid, mode, device
+        self._call, self.copies, self.prepared = call, copies, prepared
+        self.dps, self.fresh, self.layouts = destination_passing, fresh, layouts
+        self.flush_bytes = flush_bytes
+        self.slot = 0
+        self.first = 0
+        self.nonce = 0
+        self.ready = False
+        self.slots: Slots | None = None
+        self.graph_slots: dict[tuple[int, int], list[torch.Tensor]] = {}
+        self.graphs = self.calls = 1
+        self._graph_key = (0, 0)
+        if mode != "graph":
+            count = min(slot_count(layouts, device), 1000)
+            self.slots = Slots(layouts, count, device)
+
+    # ------------------------------------------------------------ the call itself
+
+    def launch(self, copy: int) -> Any:
+        outputs = None
+        if self.dps and self.slots is not None:
+            outputs = self.slots.outputs(self.slot)
+        elif self.dps:
+            self.capture(*self._graph_key)
+            outputs = self.graph_slots[self._graph_key]
+        return self._call(self.copies[copy], outputs, self.prepared[copy])
+
+    # ------------------------------------------------------------ Window
+
+    def batch_cap(self) -> int:
+        return self.slots.count if self.slots is not None else super().batch_cap()
+
+    def open(self, first: int, steps: int) -> None:
+        if not self.ready:
+            self._setup()
+        self.first = first
+        answer = self.ask({"timing": "begin", "uuid": self.uuid, "mode": self.mode, "first": first})
+        self.nonce = int(answer.get("nonce") or 0)
+
+    def prime(self, step: int) -> None:
+        self.slot = step - self.first
+        if self.fresh is None:
+            return
+        if self.mode == "graph":
+            g = step % self.graphs
+            used = sorted({(g + j) % len(self.copies) for j in range(self.calls)})
+        else:
+            used = [step % len(self.copies)]
+        for c in used:
+            drawn = self.fresh.draw(self.nonce, step, c, self.device)
+            self.copies[c][self.fresh.name].copy_(drawn)
+
+    def keep(self, step: int, result: Any) -> None:
+        if self.dps or self.slots is None:
+            return
+        for target, value in zip(self.slots.outputs(step - self.first), as_outputs(result)):
+            if isinstance(value, torch.Tensor) and (value.shape, value.dtype) == (
+                target.shape,
+                target.dtype,
+            ):
+                target.copy_(value)
+
+    def close(self, samples_ms: list[float]) -> None:
+        request = {"timing": "end", "uuid": self.uuid, "mode": self.mode}
+        self.ask({**request, "samples_ms": samples_ms})
+
+    def capture(self, graph: int, call: int) -> None:
+        self._graph_key = (graph, call)
+        if self.dps and self._graph_key not in self.graph_slots:
+            self.graph_slots[self._graph_key] = [
+                torch.full(shape, poison_value(dtype), dtype=dtype, device=self.device)
+                for shape, dtype in self.layouts
+            ]
+
+    def captured(self, graph: int, call: int, result: Any) -> None:
+        if not self.dps:
+            self.graph_slots[(graph, call)] = [
+                v for v in as_outputs(result) if isinstance(v, torch.Tensor)
+            ]
+
+    def graphs_ready(self, graphs: int, calls: int) -> None:
+        self.graphs, self.calls = graphs, calls
+        self._setup()
+
+    # ------------------------------------------------------------ the judge
+
+    def _setup(self) -> None:
+        """Tell the judge how the calls are laid out and where their outputs are."""
+        if self.mode == "graph":
+            ordered = [
+                self.graph_slots.get((g, j), [])
+                for g in range(self.graphs)
+                for j in range(self.calls)
+            ]
+            slots = adopted_ipc(ordered)
+            draws = len({j % len(self.copies) for j in range(self.calls)})
+        else:
+            assert self.slots is not None
+            slots = self.slots.describe()
+            draws = 1
+        out_bytes = sum(
+            int(torch.Size(s).numel()) * torch.empty((), dtype=d).element_size()
+            for s, d in self.layouts
+        )
+        layout = {
+            "copies": len(self.copies),
+            "graphs": self.graphs,
+            "calls": self.calls,
+            "flush_bytes": self.flush_bytes,
+            "draws_per_step": draws if self.fresh is not None else 0,
+            "copy_bytes": 0 if self.dps or self.mode == "graph" else out_bytes,
+        }
+        request = {"timing": "setup", "uuid": self.uuid, "mode": self.mode}
+        self.ask({**request, "layout": layout, "slots": slots})
+        self.ready = True
+
+    def finish(self) -> dict[str, Any]:
+        """The judge's verdict on the calls it picked (and its clock's summary)."""
+        verdict = self.ask({"timing": "finish", "uuid": self.uuid, "mode": self.mode})
+        self.graph_slots.clear()
+        if self.slots is not None:
+            self.slots.close()
+            self.slots = None
+        return verdict

@@ -1,0 +1,534 @@
+"""Timed calls the solution's process cannot fake: fresh inputs, judged outputs, the judge's clock.
+
+The solution's process measures a solution's time (device events, or a wall clock on the CPU),
+and whatever runs in that process can patch those clocks, serve an earlier answer, leave work
+on a side stream, or record no work while a CUDA graph is captured. So every measured batch of
+calls runs inside a *window* the judge opens and closes (docs/harness.md, "Timing integrity"):
+
+- The judge stamps its own monotonic clock when it sends `go` and when it reads the batch's end;
+  a clock in the solution's process cannot move those stamps. The batch's reported time must fit
+  the window: `window <= RATIO x reported + allowance`, where the allowance is what the harness
+  honestly does inside the window beside the timed calls (the L2 flush, the fresh draw, the copy
+  of a returned output), each measured by the judge on its own context or CPU, plus a fixed
+  per-step and per-batch margin. A mode whose windows do not fit is flagged: its figure stays in
+  the line, marked, and never ranks the solution.
+- Every timed call gets an input it has not seen: the first random floating-point input of the
+  definition (`fresh_input`) is drawn afresh before each call (eager, CPU) or each replay (graph),
+  from a nonce the judge sends with `go`, so nothing can be computed before the window opens and
+  no cache of earlier answers is right.
+- Every timed call writes its outputs to a slot of its own (the batch's slots are memory the judge
+  maps: a sealed memfd on the CPU, CUDA IPC on a GPU), and at the end of each batch the judge
+  reads, itself, the slots a reservoir sample picks (CHECKS per mode, uniform over every timed
+  call of the measurement): the solution's process is not asked and cannot know which call is
+  judged until after it has ended. After the last batch the judge computes the reference for
+  each picked call's inputs and compares; a wrong answer fails the workload as the validation
+  would.
+
+Standard library and torch only (the harness's rule).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import math
+import mmap
+import os
+import random
+import re
+import secrets
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from envaudit.harness.inputs import axis_values, concrete_shape, torch_dtype
+
+CHECKS = 2
+"""Timed calls the judge checks per mode, drawn uniformly over all of them (reservoir)."""
+SLOT_BUDGET_BYTES = {"cuda": 1 << 30, "cpu": 256 << 20}
+"""Memory the output slots of one batch may take: a batch holds at most this many calls."""
+RATIO = 1.25
+"""How much longer than the reported time a window may be, beside the allowance."""
+STEP_MARGIN_MS = {"cuda": 0.02, "cpu": 0.1}
+"""Per step, the host work inside a window that no event brackets (queueing the flush and the
+events, the loop), measured on the H100 at well under this."""
+BATCH_MARGIN_MS = 3.0
+"""Per batch: the two messages of the handshake and the device synchronisation."""
+ALLOWANCE_SLACK = 1.5
+"""The judge's own measurements of the flush, draw and copy, times this."""
+
+
+FRESH_DISTS = ("normal", "uniform")
+
+
+def _seed(nonce: int, step: int, copy: int, name: str) -> int:
+    digest = hashlib.sha256(f"{nonce}:{step}:{copy}:{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+@dataclass(frozen=True)
+class FreshInput:
+    """The input drawn afresh for every timed call: its name, shape, dtype and draw rule."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    init: Mapping[str, Any] | None
+
+    def draw(self, nonce: int, step: int, copy: int, device: torch.device) -> torch.Tensor:
+        """This step's value for input copy `copy`, from torch's own generator (Philox on a
+        GPU): both processes draw the same bits from the same seed on the same device, and it
+        writes at memory speed where the counter draw of envaudit.harness.inputs does not."""
+        generator = torch.Generator(device=device)
+        generator.manual_seed(_seed(nonce, step, copy, self.name))
+        init = dict(self.init or {"dist": "normal"})
+        if init.get("dist") == "uniform":
+            low, high = float(init.get("low", 0.0)), float(init.get("high", 1.0))
+            unit = torch.rand(self.shape, generator=generator, device=device)
+            return (unit * (high - low) + low).to(self.dtype)
+        mean, std = float(init.get("mean", 0.0)), float(init.get("std", 1.0))
+        normal = torch.randn(self.shape, generator=generator, device=device)
+        return (normal * std + mean).to(self.dtype)
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+
+def fresh_input(definition: Mapping[str, Any], workload: Mapping[str, Any]) -> FreshInput | None:
+    """The first input, in the definition's order, that the workload draws at random with a
+    floating-point dtype, that the solution may not write and no constraint names: outputs
+    depend on it and any value of its draw rule is valid. None when there is none."""
+    mutable = set(definition.get("mutable_inputs") or [])
+    constraints = " ".join(str(c) for c in definition.get("constraints") or [])
+    axes = axis_values(definition, workload)
+    for name, spec in definition["inputs"].items():
+        source = workload["inputs"].get(name) or {}
+        shape = concrete_shape(spec, axes)
+        if source.get("type") != "random" or shape is None or math.prod(shape) == 0:
+            continue
+        dtype = torch_dtype(spec["dtype"])
+        init = spec.get("init") or {"dist": "normal"}
+        if not dtype.is_floating_point or name in mutable or init.get("dist") not in FRESH_DISTS:
+            continue
+        if re.search(rf"\b{re.escape(name)}\b", constraints):
+            continue
+        return FreshInput(name, tuple(shape), dtype, spec.get("init"))
+    return None
+
+
+def poison_value(dtype: torch.dtype) -> float | int | bool:
+    if dtype.is_floating_point:
+        return float("nan")
+    if dtype == torch.bool:
+        return True
+    return torch.iinfo(dtype).min
+
+
+# ---------------------------------------------------------------- slots (both processes)
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _dtype_of(name: str) -> torch.dtype:
+    dtype = getattr(torch, str(name), None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"not a dtype: {name!r}")
+    return dtype
+
+
+class Slots:
+    """One tensor per output of shape (slots, *output shape) in memory the judge can map:
+    a sealed memfd on the CPU (it cannot shrink under the judge's mapping), device memory shared
+    through CUDA IPC on a GPU. Filled with poison, so a slot no call wrote fails its check."""
+
+    def __init__(
+        self, layouts: list[tuple[tuple[int, ...], torch.dtype]], count: int, device: torch.device
+    ) -> None:
+        self.count = count
+        self.layouts = layouts
+        self.device = device
+        self._fd: int | None = None
+        self._map: mmap.mmap | None = None
+        if device.type == "cuda":
+            self.tensors = [
+                torch.full((count, *shape), poison_value(dtype), dtype=dtype, device=device)
+                for shape, dtype in layouts
+            ]
+        else:
+            self.tensors = self._shared_cpu(layouts, count)
+
+    def _shared_cpu(
+        self, layouts: list[tuple[tuple[int, ...], torch.dtype]], count: int
+    ) -> list[torch.Tensor]:
+        sizes = [count * math.prod(s) * torch.empty((), dtype=d).element_size() for s, d in layouts]
+        total = max(1, sum(sizes))
+        fd = os.memfd_create("envaudit-slots", os.MFD_ALLOW_SEALING | os.MFD_CLOEXEC)
+        os.ftruncate(fd, total)
+        seals = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+        self._fd = fd
+        self._map = mmap.mmap(fd, total)
+        raw = torch.frombuffer(self._map, dtype=torch.uint8)
+        tensors, offset = [], 0
+        for (shape, dtype), size in zip(layouts, sizes, strict=True):
+            view = raw[offset : offset + size].view(dtype).view(count, *shape)
+            view.fill_(poison_value(dtype))
+            tensors.append(view)
+            offset += size
+        return tensors
+
+    def outputs(self, slot: int) -> list[torch.Tensor]:
+        return [t[slot] for t in self.tensors]
+
+    def describe(self) -> dict[str, Any]:
+        """What the judge needs to map the slots."""
+        outputs = [{"shape": list(s), "dtype": _dtype_name(d)} for s, d in self.layouts]
+        if self.device.type == "cuda":
+            for entry, tensor in zip(outputs, self.tensors, strict=True):
+                shared = tensor.untyped_storage()._share_cuda_()
+                entry["ipc"] = [v.hex() if isinstance(v, bytes) else v for v in shared]
+            return {"kind": "cuda_ipc", "count": self.count, "outputs": outputs}
+        return {
+            "kind": "memfd",
+            "count": self.count,
+            "pid": os.getpid(),
+            "fd": self._fd,
+            "outputs": outputs,
+        }
+
+    def close(self) -> None:
+        self.tensors = []
+        if self._map is not None:
+            with contextlib.suppress(BufferError):  # a view remains: it goes with the process
+                self._map.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def slot_count(layouts: list[tuple[tuple[int, ...], torch.dtype]], device: torch.device) -> int:
+    """How many calls' outputs one batch can keep within SLOT_BUDGET_BYTES (at least one)."""
+    per_call = sum(math.prod(s) * torch.empty((), dtype=d).element_size() for s, d in layouts)
+    budget = SLOT_BUDGET_BYTES["cuda" if device.type == "cuda" else "cpu"]
+    return max(1, budget // max(per_call, 1))
+
+
+class MappedSlots:
+    """The judge's view of a batch's slots, mapped from the solution's process."""
+
+    def __init__(self, described: Mapping[str, Any], device: torch.device) -> None:
+        self.count = int(described["count"])
+        self.tensors: list[torch.Tensor] = []
+        self.each: list[list[torch.Tensor]] | None = None
+        self._keep: list[Any] = []
+        if described.get("kind") == "cuda_ipc_each":
+            slots = list(described["slots"])
+            self._require_distinct(slots)
+            self.each = [[self._ipc_view(e) for e in slot] for slot in slots]
+            return
+        outputs = list(described["outputs"])
+        if described.get("kind") == "cuda_ipc":
+            for entry in outputs:
+                self.tensors.append(self._ipc_tensor(entry))
+        elif described.get("kind") == "memfd":
+            self._map_memfd(described, outputs)
+        else:
+            raise ValueError(f"unknown slot kind {described.get('kind')!r}")
+
+    @staticmethod
+    def _require_distinct(slots: list[Any]) -> None:
+        """Every captured call's outputs must be memory of their own: slots that share memory
+        would let a graph hold fewer calls than it claims."""
+        places = [(e["ipc"][1], int(e["ipc"][3]), int(e["offset"])) for slot in slots for e in slot]
+        if len(set(places)) != len(places):
+            raise ValueError("two captured calls' outputs share memory")
+
+    def _ipc_storage(self, entry: Mapping[str, Any]) -> tuple[Any, int, int]:
+        dev, handle, size, offset, ref_handle, ref_offset, event, sync = entry["ipc"]
+        storage = torch.UntypedStorage._new_shared_cuda(
+            int(dev),
+            bytes.fromhex(handle),
+            int(size),
+            int(offset),
+            bytes.fromhex(ref_handle),
+            int(ref_offset),
+            bytes.fromhex(event) if isinstance(event, str) else event,
+            bool(sync),
+        )
+        self._keep.append(storage)
+        return storage, int(dev), int(size)
+
+    def _ipc_view(self, entry: Mapping[str, Any]) -> torch.Tensor:
+        storage, dev, size = self._ipc_storage(entry)
+        dtype = _dtype_of(entry["dtype"])
+        shape = [int(v) for v in entry["shape"]]
+        stride = [int(v) for v in entry["stride"]]
+        offset = int(entry["offset"])
+        element = torch.empty((), dtype=dtype).element_size()
+        reach = offset + sum((n - 1) * s for n, s in zip(shape, stride, strict=True)) + 1
+        if min(shape, default=1) > 0 and (
+            reach * element > size or offset < 0 or min(stride, default=0) < 0
+        ):
+            raise ValueError("a returned output reaching beyond its shared memory")
+        view = torch.empty(0, dtype=dtype, device=f"cuda:{dev}")
+        view.set_(storage, offset, shape, stride)
+        return view
+
+    def _ipc_tensor(self, entry: Mapping[str, Any]) -> torch.Tensor:
+        storage, dev, size = self._ipc_storage(entry)
+        dtype = _dtype_of(entry["dtype"])
+        shape = (self.count, *[int(v) for v in entry["shape"]])
+        numel = math.prod(shape)
+        if numel * torch.empty((), dtype=dtype).element_size() > int(size):
+            raise ValueError("a slot mapping smaller than its outputs")
+        flat = torch.empty(0, dtype=dtype, device=f"cuda:{int(dev)}")
+        flat.set_(storage, 0, (numel,), (1,))
+        return flat.view(shape)
+
+    def _map_memfd(self, described: Mapping[str, Any], outputs: list[Any]) -> None:
+        path = f"/proc/{int(described['pid'])}/fd/{int(described['fd'])}"
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+            if not seals & fcntl.F_SEAL_SHRINK:
+                raise ValueError("the slots' memory may shrink under the judge")
+            total = os.fstat(fd).st_size
+            mapped = mmap.mmap(fd, total, prot=mmap.PROT_READ)
+        finally:
+            os.close(fd)
+        self._keep.append(mapped)
+        raw = torch.frombuffer(mapped, dtype=torch.uint8)  # read-only memory: only ever cloned
+        offset = 0
+        for entry in outputs:
+            dtype = _dtype_of(entry["dtype"])
+            shape = (self.count, *[int(v) for v in entry["shape"]])
+            size = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+            if offset + size > total:
+                raise ValueError("a slot mapping smaller than its outputs")
+            self.tensors.append(raw[offset : offset + size].view(dtype).view(shape))
+            offset += size
+
+    def read(self, slot: int) -> list[torch.Tensor]:
+        """The outputs in one slot as they are now, copied into the judge's own memory."""
+        chosen = self.each[slot] if self.each is not None else [t[slot] for t in self.tensors]
+        copies = [t.clone() for t in chosen]
+        if copies and copies[0].device.type == "cuda":
+            torch.cuda.synchronize(copies[0].device)
+        return copies
+
+
+# ---------------------------------------------------------------- the judge's side
+
+
+@dataclass
+class Picked:
+    """One timed call the reservoir picked: where its outputs were, how its fresh input was
+    drawn, and the outputs the judge read."""
+
+    batch: int
+    slot: int
+    step: int
+    copy: int
+    nonce: int
+    outputs: list[torch.Tensor] | None = None
+
+
+@dataclass
+class Window:
+    began_ns: int
+    nonce: int
+    first: int
+
+
+@dataclass
+class ModeWitness:
+    """The judge's record of one mode's measurement of one workload."""
+
+    mode: str
+    layout: dict[str, Any]
+    slots: MappedSlots | None
+    allowance_step_ms: float
+    device_kind: str
+    windows_ms: list[float] = field(default_factory=list)
+    samples_ms: list[float] = field(default_factory=list)
+    """Every step's time as the solution's process reported it, batch after batch."""
+    steps: list[int] = field(default_factory=list)
+    picked: list[Picked] = field(default_factory=list)
+    seen: int = 0
+    open: Window | None = None
+    rng: random.Random = field(default_factory=lambda: random.Random(secrets.randbits(64)))
+    error: str | None = None
+
+    def calls_of(self, first: int, steps: int) -> list[tuple[int, int, int]]:
+        """(slot, step, copy) of every call a batch of `steps` steps from `first` leaves in the
+        slots, by the layout the solution's process declared (graph: the last replay of each
+        graph wrote its calls' slots)."""
+        copies = int(self.layout.get("copies", 1))
+        if self.mode != "graph":
+            return [(i, first + i, (first + i) % copies) for i in range(steps)]
+        graphs, calls = int(self.layout["graphs"]), int(self.layout["calls"])
+        out = []
+        for g in range(min(graphs, steps)):
+            last = max(s for s in range(first, first + steps) if s % graphs == g)
+            out += [(g * calls + j, last, (g + j) % copies) for j in range(calls)]
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        """The judge's account: its clock against the reported time (the sum of the steps, and
+        the median times their count, whichever is less: a median is what ranks), the calls
+        it checked, and the statistics of the steps it was told, which the line keeps."""
+        window = sum(self.windows_ms)
+        n = len(self.samples_ms)
+        median = statistics.median(self.samples_ms) if n else 0.0
+        reported = min(sum(self.samples_ms), median * n)
+        allowance = sum(steps * self.allowance_step_ms + BATCH_MARGIN_MS for steps in self.steps)
+        bound = RATIO * reported + allowance
+        record: dict[str, Any] = {
+            "batches": len(self.windows_ms),
+            "window_ms": round(window, 6),
+            "reported_ms": round(reported, 6),
+            "steps": n,
+            "step_median_ms": median,
+            "allowance_ms": round(allowance, 6),
+            "consistent": window <= bound,
+            "checked_calls": len([p for p in self.picked if p.outputs is not None]),
+            "timed_calls": self.seen,
+        }
+        if self.error:
+            record["error"] = self.error
+        return record
+
+
+def _median_ms(run: Callable[[], Any], device: torch.device, repeats: int = 5) -> float:
+    times = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        began = time.perf_counter()
+        run()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append((time.perf_counter() - began) * 1e3)
+    return statistics.median(times)
+
+
+def calibrate(layout: Mapping[str, Any], fresh: FreshInput | None, device: torch.device) -> float:
+    """The honest cost, per step, of what a window holds besides the timed calls, measured by
+    the judge itself: the L2 flush, the fresh draws and the copy of a returned output."""
+    kind = "cuda" if device.type == "cuda" else "cpu"
+    per_step = STEP_MARGIN_MS[kind]
+    flush_bytes = int(layout.get("flush_bytes") or 0)
+    if flush_bytes and device.type == "cuda":
+        buffer = torch.empty(flush_bytes, dtype=torch.uint8, device=device)
+        per_step += _median_ms(buffer.zero_, device) * ALLOWANCE_SLACK
+        del buffer
+    draws = int(layout.get("draws_per_step") or 0)
+    if fresh is not None and draws:
+        per_step += (
+            draws * _median_ms(lambda: fresh.draw(1, 0, 0, device), device, 3) * ALLOWANCE_SLACK
+        )
+    copy_bytes = int(layout.get("copy_bytes") or 0)
+    if copy_bytes:
+        src = torch.empty(copy_bytes, dtype=torch.uint8, device=device)
+        dst = torch.empty_like(src)
+        per_step += _median_ms(lambda: dst.copy_(src), device) * ALLOWANCE_SLACK
+        del src, dst
+    return per_step
+
+
+class TimingWitness:
+    """The judge's side of the timing windows of one job (see the module docstring)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.modes: dict[tuple[str, str], ModeWitness] = {}
+
+    def setup(
+        self, uuid: str, message: Mapping[str, Any], fresh: FreshInput | None
+    ) -> dict[str, Any]:
+        mode = str(message.get("mode"))
+        layout = dict(message.get("layout") or {})
+        slots: MappedSlots | None = None
+        error = None
+        try:
+            slots = MappedSlots(dict(message.get("slots") or {}), self.device)
+        except Exception as exc:
+            error = f"the timed calls' outputs could not be mapped: {type(exc).__name__}: {exc}"
+        step_ms = calibrate(layout, fresh, self.device)
+        kind = "cuda" if self.device.type == "cuda" else "cpu"
+        witness = ModeWitness(mode, layout, slots, step_ms, kind, error=error)
+        self.modes[(uuid, mode)] = witness
+        return {"ok": error is None}
+
+    def begin(self, uuid: str, mode: str, first: int) -> int:
+        witness = self.modes[(uuid, mode)]
+        nonce = secrets.randbits(62)
+        witness.open = Window(time.monotonic_ns(), nonce, first)
+        return nonce
+
+    def end(self, uuid: str, mode: str, samples_ms: list[float]) -> None:
+        ended = time.monotonic_ns()
+        witness = self.modes[(uuid, mode)]
+        window, witness.open = witness.open, None
+        if window is None:
+            witness.error = "a batch ended that the judge never opened"
+            return
+        samples = [v if math.isfinite(v) and v > 0 else 0.0 for v in samples_ms]
+        witness.windows_ms.append((ended - window.began_ns) / 1e6)
+        witness.samples_ms += samples
+        witness.steps.append(len(samples))
+        batch = len(witness.windows_ms) - 1
+        fresh_now = []
+        for slot, step, copy in witness.calls_of(window.first, len(samples)):
+            witness.seen += 1
+            item = Picked(batch, slot, step, copy, window.nonce)
+            if len(witness.picked) < CHECKS:
+                witness.picked.append(item)
+                fresh_now.append(item)
+            else:
+                j = witness.rng.randrange(witness.seen)
+                if j < CHECKS:
+                    witness.picked[j] = item
+                    fresh_now.append(item)
+        if witness.slots is None:
+            return
+        for item in fresh_now:
+            if item in witness.picked and 0 <= item.slot < witness.slots.count:
+                item.outputs = witness.slots.read(item.slot)
+
+    def picked(self, uuid: str, mode: str) -> ModeWitness | None:
+        return self.modes.get((uuid, mode))
+
+    def forget(self, uuid: str) -> None:
+        for key in [k for k in self.modes if k[0] == uuid]:
+            witness = self.modes.pop(key)
+            witness.slots = None
+            witness.picked = []
+
+
+def adopted_ipc(per_slot: list[list[torch.Tensor]]) -> dict[str, Any]:
+    """Slots that are tensors a solution returned while a graph was captured (one list of
+    outputs per call), described for the judge through CUDA IPC, each on its own."""
+    entries = []
+    for outputs in per_slot:
+        described = []
+        for tensor in outputs:
+            shared = tensor.untyped_storage()._share_cuda_()
+            described.append(
+                {
+                    "ipc": [v.hex() if isinstance(v, bytes) else v for v in shared],
+                    "offset": tensor.storage_offset(),
+                    "shape": list(tensor.shape),
+                    "stride": list(tensor.stride()),
+                    "dtype": _dtype_name(tensor.dtype),
+                }
+            )
+        entries.append(described)
+    return {"kind": "cuda_ipc_each", "count": len(entries), "slots": entries}

@@ -1,0 +1,98 @@
+"""On a GPU: solutions that try to look faster than they are must fail or pass flagged, in
+eager and graph timing, beside an honest one that passes unflagged.
+
+Every solution spins the GPU for a fixed time per call (`torch.cuda._sleep`), the work a cheat
+would save. The cheats: device events that read a tenth of the time, no work recorded while a
+CUDA graph is captured (an answer computed before the capture, served from then on), the work
+left on a side stream the caller's stream never waits for, and an answer served by call count.
+Skipped where torch sees no CUDA device (CI); run on the GPU machine with `pytest -m gpu`
+(scripts/gpu/timing-integrity.sh).
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import torch
+
+from tests.harness.test_gpu_faults import gpu_uuid
+from tests.harness.test_timing_integrity import timed_lines
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+WORK = """
+import torch
+def work(x, lengths, scale):
+    torch.cuda._sleep(200_000)  # ~0.1 ms of the GPU's time
+    return scaled(x, lengths, scale)
+"""
+CHEATS = {
+    "slow_events": """
+        _elapsed = torch.cuda.Event.elapsed_time
+        torch.cuda.Event.elapsed_time = lambda self, end: _elapsed(self, end) / 10
+        def run(x, lengths, scale):
+            return work(x, lengths, scale)
+        """,
+    "idle_capture": """
+        KEPT = []
+        def run(x, lengths, scale):
+            if torch.cuda.is_current_stream_capturing() and KEPT:
+                return KEPT[-1]
+            out = work(x, lengths, scale)
+            KEPT[:] = [out]
+            return out
+        """,
+    "side_stream": """
+        SIDE = []
+        def run(x, lengths, scale):
+            if not SIDE:
+                SIDE.append(torch.cuda.Stream())
+            out = torch.empty_like(x)
+            with torch.cuda.stream(SIDE[0]):
+                out.copy_(work(x, lengths, scale))
+            return out
+        """,
+    "call_count": """
+        SEEN, LAST = [], []
+        def run(x, lengths, scale):
+            SEEN.append(1)
+            if len(SEEN) > 8 and LAST:
+                return LAST[-1].clone()
+            out = work(x, lengths, scale)
+            LAST[:] = [out]
+            return out
+        """,
+}
+HONEST = """
+    def run(x, lengths, scale):
+        return work(x, lengths, scale)
+    """
+
+
+@pytest.fixture(scope="module")
+def gpu_timing_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    bodies = {name: WORK + textwrap.dedent(body) for name, body in CHEATS.items()}
+    bodies["honest"] = WORK + textwrap.dedent(HONEST)
+    where = ["--gpu", gpu_uuid()]
+    return timed_lines(tmp_path_factory.mktemp("gpu-timing"), bodies, where, ("--graph-timing",))
+
+
+def test_the_honest_solution_passes_unflagged_on_the_gpu(gpu_timing_run: dict) -> None:
+    line = gpu_timing_run["honest"]
+    assert line["status"] == "PASSED", line["message"]
+    assert "flags" not in line["timing"], line["timing"].get("flags")
+    for mode in ("eager", "graph"):
+        judge = line["timing"][mode]["judge"]
+        assert judge["consistent"] and judge["checked_calls"] >= 1, (mode, judge)
+        assert line["timing"][mode]["median_ms"] >= 0.05, line["timing"][mode]
+
+
+@pytest.mark.parametrize("name", list(CHEATS))
+def test_no_cheat_passes_unflagged_on_the_gpu(gpu_timing_run: dict, name: str) -> None:
+    line = gpu_timing_run[name]
+    flags = (line.get("timing") or {}).get("flags") or []
+    assert line["status"] != "PASSED" or flags, (line["status"], line.get("timing"))

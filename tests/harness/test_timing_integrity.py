@@ -1,0 +1,153 @@
+"""Solutions that try to look faster than they are must fail, or pass only flagged.
+
+Each cheat below is numerically right on every call the validation and the re-check judge:
+it serves an earlier answer on later calls (keyed by the input's storage and write counter, by
+a fingerprint of its content, or by how many calls it has seen), or slows the clocks its
+process reads. Timed calls are judged calls on fresh inputs, read by the judge itself, and the
+judge's own clock brackets every batch (envaudit.harness.witness, docs/harness.md "Timing
+integrity"); run through `envaudit run --runtime host --device cpu` on the toy workload with
+random inputs, beside an honest solution that must pass unflagged.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from envaudit.cli import app
+from tests.conftest import UUID_RANDOM
+
+# The work a cache saves: 4 ms a call, which every honest call pays.
+EXPENSIVE = """
+import time
+def expensive(x, lengths, scale):
+    time.sleep(0.004)
+    return scaled(x, lengths, scale)
+"""
+CHEATS = {
+    "storage_cache": """
+        CACHE = {}
+        def run(x, lengths, scale):
+            key = (x.data_ptr(), x._version, lengths.data_ptr(), lengths._version)
+            if key not in CACHE:
+                CACHE[key] = expensive(x, lengths, scale)
+            return CACHE[key].clone()
+        """,
+    "content_cache": """
+        CACHE = {}
+        def run(x, lengths, scale):
+            key = (x.flatten()[:4].tolist(), lengths.tolist())
+            key = repr(key)
+            if key not in CACHE:
+                CACHE[key] = expensive(x, lengths, scale)
+            return CACHE[key].clone()
+        """,
+    "partial_fingerprint": """
+        CACHE = {}
+        def run(x, lengths, scale):
+            key = (tuple(x.shape), tuple(lengths.tolist()), float(scale))
+            if key not in CACHE:
+                CACHE[key] = expensive(x, lengths, scale)
+            return CACHE[key].clone()
+        """,
+    "call_count": """
+        SEEN = []
+        def run(x, lengths, scale):
+            SEEN.append(1)
+            if len(SEEN) > 6 and LAST:
+                return LAST[-1].clone()
+            out = expensive(x, lengths, scale)
+            LAST[:] = [out]
+            return out
+        LAST = []
+        """,
+    "slow_clocks": """
+        import time
+        _real = time.perf_counter
+        _base = _real()
+        time.perf_counter = lambda: _base + (_real() - _base) / 20
+        def run(x, lengths, scale):
+            time.sleep(0.004)
+            return scaled(x, lengths, scale)
+        """,
+}
+HONEST = """
+    import time
+    def run(x, lengths, scale):
+        time.sleep(0.004)
+        return scaled(x, lengths, scale)
+    """
+
+
+def timed_lines(
+    base: Path, bodies: dict[str, str], where: list[str], extra: tuple[str, ...] = ()
+) -> dict[str, dict]:
+    """Each solution's line on the toy workload with random inputs, run on the device `where`
+    names; solution -> its line."""
+    from tests.conftest import write_toy_root
+    from tests.harness.test_faults import write_solution
+
+    root = write_toy_root(base / "data")
+    solutions = base / "solutions"
+    written = {name: (textwrap.dedent(body), False) for name, body in bodies.items()}
+    report = base / "results.jsonl"
+    for name in written:
+        write_solution(solutions, name, written)
+        argv = ["run", "--solution", name, *where, *extra, "--data-root", str(root)]
+        argv += ["--solutions-root", str(solutions), "--report", str(report)]
+        argv += ["--workload", UUID_RANDOM, "--timeout", "120"]
+        CliRunner().invoke(app, argv)
+    lines = [json.loads(raw) for raw in report.read_text().splitlines()]
+    return {line["solution"]: line for line in lines}
+
+
+@pytest.fixture(scope="module")
+def timing_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    bodies = {name: EXPENSIVE + textwrap.dedent(body) for name, body in CHEATS.items()}
+    bodies["honest"] = HONEST
+    return timed_lines(tmp_path_factory.mktemp("timing"), bodies, ["--device", "cpu"])
+
+
+def test_the_honest_solution_passes_unflagged(timing_run: dict) -> None:
+    line = timing_run["honest"]
+    assert line["status"] == "PASSED", line["message"]
+    timing = line["timing"]
+    assert "flags" not in timing, timing.get("flags")
+    judge = timing["eager"]["judge"]
+    assert judge["consistent"] and judge["checked_calls"] >= 1, judge
+    assert timing["fresh_input"] == "x"
+    # the line's median is the one the judge was told, and the sleep is in it
+    assert timing["eager"]["median_ms"] >= 4.0
+
+
+@pytest.mark.parametrize(
+    "name", ["storage_cache", "content_cache", "partial_fingerprint", "call_count"]
+)
+def test_an_earlier_answer_fails_or_costs_its_true_time(timing_run: dict, name: str) -> None:
+    """The storage and content caches never hit (each fresh draw is a write, a new version and
+    new values), so they pass at their true cost; the others serve a stale answer to a fresh
+    input and fail."""
+    line = timing_run[name]
+    if line["status"] == "PASSED":
+        assert line["timing"]["eager"]["median_ms"] >= 4.0, line["timing"]["eager"]
+        assert "flags" not in line["timing"]
+    else:
+        assert line["status"] == "INCORRECT_NUMERICAL", (line["status"], line["message"])
+        assert "a timed call (eager)" in line["message"], line["message"]
+
+
+@pytest.mark.parametrize("name", ["partial_fingerprint", "call_count"])
+def test_a_stale_answer_fails(timing_run: dict, name: str) -> None:
+    line = timing_run[name]
+    assert line["status"] == "INCORRECT_NUMERICAL", (line["status"], line["message"])
+
+
+def test_slowed_clocks_are_flagged(timing_run: dict) -> None:
+    line = timing_run["slow_clocks"]
+    flags = line.get("timing", {}).get("flags") or []
+    assert line["status"] != "PASSED" or flags, line.get("timing")
+    assert any("judge's clock" in flag for flag in flags), flags
