@@ -130,7 +130,7 @@ EXPECTED = {
 }
 
 MESSAGES = {
-    "cached_output": "post-timing re-check on fresh inputs",
+    "cached_output": "a timed call (eager)",
     "segfault": "SIGSEGV",
     "raises": "no kernel for this",
     "partial_write": "elements within tolerance",

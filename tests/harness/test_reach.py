@@ -196,7 +196,10 @@ def test_a_forged_progress_line_is_named(cheat_run: dict) -> None:
 def test_the_address_cache_fails_on_the_fresh_draw(cheat_run: dict) -> None:
     for line in cheat_run["address_cache"]:
         assert line["status"] == "INCORRECT_NUMERICAL", line["message"]
-        assert "post-timing re-check on fresh inputs" in line["message"]
+        # a timed call's fresh draw catches it first where the workload has a random float
+        # input; the re-check's draw into the same tensors otherwise
+        message = line["message"]
+        assert "a timed call" in message or "post-timing re-check" in message, message
 
 
 def test_the_cache_folder_holds_no_entry_named_by_a_computable_key(tmp_path: Path) -> None:

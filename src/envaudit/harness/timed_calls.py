@@ -109,7 +109,8 @@ class JudgedCalls(Window):
     def keep(self, step: int, result: Any) -> None:
         if self.dps or self.slots is None:
             return
-        for target, value in zip(self.slots.outputs(step - self.first), as_outputs(result)):
+        slots = self.slots.outputs(step - self.first)
+        for target, value in zip(slots, as_outputs(result), strict=False):
             if isinstance(value, torch.Tensor) and (value.shape, value.dtype) == (
                 target.shape,
                 target.dtype,

@@ -26,7 +26,8 @@ from envaudit.report.summary import geomean
 
 CHOICE_RULE = (
     "a choice ranks only solutions measured on the same workloads of one GPU model. Eligible:"
-    " solutions that passed every workload they ran there (a failure leaves a solution out)."
+    " solutions that passed every workload they ran there (a failure, or a time the judge"
+    " flagged, leaves a solution out)."
     " First choice: on the workloads every eligible solution passed; where some ran more, a"
     " second choice on every workload the baseline passed, among those that passed them all."
     " Ranking: the geometric-mean speedup over the baseline on that set (graph timing where"
@@ -46,6 +47,7 @@ class Entry:
     closure_hash: str | None
     is_baseline: bool
     failed: dict[str, str]  # workload label -> status
+    flagged: dict[str, str]  # workload label -> the first of its timing flags
     timed: dict[str, tuple[float, float | None]]  # uuid -> (speedup, log variance)
     labels: dict[str, str]  # uuid -> label (or the uuid's head)
 
@@ -59,6 +61,9 @@ class Entry:
             closure_hash=block["closure_hash"],
             is_baseline=bool(block["baseline"]),
             failed={labels[r["uuid"]]: r["status"] for r in rows if r["status"] != "PASSED"},
+            flagged={
+                labels[r["uuid"]]: r["timing_flags"][0] for r in rows if r.get("timing_flags")
+            },
             timed={
                 r["uuid"]: (
                     1.0 if block["baseline"] else float(r["speedup_primary"]),
@@ -128,6 +133,15 @@ def choose(
         {"solution": name, "env": None, "reason": "measured only on " + ", ".join(models)}
         for name, models in sorted((elsewhere or {}).items())
     ]
+    left_out += [
+        {
+            **e.key(),
+            "reason": "timing flagged: " + "; ".join(f"{w} {f}" for w, f in e.flagged.items()),
+        }
+        for e in entries
+        if e.flagged and not e.failed
+    ]
+    entries = [e for e in entries if not e.flagged or e.is_baseline]
     base = next((e for e in entries if e.is_baseline), None)
     result: dict[str, Any] = {"baseline": baseline, "left_out": left_out, "comparisons": []}
     if base is None:

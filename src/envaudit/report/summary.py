@@ -261,6 +261,7 @@ def _workload_row(line: ResultLine, base: ResultLine | None) -> dict[str, Any]:
         "harness_hash": line.environment.harness_hash,
         "eager_median_ms": _round(line.median("eager")),
         "graph_median_ms": _round(line.median("graph")),
+        "timing_flags": list(line.timing.flags or []) if line.timing is not None else [],
     }
     for mode in MODES:
         mine = line.median(mode)

@@ -164,6 +164,9 @@ class TimingStats(_Part):
     power_limited: bool | None = None
     warmup_power_w: Number | None = None
     budget_ms: Number | None = None
+    judge: dict[str, Any] | None = None
+    """The judge's account of this mode (harness/witness.py): its clock over the batches
+    against the reported time and the allowance, the timed calls it checked."""
 
     def positive_median(self) -> float | None:
         """The median in ms when it is a positive number."""
@@ -185,6 +188,11 @@ class Timing(_Part):
     graph: TimingStats | None = None
     """None when the graph capture failed (`graph_error` says why)."""
     graph_error: str | None = None
+    fresh_input: str | None = None
+    """The input drawn afresh for every timed call (None: the workload draws none at random)."""
+    flags: list[str] | None = None
+    """Why a mode's figure cannot be trusted (the judge's clock disagrees, it was not witnessed):
+    a flagged line never ranks its solution."""
 
     def of(self, mode: Mode) -> TimingStats | None:
         return self.graph if mode == "graph" else self.eager
