@@ -225,10 +225,9 @@ class Judge:
         if self.witness is None:
             self.witness = TimingWitness(self.device)
         step = request.get("timing")
-        fresh = fresh_input(self.definition, workload)
         try:
             if step == "setup":
-                return self.witness.setup(uuid, request, fresh)
+                return self.witness.setup(uuid, request, fresh_input(self.definition, workload))
             if step == "begin":
                 return {"nonce": self.witness.begin(uuid, mode, int(request.get("first") or 0))}
             if step == "end":
@@ -238,9 +237,10 @@ class Judge:
                 self.witness.end(uuid, mode, [float(v) for v in samples])
                 return {}
             if step == "finish":
+                fresh = fresh_input(self.definition, workload)
                 return self._finish_timing(uuid, mode, workload, fresh)
         except (KeyError, TypeError, ValueError) as exc:
-            record = self.witness.picked(uuid, mode)
+            record = self.witness.record(uuid, mode)
             if record is not None:
                 record.error = f"timing handshake: {type(exc).__name__}: {exc}"[:500]
             return _refused(f"timing handshake: {type(exc).__name__}")
@@ -250,7 +250,7 @@ class Judge:
         self, uuid: str, mode: str, workload: Mapping[str, Any], fresh: Any
     ) -> dict[str, Any]:
         assert self.witness is not None
-        record = self.witness.picked(uuid, mode)
+        record = self.witness.record(uuid, mode)
         result: dict[str, Any] = {"status": "PASSED", "message": ""}
         if record is None:
             result["summary"] = None
@@ -286,8 +286,7 @@ class Judge:
             except torch.cuda.OutOfMemoryError:
                 raise
             except Exception as exc:
-                msg = f"the definition's reference raised {type(exc).__name__}: {exc}"
-                return {"status": "WORKLOAD_ERROR", "message": msg[:4000]}
+                return _reference_raised(exc)
             comparisons = compare_outputs(self.definition, item.outputs, refs, dtypes)
             status = overall_status(comparisons)
             del refs, inputs
@@ -366,8 +365,7 @@ class Judge:
         except torch.cuda.OutOfMemoryError:
             raise
         except Exception as exc:
-            msg = f"the definition's reference raised {type(exc).__name__}: {exc}"
-            return {"status": "WORKLOAD_ERROR", "message": msg[:4000]}
+            return _reference_raised(exc)
         dtypes = [torch_dtype(spec["dtype"]) for spec in self.definition["outputs"].values()]
         comparisons = compare_outputs(self.definition, outputs, refs, dtypes)
         status = overall_status(comparisons)
@@ -510,6 +508,12 @@ def _settle_timing(outcome: dict[str, Any], judged: Mapping[str, Mapping[str, An
         timing["flags"] = flags
     else:
         timing.pop("flags", None)
+
+
+def _reference_raised(exc: Exception) -> dict[str, Any]:
+    """The dataset's fault: the definition's reference raised on inputs it accepts."""
+    msg = f"the definition's reference raised {type(exc).__name__}: {exc}"
+    return {"status": "WORKLOAD_ERROR", "message": msg[:4000]}
 
 
 def _refused(message: str) -> dict[str, Any]:

@@ -503,7 +503,7 @@ class TimingWitness:
             if item in witness.picked and 0 <= item.slot < witness.slots.count:
                 item.outputs = witness.slots.read(item.slot)
 
-    def picked(self, uuid: str, mode: str) -> ModeWitness | None:
+    def record(self, uuid: str, mode: str) -> ModeWitness | None:
         return self.modes.get((uuid, mode))
 
     def forget(self, uuid: str) -> None:

@@ -192,15 +192,8 @@ def judge_main(job_dir: Path, link: Link, child: int) -> int:
             break
         kind = message.get("kind")
         if kind == "judge" and isinstance(message.get("request"), dict):
-            request = message["request"]
-            if "timing" in request:
-                judging = request.get("timing") == "finish"
-                if judging:
-                    progress.send("judging", uuid=str(request.get("uuid")))
-                verdict = judge.timing(request)
-                if judging:
-                    progress.send("judged")
-                link.send("verdict", verdict=verdict)
+            if "timing" in message["request"]:
+                link.send("verdict", verdict=_timing_step(judge, message["request"], progress))
                 continue
             progress.send("judging", uuid=str(message["request"].get("uuid")))
             verdict = judge.verdict(message["request"], outputs_dir)
@@ -230,6 +223,20 @@ def judge_main(job_dir: Path, link: Link, child: int) -> int:
     _, status = os.waitpid(child, 0)
     exit_like(status)
     return 1
+
+
+def _timing_step(
+    judge: Judge, request: Mapping[str, Any], progress: ProgressWriter
+) -> dict[str, Any]:
+    """One step of the timing handshake; only `finish`, which computes references, tells the
+    supervisor that the judge is at work (the other steps answer at once)."""
+    judging = request.get("timing") == "finish"
+    if judging:
+        progress.send("judging", uuid=str(request.get("uuid")))
+    verdict = judge.timing(request)
+    if judging:
+        progress.send("judged")
+    return verdict
 
 
 def solution_main(job_dir: Path, link: Link) -> int:
