@@ -184,6 +184,7 @@ def _print_comparison(result: Comparison) -> None:
 VERDICT_STYLES = {
     "newly failing": "bold red",
     "slower": "red",
+    "timing flagged": "bold red",
     "missing": "yellow",
     "newly passing": "green",
     "faster": "green",

@@ -62,6 +62,28 @@ def test_a_solution_failing_one_workload_is_left_out_with_the_workload(tmp_path:
     ]
 
 
+def test_a_flagged_solution_is_never_chosen_and_every_output_says_why(tmp_path: Path) -> None:
+    """A 10x solution whose time the judge flagged on one workload is left out of the choice
+    (the baseline is chosen), and the long-form table shows the flag beside that row."""
+    lines = [line("d-torch", w, 10.0) for w in ("w1", "w2")]
+    fast = [line("d-fast", w, 1.0) for w in ("w1", "w2")]
+    fast[1]["timing"]["flags"] = ["eager: the judge's clock read 9.5 ms, 1.0 ms reported"]
+    _, summary = summarize([write(tmp_path / "r.jsonl", lines + fast)])
+    preferred = preferred_solutions(summary)
+    choice = preferred["choices"]["d"][MODEL_A]
+    assert choice["choice"]["solution"] == "d-torch"
+    assert choice["left_out"] == [
+        {
+            "solution": "d-fast",
+            "env": "torch-2.11-cu130",
+            "reason": "timing flagged: w2 eager: the judge's clock read 9.5 ms, 1.0 ms reported",
+        }
+    ]
+    text = render_markdown(summary, preferred, [], "envaudit merge", "now")
+    [row] = [r for r in text.splitlines() if "PASSED **timing flagged**" in r]
+    assert "`fast`" in row and row.endswith("the judge's clock read 9.5 ms, 1.0 ms reported |")
+
+
 def test_a_solution_measured_on_another_gpu_model_is_named_not_compared(tmp_path: Path) -> None:
     lines = [line("d-torch", "w1", 10.0), line("d-torch", "w1", 10.0, gpu=GPU_B)]
     lines += [line("d-fast", "w1", 1.0, gpu=GPU_B)]

@@ -34,6 +34,7 @@ VERDICTS = {
     "missing",
     "still failing",
     "not timed",
+    "timing flagged",
 }
 KEPT_FIGURES = {"budget_ms"}
 """A timing block's *_ms fields that are settings, not measurements (left as they are)."""
@@ -118,7 +119,7 @@ def check_consistent(answer: dict[str, Any], code: int) -> None:
     assert line.startswith(f"{len(pairs)} pairs: {counts['faster']} faster, ")
     for verdict in ("slower", "within noise", "newly failing", "newly passing", "missing"):
         assert f"{counts[verdict]} {verdict}" in line
-    regression = counts["slower"] + counts["newly failing"] > 0
+    regression = counts["slower"] + counts["newly failing"] + counts.get("timing flagged", 0) > 0
     assert code == answer["summary"]["exit_code"] == (1 if regression else 0)
 
 
@@ -220,6 +221,36 @@ def test_faster_is_no_regression(tmp_path: Path) -> None:
     check_consistent(answer, code)
     assert code == 0
     assert len(by_verdict(answer)["faster"]) == 3
+
+
+def flagged(line: dict[str, Any]) -> dict[str, Any]:
+    """The line as the judge writes one whose clock disagreed with the reported samples."""
+    line["timing"]["flags"] = [
+        "graph: the judge's clock read 4.1 ms over 3 batches, 0.3 ms reported"
+    ]
+    return line
+
+
+def test_a_flagged_after_line_is_a_regression_however_fast(tmp_path: Path) -> None:
+    """A line whose time the judge does not trust is no speed-up: its ratio is shown, its verdict
+    is "timing flagged" and the command exits 1; a flag on the before side is a note."""
+    after = changed(tmp_path, of_solution(MIXED, lambda line: flagged(scaled(line, 0.5))))
+    code, answer = compared(V131, after)
+    check_consistent(answer, code)
+    assert code == 1
+    pairs = by_verdict(answer)["timing flagged"]
+    assert len(pairs) == 3 and "faster" not in by_verdict(answer)
+    assert all(p["flags"][1] and not p["flags"][0] and p["ratio"] < 0.6 for p in pairs)
+    text = compare(V131, after, "--markdown")
+    assert text.exit_code == 1 and "| timing flagged: graph: the judge's clock" in text.output
+    code, answer = compared(after, V131)
+    check_consistent(answer, code)
+    assert "timing flagged" not in by_verdict(answer)
+    assert all(
+        any(n.startswith("before's timing was flagged") for n in p["notes"])
+        for p in answer["pairs"]
+        if p["solution"] == MIXED
+    )
 
 
 # ---------------------------------------------------------------- (c) newly failing, passing

@@ -23,8 +23,11 @@ Verdicts, with T = threshold_pct / 100:
 - "newly failing": PASSED before, any other status after; "newly passing": the reverse;
 - "missing": the pair is in one side only (`only_in` says which);
 - "still failing": neither side PASSED (both statuses are shown);
-- "not timed": both PASSED but they share no timing mode with a median.
-A regression is "slower" or "newly failing": the command then exits 1.
+- "not timed": both PASSED but they share no timing mode with a median;
+- "timing flagged": both PASSED but the judge flagged the after line's timing (its own clock
+  disagreed with the reported samples, or it witnessed no timed call: harness/witness.py), so
+  its time says nothing; a flag on the before line only is a note on the pair.
+A regression is "slower", "newly failing" or "timing flagged": the command then exits 1.
 
 With T = 0 (the default) "slower" means what `reproduce` means by it: the interval excludes
 1.0. A larger T asks for a change that is both beyond noise and larger than T: with one run per
@@ -61,10 +64,12 @@ VERDICTS = (
     "missing",
     "still failing",
     "not timed",
+    "timing flagged",
 )
-"""In the summary's order; the first six are always counted, the last two when they occur."""
+"""In the summary's order; the first six are always counted, the rest when they occur."""
 ORDER = (
     "newly failing",
+    "timing flagged",
     "slower",
     "missing",
     "newly passing",
@@ -74,7 +79,7 @@ ORDER = (
     "within noise",
 )
 """The order of rows: regressions first, then what a reviewer should look at."""
-REGRESSIONS = ("slower", "newly failing")
+REGRESSIONS = ("slower", "newly failing", "timing flagged")
 INPUTS_HINT = (
     "each side is a result file (.jsonl), a report folder holding results.jsonl"
     " (`envaudit merge --out DIR`), or a file of FlashInfer-Bench traces"
@@ -124,6 +129,8 @@ class Pair:
     gpu_differs: bool = False
     notes: list[str] = field(default_factory=list)
     source: list[str | None] = field(default_factory=lambda: [None, None])
+    flags: list[list[str]] = field(default_factory=lambda: [[], []])
+    """The judge's timing flags of each line (empty where it trusted the time)."""
 
 
 @dataclass
@@ -248,6 +255,7 @@ def make_pair(before: ResultLine | None, after: ResultLine | None, threshold_pct
         verdict="missing",
         gpu=[_gpu_model(before), _gpu_model(after)],
         source=[_source(before), _source(after)],
+        flags=[_flags(before), _flags(after)],
     )
     if before is None or after is None:
         pair.only_in = "after" if before is None else "before"
@@ -265,6 +273,11 @@ def make_pair(before: ResultLine | None, after: ResultLine | None, threshold_pct
     if pair.gpu_differs:
         pair.notes.append(f"GPU model differs: {pair.gpu[0]} before, {pair.gpu[1]} after")
     pair.verdict = verdict(pair.status[0], pair.status[1], pair.ci95, threshold_pct)
+    if pair.verdict not in ("newly failing", "newly passing", "still failing"):
+        if pair.flags[1]:
+            pair.verdict = "timing flagged"
+        if pair.flags[0]:
+            pair.notes.append("before's timing was flagged: " + "; ".join(pair.flags[0]))
     return pair
 
 
@@ -300,6 +313,11 @@ def _status(line: ResultLine | None) -> str | None:
 
 def _gpu_model(line: ResultLine | None) -> str | None:
     return None if line is None else line.environment.gpu_name
+
+
+def _flags(line: ResultLine | None) -> list[str]:
+    timing = None if line is None else line.timing
+    return list(timing.flags or []) if timing is not None else []
 
 
 def _source(line: ResultLine | None) -> str | None:
@@ -386,7 +404,8 @@ def status_text(pair: Pair) -> str:
 def verdict_text(pair: Pair) -> str:
     if pair.only_in:
         return f"missing (only {pair.only_in})"
-    return pair.verdict + (" (GPU differs)" if pair.gpu_differs else "")
+    flagged = f": {'; '.join(pair.flags[1])}" if pair.verdict == "timing flagged" else ""
+    return pair.verdict + flagged + (" (GPU differs)" if pair.gpu_differs else "")
 
 
 def render_markdown(comparison: Comparison) -> str:

@@ -131,6 +131,7 @@ def _row(definition: str, entry: Mapping[str, Any], row: Mapping[str, Any]) -> d
         "uuid": row["uuid"],
         "solution": short_name(entry["solution"], definition),
         "status": row["status"],
+        "flags": "; ".join(row.get("timing_flags") or []),
         "graph_ms": row["graph_median_ms"],
         "eager_ms": row["eager_median_ms"],
         "speedup": row["speedup_primary"] if not entry["baseline"] else None,

@@ -244,6 +244,8 @@ def _row_cells(entry: Mapping[str, Any], row: Mapping[str, Any]) -> str:
     definition and has no interval of its own."""
     passed = row["status"] == "PASSED"
     status = "PASSED" if passed else f"**{row['status']}**"
+    if row.get("timing_flags"):
+        status += " **timing flagged**"
     speedup = row["speedup_primary"] if passed else None
     bounds = None if entry["baseline"] else row.get("speedup_ci95")
     if speedup and entry["baseline"]:
@@ -266,7 +268,7 @@ def _ci(bounds: Sequence[float] | None) -> str:
 
 
 def _notes(row: Mapping[str, Any]) -> str:
-    notes = [note for note in (_strict(row), _scale_probe(row)) if note]
+    notes = [note for note in (_flags(row), _strict(row), _scale_probe(row)) if note]
     return "; ".join(notes) or "–"
 
 
@@ -280,6 +282,12 @@ def _interval_caption() -> str:
         f" {floor:.1f}% per line; that floor alone gives about ±{one:.1f}% on one workload's"
         " speedup, and most intervals here are that floor. Within noise: the interval holds 1.0."
     )
+
+
+def _flags(row: Mapping[str, Any]) -> str:
+    """Why the judge does not trust this line's time (harness/witness.py): its figures are
+    shown but never chosen."""
+    return "; ".join(row.get("timing_flags") or [])
 
 
 def _strict(row: Mapping[str, Any]) -> str:
