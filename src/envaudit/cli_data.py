@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from envaudit.cli_common import DataRoot, SolutionsRoot, parse_path, render, reported, usage_error
+from envaudit.cli_common import DataRoot, SolutionsRoot, parse_path, reported, usage_error
 from envaudit.errors import EXIT_FAILED, EXIT_OK, EnvauditError
 
 if TYPE_CHECKING:
@@ -62,13 +62,11 @@ def merge(
     """Merge result files (ours or FlashInfer-Bench traces) into results.jsonl, summary.json,
     performance.md, preferred-solutions.json, interfaces.json, plots/ and traces/."""
     from envaudit.lock.history import stand_in_notes
-    from envaudit.report.build import ReportError, build_report
+    from envaudit.report.build import build_report
 
     command = "envaudit merge " + " ".join(str(f) for f in files) + f" --out {out}"
-    try:
+    with reported():
         outcome = build_report(files, out, data_root, solutions_root, command, stand_in_notes)
-    except ReportError as exc:
-        render(exc)
     merged = outcome.merged
     for finding in merged.findings:
         typer.echo(f"warning: {finding.render()}", err=True)

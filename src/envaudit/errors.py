@@ -9,6 +9,7 @@ Standard library only: it is a declared harness file (schema/results.py raises i
 
 from __future__ import annotations
 
+import errno
 import shutil
 from pathlib import Path
 
@@ -87,11 +88,35 @@ def free_bytes(path: Path) -> str:
 def write_failed(
     path: Path, exc: OSError, what: str = "write", then: str = "run the command again"
 ) -> WriteFailed:
-    """The environment error for a file that could not be written (full disk, quota, I/O):
-    exit 2, naming the file, the cause and the free space, never the audited thing's fault."""
+    """The environment error for a file that could not be written (full disk, quota, I/O, a
+    read-only or foreign path): exit 2, naming the file and the cause, never the audited thing's
+    fault. The hint fits the cause: free space is named only when space ran out."""
     cause = exc.strerror or str(exc)
+    if getattr(exc, "found", None):  # schema.paths.NotOurs
+        return WriteFailed(
+            f"{path}: {cause}; nothing was written",
+            EXIT_USAGE,
+            hint="name a regular file or a path that does not exist yet",
+        )
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return WriteFailed(
+            f"{path}: could not {what}: {cause}; {free_bytes(path)}",
+            EXIT_USAGE,
+            hint=f"free space on that file system (or write elsewhere), then {then}",
+        )
     return WriteFailed(
-        f"{path}: could not {what}: {cause}; {free_bytes(path)}",
+        f"{path}: could not {what}: {cause}",
         EXIT_USAGE,
-        hint=f"free space on that file system (or write elsewhere), then {then}",
+        hint=f"{WRITE_HINTS.get(exc.errno or 0, 'write elsewhere')}, then {then}",
     )
+
+
+WRITE_HINTS = {
+    errno.EROFS: "the file system is read-only: write elsewhere",
+    errno.EACCES: "this user may not write there: write elsewhere or change its permissions",
+    errno.EPERM: "this user may not write there: write elsewhere or change its permissions",
+    errno.ENAMETOOLONG: "the name is too long for the file system: use a shorter one",
+    errno.ENOTDIR: "a part of the path is a file, not a folder: write elsewhere",
+    errno.EISDIR: "the path is a folder: name a file",
+    errno.EEXIST: "something is already at that path: remove it or write elsewhere",
+}

@@ -48,8 +48,13 @@ import torch
 
 from envaudit.harness.inputs import axis_values, concrete_shape, torch_dtype
 
-CHECKS = 2
-"""Timed calls the judge checks per mode, drawn uniformly over all of them (reservoir)."""
+CHECKS = 1
+"""Timed calls the judge checks per mode, drawn uniformly over all of them (reservoir). One is
+enough against a cheat that moves the recorded figure: the figure is a median, so stale answers
+must serve more than half the timed calls to move it, and then each mode's check catches them
+with a chance above one half, per workload (below 2^-12 to escape a 12-workload suite). Each
+check costs one reference computed on its fresh input, which no cache can hold: on the CPU that
+was most of the judge's added cost (a second check doubled it)."""
 SLOT_BUDGET_BYTES = {"cuda": 1 << 30, "cpu": 256 << 20}
 """Memory the output slots of one batch may take: a batch holds at most this many calls."""
 RATIO = 1.25

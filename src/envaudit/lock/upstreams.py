@@ -30,11 +30,10 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from envaudit.errors import free_bytes
 from envaudit.lock.config import DEFAULT_INDEX, FetchConfig
 from envaudit.lock.files import LockError, load_lock, load_spec
 from envaudit.schema.locks import EnvSpec, HistoricalPin, normalize_name, split_pin
-from envaudit.schema.paths import write_text_atomically
+from envaudit.schema.writes import replace_text
 
 INDEX_TIMEOUT_S = 10.0
 GIT_TIMEOUT_S = 15.0
@@ -412,10 +411,7 @@ def write_upstreams(report: dict[str, Any], path: Path) -> Path:
             " or run without --offline where the index and remotes can be reached",
         )
     text = json.dumps(report, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
-    try:
-        return write_text_atomically(path, text)
-    except OSError as exc:
-        raise LockError(f"cannot write {path}: {exc}; {free_bytes(path)}") from exc
+    return replace_text(path, text)
 
 
 def _holds_checked_results(path: Path) -> bool:

@@ -22,7 +22,7 @@ from typing import Any
 from envaudit.dataset.interfaces import load_interfaces
 from envaudit.dataset.solutions import SolutionIndexError, index_solutions, solution_roots
 from envaudit.dataset.traceset import DatasetRootError, load_traceset
-from envaudit.errors import EnvauditError, free_bytes
+from envaudit.errors import EnvauditError, write_failed
 from envaudit.report.choice import preferred_solutions
 from envaudit.report.html import render_html
 from envaudit.report.markdown import render_markdown
@@ -96,10 +96,8 @@ def build_report(
             else:
                 write_text_atomically(path, content)
         except OSError as exc:
-            raise ReportError(
-                f"cannot write {path}: {exc.strerror or exc}; {free_bytes(path)}",
-                hint=f"make {out} writable and merge again (files before {path.name} are new)",
-            ) from exc
+            then = f"merge again (the files written before {path.name} are new)"
+            raise write_failed(path, exc, "write it", then) from None
     return ReportOutcome(merged=merged, written=list(files))
 
 

@@ -194,7 +194,12 @@ def check_output(path: Path, what: str, folder: bool = False) -> None:
     """RunRequestError (exit 2) unless `path` can be written as a file (or, with `folder`, as a
     folder): it is one already and writable, or it can be created where the nearest existing
     parent is a writable folder. Nothing is created."""
-    if path.exists() or path.is_symlink():
+    if path.is_symlink():  # never written through: it may point at anything
+        raise RunRequestError(
+            f"{what} {path} is a symbolic link; envaudit writes only its own files and folders",
+            hint=f"name a {'folder' if folder else 'regular file'} (it is created when absent)",
+        )
+    if path.exists():
         if folder and not path.is_dir():
             raise RunRequestError(f"{what} {path} is a file, not a folder", hint="name a folder")
         if not folder and path.is_dir():

@@ -11,9 +11,12 @@ mark costs one environment lookup.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
+from pathlib import Path
 
+from envaudit.schema.paths import open_for_append
 from envaudit.settings import TIMELINE, read
 
 TIMELINE_ENV = TIMELINE.name
@@ -26,5 +29,5 @@ def mark(event: str, job: str = "") -> None:
     if path is None:
         return
     record = json.dumps({"t": time.time(), "event": event, "job": job})
-    with _lock, open(path, "a", encoding="utf-8") as out:
+    with _lock, os.fdopen(open_for_append(Path(path)), "a", encoding="utf-8") as out:
         out.write(record + "\n")

@@ -6,9 +6,11 @@ confined to the TraceSet root by one piece of code.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +19,77 @@ from pathlib import Path
 
 class PathOutsideRoot(ValueError):
     """A relative path that is absolute or climbs out of its root."""
+
+
+class NotOurs(OSError):
+    """An output path that holds something envaudit must not replace or write through: a
+    symbolic link, a FIFO, a device node, a socket, a folder where a file goes (or a file where
+    a folder goes). Replacing /dev/null as root breaks a machine; following a planted link
+    writes over a stranger's file."""
+
+    def __init__(self, path: Path, found: str, wanted: str = "a regular file") -> None:
+        super().__init__(errno.EEXIST, f"is {found}, not {wanted} envaudit may write")
+        self.filename = str(path)
+        self.found = found
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a folder"),
+    ):
+        if test(mode):
+            return name
+    return "a regular file" if stat.S_ISREG(mode) else "not a regular file"
+
+
+def refuse_foreign(path: Path) -> None:
+    """NotOurs unless `path` is absent or a regular file (a link is refused, never followed)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode):
+        raise NotOurs(path, _kind(mode))
+
+
+def output_folder(path: Path) -> Path:
+    """`path` made (with its parents) as a folder of envaudit's outputs; NotOurs when it is a
+    symbolic link or not a folder, so nothing is written through a planted link."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        path.mkdir(parents=True, exist_ok=True)
+        mode = os.lstat(path).st_mode
+    if not stat.S_ISDIR(mode):
+        raise NotOurs(path, _kind(mode), "a folder")
+    return path
+
+
+def open_for_append(path: Path, flags: int = os.O_WRONLY) -> int:
+    """A descriptor appending to `path` (created 0644 if absent); a link is not followed and
+    anything but a regular file is refused (NotOurs), the descriptor closed."""
+    refuse_foreign(path)
+    # O_NONBLOCK: opening a FIFO that appeared since the check must fail, not wait for a reader.
+    how = flags | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        fd = os.open(path, how, 0o644)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO):
+            raise NotOurs(
+                path, "a symbolic link" if exc.errno == errno.ELOOP else "a FIFO"
+            ) from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise NotOurs(path, _kind(mode))
+    os.set_blocking(fd, True)
+    return fd
 
 
 def sha256_file(path: Path) -> str:
@@ -34,8 +107,11 @@ def write_text_atomically(path: Path, text: str) -> Path:
 
 def write_bytes_atomically(path: Path, data: bytes) -> Path:
     """Replace `path` with `data` through a temporary file in the same folder and a rename, so
-    readers see the old file or the new one, never half of one. The result is world-readable."""
+    readers see the old file or the new one, never half of one. The result is world-readable.
+    Only a regular file is replaced (NotOurs otherwise): a rename over /dev/null or a FIFO would
+    put a file where the device or pipe was."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    refuse_foreign(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 from envaudit.errors import write_failed
+from envaudit.schema.paths import open_for_append
 
 RESULT_SCHEMA_VERSION = 2
 """1: the closure hash twice, in `context.closure_hash` and in `context.env_check.lock_closure_hash`
@@ -111,7 +112,10 @@ def append_line(path: Path, line: Mapping[str, Any]) -> None:
     and the free space: a half-written line must never pass for this run's result."""
     path.parent.mkdir(parents=True, exist_ok=True)
     data = (json.dumps(line, allow_nan=True) + "\n").encode()
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        fd = open_for_append(path, os.O_RDWR)
+    except OSError as exc:
+        raise write_failed(path, exc, "open it to append a line", RESUME) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         size = os.fstat(fd).st_size

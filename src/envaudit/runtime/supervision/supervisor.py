@@ -46,10 +46,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from envaudit.errors import EnvauditError
+from envaudit.errors import EnvauditError, write_failed
 from envaudit.runtime.jobs import Job
 from envaudit.runtime.supervision.launchers import Launcher, WorkerHandle
 from envaudit.runtime.timeline import mark
+from envaudit.schema.paths import output_folder
 from envaudit.schema.progress import (
     CONTEXT_LOST,
     FORGED,
@@ -297,14 +298,19 @@ def job_folder(root: Path) -> Iterator[Path]:
 
 def unique_log(folder: Path, index: int) -> Path:
     """A worker log that no other worker writes: created here, exclusively, under a name of the
-    time, this process and the worker number (a counter settles two in one second)."""
-    folder.mkdir(parents=True, exist_ok=True)
+    time, this process and the worker number (a counter settles two in one second). The logs
+    folder and the solution's folder in it must be real folders: a planted link is refused."""
+    try:
+        output_folder(folder.parent)
+        output_folder(folder)
+    except OSError as exc:
+        raise write_failed(folder, exc, "make the worker logs' folder") from None
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     for attempt in range(1000):
         extra = f"-{attempt}" if attempt else ""
         path = folder / f"worker-{stamp}-{os.getpid()}-{index}{extra}.log"
         try:
-            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o644))
         except FileExistsError:
             continue
         return path
