@@ -246,3 +246,45 @@ def test_a_plan_parses_each_solution_once_and_never_keeps_a_missing_one(tmp_path
     (solutions / "absent" / "solution.json").write_text("{}")
     with pytest.raises(RunRequestError, match=r"not a valid solution\.json"):
         plan.solution("absent")
+
+
+def test_malformed_and_deep_lines_in_the_results_and_workload_files(tmp_path: Path) -> None:
+    """Lines a hostile solution or a broken dataset leaves behind (no workload, not an object,
+    JSON nested 100,000 deep) are passed over by --resume and by the supervisor's re-read of
+    the workload file; a line longer than any result line ends the audit before any job, exit 2,
+    naming the file and line."""
+    root = write_toy_root(tmp_path / "data")
+    [workload_file] = (root / "workloads").rglob("*.jsonl")
+    deep = "[" * 100_000 + "]" * 100_000
+    with workload_file.open("a") as handle:
+        handle.write(deep + "\n" + '{"workload": 3}\n')
+    solutions = tmp_path / "solutions"
+    write_solution(solutions, "correct")
+    out = tmp_path / "a"
+    out.mkdir()
+    junk = ['{"a": 1}', "[]", '{"workload": 5, "solution": 7}', deep, "{not json"]
+    (out / "results.jsonl").write_text("".join(j + "\n" for j in junk))
+    result = CliRunner().invoke(
+        app,
+        [
+            *("audit", "--runtime", "host", "--device", "cpu", "--data-root", str(root)),
+            *("--out", str(out), "--solutions-root", str(solutions), "--solution", "correct"),
+            "--resume",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.output and "1 PASSED" in result.output, result.output
+    kept = (out / "results.jsonl").read_text().splitlines()
+    assert kept[: len(junk)] == junk and json.loads(kept[-1])["status"] == "PASSED"
+    with (out / "results.jsonl").open("a") as handle:
+        handle.write("x" * (64 * 1024 * 1024 + 10) + "\n")
+    result = CliRunner().invoke(
+        app,
+        [
+            *("audit", "--runtime", "host", "--device", "cpu", "--data-root", str(root)),
+            *("--out", str(out), "--solutions-root", str(solutions), "--solution", "correct"),
+            "--resume",
+        ],
+    )
+    assert result.exit_code == 2, result.output
+    assert f"results.jsonl:{len(kept) + 1}: a line longer than" in result.output, result.output

@@ -5,6 +5,7 @@ into solutions/."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -100,3 +101,18 @@ def test_an_audit_runs_the_candidate_beside_the_definition_s_solutions(
     ran = {json.loads(x)["solution"] for x in report}
     assert "correct" in ran and any(n.startswith("toy_scale-candidate-") for n in ran)
     assert listing(solutions) == before
+
+
+def test_a_candidate_that_is_a_device_or_a_fifo_is_refused_unread(
+    scene: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    """`--candidate` naming /dev/zero (through a link) or a FIFO: exit 2 at once, nothing read
+    (a device read whole never ends; a FIFO blocks its reader forever)."""
+    root, solutions, _ = scene
+    zero = tmp_path / "zero.py"
+    zero.symlink_to("/dev/zero")
+    fifo = tmp_path / "fifo.py"
+    os.mkfifo(fifo)
+    for path in (zero, fifo):
+        code, out = invoke(root, solutions, "--candidate", str(path), "--definition", "toy_scale")
+        assert code == 2 and "not a regular file" in out, out

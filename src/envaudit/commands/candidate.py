@@ -17,20 +17,26 @@ from pathlib import Path
 from envaudit.dataset.solutions import OURS, index_solutions, solution_roots
 from envaudit.dataset.traceset import DatasetRootError, load_traceset
 from envaudit.errors import EnvauditError
+from envaudit.schema.reading import UnreadableFile, read_bounded
 from envaudit.schema.writes import replace_text
 from envaudit.settings import cache_root
+
+MAX_CANDIDATE_BYTES = 16 << 20
+"""The largest candidate file read (16 MiB): a kernel's source, not a device read whole."""
 
 
 def stage_candidate(
     path: Path, definition: str, data_root: Path, solutions_root: Path, env: str | None
 ) -> tuple[str, Path]:
     """(solution name, solutions root holding it) for the candidate file `path`."""
-    try:
-        content = path.read_bytes()
-    except OSError as exc:
-        raise EnvauditError(f"--candidate {path}: cannot be read: {exc.strerror or exc}") from None
     if path.suffix != ".py":
         raise EnvauditError(f"--candidate {path}: not a Python file (a main.py with run())")
+    try:
+        content = read_bounded(path, MAX_CANDIDATE_BYTES, "--candidate")
+    except UnreadableFile as exc:
+        raise EnvauditError(str(exc), hint="name a main.py file") from None
+    except OSError as exc:
+        raise EnvauditError(f"--candidate {path}: cannot be read: {exc.strerror or exc}") from None
     try:
         known = load_traceset(data_root).definitions
     except DatasetRootError as exc:

@@ -48,6 +48,19 @@ class TraceSet:
     suites: dict[str, Suite] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
 
+    def refusal_of(self, definition: str) -> str:
+        """Why `definition` is not among the definitions: the error found in a definition file
+        of that name (a reference that does not parse, a bad field), or that there is none, so
+        a dataset's broken definition is named as such, never as an unknown name."""
+        for finding in self.findings:
+            if (
+                finding.severity == "error"
+                and finding.path.startswith("definitions/")
+                and Path(finding.path).stem == definition
+            ):
+                return f"the dataset's definition file is refused: {finding.render()}"
+        return f"not a definition under {self.root}"
+
     def workloads_of(self, definition: str) -> list[WorkloadLine]:
         return [w for w in self.workloads if w.trace.definition == definition]
 

@@ -465,13 +465,57 @@ def load_reference(definition: Mapping[str, Any]) -> Callable[..., Any]:
     return run
 
 
-def run_reference(definition: Mapping[str, Any], inputs: Mapping[str, Any]) -> tuple[Any, ...]:
-    """Call the reference and return its outputs as a tuple in the definition's output order."""
-    result = load_reference(definition)(**inputs)
+class ReferenceFault(Exception):
+    """The definition's reference misbehaved on inputs it accepts: it tried to end the process,
+    or returned outputs that contradict the definition (a shape, an output that is all NaN).
+    The dataset's fault, recorded as WORKLOAD_ERROR, never the solution's."""
+
+
+def run_reference(
+    definition: Mapping[str, Any],
+    inputs: Mapping[str, Any],
+    axes: Mapping[str, int] | None = None,
+) -> tuple[Any, ...]:
+    """Call the reference and return its outputs as a tuple in the definition's output order.
+    It runs in the judge's process, so an exit it attempts (sys.exit, os._exit) is turned into
+    a ReferenceFault rather than ending the judge; with `axes`, each output's shape is checked
+    against the definition's."""
+    real_exit = os._exit
+
+    def refuse_exit(status: int) -> None:
+        raise ReferenceFault(f"the definition's reference called os._exit({status})")
+
+    os._exit = refuse_exit  # type: ignore[assignment]
+    try:
+        result = load_reference(definition)(**inputs)
+    except SystemExit as exc:
+        raise ReferenceFault(f"the definition's reference called sys.exit({exc.code!r})") from None
+    finally:
+        os._exit = real_exit
     outputs = result if isinstance(result, tuple) else (result,)
     if len(outputs) != len(definition["outputs"]):
-        raise InputError(
-            f"reference of {definition['name']} returned {len(outputs)} outputs,"
-            f" definition lists {len(definition['outputs'])}"
+        raise ReferenceFault(
+            f"the definition's reference returned {len(outputs)} outputs, the definition"
+            f" lists {len(definition['outputs'])}"
         )
+    for (name, spec), out in zip(definition["outputs"].items(), outputs, strict=True):
+        _check_reference_output(name, spec, out, axes)
     return tuple(outputs)
+
+
+def _check_reference_output(
+    name: str, spec: Mapping[str, Any], out: Any, axes: Mapping[str, int] | None
+) -> None:
+    if not isinstance(out, torch.Tensor):
+        return
+    shape = concrete_shape(spec, axes) if axes is not None else None
+    if shape is not None and tuple(out.shape) != shape:
+        raise ReferenceFault(
+            f"the definition's reference returned output {name} of shape {tuple(out.shape)};"
+            f" the definition declares {shape}"
+        )
+    if out.dtype.is_floating_point and out.numel() and not bool(torch.isfinite(out).any()):
+        raise ReferenceFault(
+            f"the definition's reference returned output {name} with no finite element"
+            " (all NaN or infinite): no answer can be checked against it"
+        )

@@ -35,6 +35,8 @@ from safetensors.torch import load_file, save_file
 from envaudit.harness.compare import compare_outputs, overall_status, strict_diagnostic
 from envaudit.harness.inputs import (
     InputError,
+    ReferenceFault,
+    axis_values,
     check_constraints,
     draw_checked,
     run_reference,
@@ -42,6 +44,7 @@ from envaudit.harness.inputs import (
     torch_dtype,
 )
 from envaudit.harness.reference import ReferenceCache
+from envaudit.harness.solution import build_tools_missing, unsupported_device
 from envaudit.harness.witness import ModeWitness, TimingWitness, fresh_input
 
 MESSAGE_LIMIT_BYTES = 64 << 20
@@ -209,6 +212,8 @@ class Judge:
     strict: bool = False
     verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)
     witness: TimingWitness | None = None
+    solution: Mapping[str, Any] = field(default_factory=dict)
+    """The solution.json as the judge read it before the solution's process went on."""
 
     def begin(self, uuid: str) -> None:
         self.verdicts[uuid] = {"scale": {}}
@@ -282,7 +287,9 @@ class Judge:
                 inputs[fresh.name] = fresh.draw(item.nonce, item.step, item.copy, self.device)
             try:
                 with torch.no_grad():
-                    refs = run_reference(self.definition, inputs)
+                    refs = run_reference(
+                        self.definition, inputs, axis_values(self.definition, workload)
+                    )
             except torch.cuda.OutOfMemoryError:
                 raise
             except Exception as exc:
@@ -361,7 +368,9 @@ class Judge:
                 refs = self.cache.outputs(self.definition, workload, draw_inputs, draw, self.device)
             else:
                 with torch.no_grad():
-                    refs = run_reference(self.definition, inputs)
+                    refs = run_reference(
+                        self.definition, inputs, axis_values(self.definition, workload)
+                    )
         except torch.cuda.OutOfMemoryError:
             raise
         except Exception as exc:
@@ -402,6 +411,7 @@ class Judge:
             outcome["reference_cached"] = validation["reference_cached"]
         _settle_probe(outcome, {**record["scale"], "1.0": validation or {"status": "NONE"}})
         _settle_timing(outcome, record.get("timing") or {})
+        self._check_blame(uuid, outcome)
         if outcome.get("status") == "PASSED":
             needed = [("validation", validation)]
             if not validation_only:
@@ -419,6 +429,56 @@ class Judge:
                     outcome.update(status=verdict["status"], message=prefix + verdict["message"])
                     break
         return outcome
+
+    def _check_blame(self, uuid: str, outcome: dict[str, Any]) -> None:
+        """A status that blames the dataset (WORKLOAD_ERROR) or the device (UNSUPPORTED_DEVICE)
+        stands only where the judge finds the same fault itself, in its own words: the solution's
+        process runs the solution's code and would rather accuse anything but the solution."""
+        status = outcome.get("status")
+        if status == "WORKLOAD_ERROR":
+            own = self._workload_fault(uuid)
+        elif status == "UNSUPPORTED_DEVICE":
+            spec = self.solution.get("spec") or {}
+            own = unsupported_device(spec, self.device) or build_tools_missing(self.solution)
+        else:
+            return
+        if own is not None:
+            outcome["message"] = own
+            return
+        claimed = str(outcome.get("message") or "")[:300]
+        message = (
+            f"the solution's process reported {status} ({claimed!r}), which the judge did not"
+            " find: the workload's inputs draw, the reference runs and the device and build"
+            " tools are the ones the solution declares"
+        )
+        validation = self.verdicts.get(uuid, {}).get("validation")
+        if isinstance(validation, Mapping) and validation.get("status") not in (None, "PASSED"):
+            # what the judge did find is the line's status
+            message += f"; the judge's own verdict: {validation.get('message')}"
+            outcome.update(status=validation["status"], message=message)
+        else:
+            outcome.update(status="RUNTIME_ERROR", message=message)
+
+    def _workload_fault(self, uuid: str) -> str | None:
+        """The dataset's fault the judge itself met on this workload (a verdict of its own), or
+        meets now drawing the inputs; None when it finds none."""
+        record = self.verdicts.get(uuid, {})
+        found = [record.get("validation"), record.get("recheck")]
+        found += [*(record.get("scale") or {}).values(), *(record.get("timing") or {}).values()]
+        for verdict in found:
+            if isinstance(verdict, Mapping) and verdict.get("status") == "WORKLOAD_ERROR":
+                return str(verdict.get("message"))
+        workload = self.workloads.get(uuid)
+        if workload is None:
+            return None
+        try:
+            draw_checked(self.definition, workload, self.root, self.device, 0)
+        except InputError as exc:
+            return f"workload inputs: {exc}"
+        finally:
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+        return None
 
 
 def correctness(comparisons: list[Mapping[str, Any]]) -> dict[str, Any]:
@@ -511,8 +571,10 @@ def _settle_timing(outcome: dict[str, Any], judged: Mapping[str, Mapping[str, An
 
 
 def _reference_raised(exc: Exception) -> dict[str, Any]:
-    """The dataset's fault: the definition's reference raised on inputs it accepts."""
-    msg = f"the definition's reference raised {type(exc).__name__}: {exc}"
+    """The dataset's fault: the definition's reference raised (or misbehaved: ReferenceFault)
+    on inputs it accepts."""
+    msg = str(exc) if isinstance(exc, ReferenceFault) else ""
+    msg = msg or f"the definition's reference raised {type(exc).__name__}: {exc}"
     return {"status": "WORKLOAD_ERROR", "message": msg[:4000]}
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from envaudit.harness.inputs import INPUT_DRAW, run_reference
+from envaudit.harness.inputs import INPUT_DRAW, axis_values, run_reference
 
 
 def cache_key(
@@ -74,7 +74,7 @@ class ReferenceCache:
                 self.hits += 1
                 return found
         with torch.no_grad():
-            outputs = run_reference(definition, draw())
+            outputs = run_reference(definition, draw(), axis_values(definition, workload))
         if path is not None:
             with contextlib.suppress(OSError):  # a cache that cannot be written is no cache
                 _write_atomically(path, {f"out{i}": t.contiguous() for i, t in enumerate(outputs)})

@@ -264,6 +264,39 @@ def _load_tvm_ffi(
     return tvm_ffi.load_module(library)
 
 
+def build_tools_missing(solution: Mapping[str, Any]) -> str | None:
+    """Why this environment cannot build `solution` at all (NoCompilerHere's words), or None:
+    a native solution's build tools, checked without building, so the judge can see for itself
+    what the solution's process reports as UNSUPPORTED_DEVICE."""
+    spec = solution["spec"]
+    if str(spec.get("language", "")).lower() not in NATIVE_LANGUAGES:
+        return None
+    try:
+        _require_build_tools(str(spec["language"]).lower() == "cuda", native_binding(spec))
+    except NoCompilerHere as exc:
+        return str(exc)
+    return None
+
+
+def unsupported_device(spec: Mapping[str, Any], device: Any) -> str | None:
+    """Why the solution's declared target_hardware does not admit this device (empty or `any`
+    admits every device), naming the device by its model, or None."""
+    import torch
+
+    declared = [str(t) for t in spec.get("target_hardware") or []]
+    targets = [t.lower() for t in declared]
+    if not targets or "any" in targets:
+        return None
+    if device.type == "cpu":
+        return None if "cpu" in targets else f"targets {declared}; this run is on the CPU"
+    props = torch.cuda.get_device_properties(device)
+    name = props.name.lower()
+    arch = f"sm_{props.major}{props.minor}"
+    if any(t in ("cuda", "gpu", arch) or t.replace("nvidia_", "") in name for t in targets):
+        return None
+    return f"targets {declared}; this GPU is {props.name} ({arch})"
+
+
 def _require_build_tools(with_cuda: bool, binding: str = TORCH_BINDING) -> None:
     """NoCompilerHere unless the binding's builder can work here: ninja (the environment's own,
     beside its python, comes first on PATH), TVM-FFI for that binding, and for CUDA a CUDA build

@@ -59,6 +59,7 @@ from envaudit.harness.solution import (
     hash_sources,
     load_solution,
     source_files,
+    unsupported_device,
 )
 from envaudit.schema.options import EvalOptions
 from envaudit.schema.progress import (
@@ -76,19 +77,6 @@ from envaudit.schema.results import result_line, workloads_by_uuid
 from envaudit.schema.sources import leading_imports
 
 IMPORTS_S = time.perf_counter() - IMPORTS_BEGAN
-
-
-def device_supported(spec: Mapping[str, Any], device: torch.device) -> bool:
-    """Whether the solution's declared target_hardware admits this device (empty = any)."""
-    targets = [t.lower() for t in spec.get("target_hardware") or []]
-    if not targets or "any" in targets:
-        return True
-    if device.type == "cpu":
-        return "cpu" in targets
-    props = torch.cuda.get_device_properties(device)
-    name = props.name.lower()
-    arch = f"sm_{props.major}{props.minor}"
-    return any(t in ("cuda", "gpu", arch) or t.replace("nvidia_", "") in name for t in targets)
 
 
 def entry_imports(solution: Mapping[str, Any], files: Mapping[str, bytes] | None) -> list[str]:
@@ -179,6 +167,7 @@ def judge_main(job_dir: Path, link: Link, child: int) -> int:
             Path(cache_dir) if cache_dir else None, seal.cache_key if seal else None
         ),
         strict=options.strict_diagnostic,
+        solution=solution_json,
     )
     if making is not None:
         making.join()
@@ -261,9 +250,9 @@ def solution_main(job_dir: Path, link: Link) -> int:
     by_uuid = workloads_by_uuid(Path(job["workload_file"]))
     workloads = [by_uuid[u] for u in job["workloads"]]
     start = time.perf_counter()
-    if not device_supported(solution_json["spec"], device):
-        targets = solution_json["spec"].get("target_hardware")
-        outcome = {"status": "UNSUPPORTED_DEVICE", "message": f"targets {targets}, got {device}"}
+    unsupported = unsupported_device(solution_json["spec"], device)
+    if unsupported is not None:
+        outcome = {"status": "UNSUPPORTED_DEVICE", "message": unsupported}
         return _settle_all(link, workloads, outcome, start)
     if os.environ.get(BYTECODE_CACHE_ENV):
         # envaudit's bytecode folder (runtime/supervision/launchers.py, bytecode_cache) holds the

@@ -416,8 +416,8 @@ def plan_job(req: RunRequest, runtime: str) -> Job:
     dfile = ts.definitions.get(solution.definition)
     if dfile is None:
         raise RunRequestError(
-            f"solution {solution.name} implements {solution.definition}, "
-            f"which is not a definition under {req.data_root}"
+            f"solution {solution.name} implements {solution.definition}:"
+            f" {ts.refusal_of(solution.definition)}"
         )
     assigned = assigned_env(solution, req.data_root)
     uuids = select_workloads(ts, solution.definition, req)

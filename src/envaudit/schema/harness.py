@@ -37,6 +37,7 @@ HARNESS_FILES = (
     "envaudit/schema/expressions.py",
     "envaudit/schema/paths.py",
     "envaudit/schema/progress.py",
+    "envaudit/schema/reading.py",
     "envaudit/schema/results.py",
     "envaudit/schema/sources.py",
 )

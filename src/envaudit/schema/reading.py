@@ -85,6 +85,18 @@ def read_bytes(path: Path) -> bytes:
     return path.read_bytes()
 
 
+def read_bounded(path: Path, limit: int, what: str = "") -> bytes:
+    """The bytes of a regular file of at most `limit` bytes; UnreadableFile (naming `what`, an
+    option, and the file) for anything else, without reading more than `limit` + 1 bytes."""
+    require_regular(path, what)
+    with path.open("rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        lead = f"{what} {path}" if what else str(path)
+        raise UnreadableFile(f"{lead}: larger than {limit:,} bytes, the most read")
+    return data
+
+
 def read_text(path: Path) -> str:
     """A regular file's UTF-8 text (a BOM is dropped); UnreadableFile naming the file and byte
     when it is not text."""

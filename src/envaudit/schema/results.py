@@ -37,6 +37,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from envaudit.errors import write_failed
 from envaudit.schema.paths import open_for_append
+from envaudit.schema.reading import UnreadableFile, json_lines, loads_json
 
 RESULT_SCHEMA_VERSION = 2
 """1: the closure hash twice, in `context.closure_hash` and in `context.env_check.lock_closure_hash`
@@ -64,11 +65,17 @@ class LineKey(NamedTuple):
 
 def workloads_by_uuid(path: Path) -> dict[str, dict[str, Any]]:
     """The workloads of one `workloads/<op_type>/<definition>.jsonl` file, by UUID (raw JSON:
-    the harness reads the dataset without the pydantic models)."""
+    the harness reads the dataset without the pydantic models). Each line is read with a bound;
+    a line that is no workload (malformed, nested too deep, no uuid) is passed over here: the
+    dataset's loader has named it already, and a job never selects it."""
     found: dict[str, dict[str, Any]] = {}
-    for raw in path.read_text().splitlines():
-        if raw.strip():
-            workload = json.loads(raw)["workload"]
+    for line in json_lines(path):
+        try:
+            parsed = loads_json(line.text, f"{path}:{line.number}")
+        except ValueError:  # json.JSONDecodeError, UnreadableFile
+            continue
+        workload = parsed.get("workload") if isinstance(parsed, dict) else None
+        if isinstance(workload, dict) and isinstance(workload.get("uuid"), str):
             found[workload["uuid"]] = workload
     return found
 
@@ -153,32 +160,28 @@ def _cut_back(fd: int, size: int) -> None:
         os.fsync(fd)
 
 
-class NotResultLines(ValueError):
+class NotResultLines(UnreadableFile):
     """A file given as result lines that is no such thing (binary, or no line is JSON)."""
 
 
 def read_lines(path: Path) -> Iterator[tuple[int, dict[str, Any] | None]]:
-    """(line number, parsed line or None when unreadable) for every non-empty line;
-    NotResultLines when the file is not UTF-8 text."""
+    """(line number, parsed line or None when unreadable) for every non-empty line, each read
+    with a bound (schema.reading); NotResultLines when the file is not UTF-8 text, is no
+    regular file, or holds a line too long to be a result line."""
     if not path.exists():
         return
-    with path.open("rb") as handle:
-        for number, data in enumerate(handle, start=1):
-            try:
-                raw = data.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise NotResultLines(
-                    f"{path}: not UTF-8 JSON lines (line {number}, byte {exc.start} is"
-                    f" 0x{data[exc.start]:02x}); is it a result file?"
-                ) from None
-            if not raw.strip():
+    try:
+        for line in json_lines(path):
+            if not line.text.strip():
                 continue
             try:
-                parsed = json.loads(raw)
-            except json.JSONDecodeError:
-                yield number, None
+                parsed = loads_json(line.text, f"{path}:{line.number}")
+            except ValueError:  # json.JSONDecodeError, nested too deep
+                yield line.number, None
                 continue
-            yield number, parsed if isinstance(parsed, dict) else None
+            yield line.number, parsed if isinstance(parsed, dict) else None
+    except UnreadableFile as exc:
+        raise NotResultLines(f"{exc}; is it a result file?") from None
 
 
 def check_result_file(path: Path) -> None:
