@@ -93,6 +93,20 @@ SOLUTIONS = {
         False,
     ),
     "import_error": ("import not_a_module_anywhere\ndef run(x, lengths, scale):\n    pass", False),
+    # (j) answers right, then a thread of its own turns the answer to NaN 3 ms later
+    "late_writer": (
+        """
+        import threading, time
+        def _spoil(out):
+            time.sleep(0.003)
+            out.fill_(float('nan'))
+        def run(x, lengths, scale):
+            out = scaled(x, lengths, scale)
+            threading.Thread(target=_spoil, args=(out,), daemon=True).start()
+            return out
+        """,
+        False,
+    ),
     "gpu_only": ("def run(x, lengths, scale):\n    return scaled(x, lengths, scale)", False),
 }
 
@@ -126,6 +140,7 @@ EXPECTED = {
     "wrong_dtype": ("INCORRECT_DTYPE", "INCORRECT_DTYPE"),
     "wrong_shape": ("INCORRECT_SHAPE", "INCORRECT_SHAPE"),
     "import_error": ("COMPILE_ERROR", "COMPILE_ERROR"),
+    "late_writer": ("INCORRECT_NUMERICAL", "INCORRECT_NUMERICAL"),
     "gpu_only": ("UNSUPPORTED_DEVICE", "UNSUPPORTED_DEVICE"),
 }
 
@@ -135,6 +150,7 @@ MESSAGES = {
     "raises": "no kernel for this",
     "partial_write": "elements within tolerance",
     "mutates_input": "input(s) x",
+    "late_writer": "still being written after the call returned",
 }
 
 

@@ -166,8 +166,9 @@ def _evaluate(
 ) -> None:
     with clock.phase("inputs"):
         inputs = _inputs(ctx, workload, seed_offset=0)
+    kept: list[tuple[list[Any], list[Any]]] = []  # (outputs, their snapshot), checked last
     with clock.phase("validation"):
-        verdict, prepare_ms = _validate(ctx, workload, inputs, "validation")
+        verdict, prepare_ms = _validate(ctx, workload, inputs, "validation", kept=kept)
     clock.reassign(_judged_s(verdict), "validation", "reference")
     outcome["prepare_ms"] = prepare_ms
     outcome["reference_cached"] = bool(verdict.get("reference_cached"))
@@ -185,11 +186,13 @@ def _evaluate(
     outcome["achieved"] = _achieved(ctx.definition, workload, inputs, outcome["timing"])
     with clock.phase("recheck"):
         _redraw_in_place(ctx, workload, inputs)
-        recheck, _ = _validate(ctx, workload, inputs, "recheck")
+        recheck, _ = _validate(ctx, workload, inputs, "recheck", kept=kept)
     clock.reassign(_judged_s(recheck), "recheck", "reference")
     if "comparisons" in recheck:
         outcome["recheck"] = correctness(recheck["comparisons"])
     _raise_unless_passed(recheck, "post-timing re-check on fresh inputs: ")
+    for produced, snapshot in kept:  # the validation's outputs, a whole measurement later
+        _check_settled(produced, snapshot)
 
 
 def _judged_s(verdict: Mapping[str, Any]) -> float:
@@ -360,8 +363,9 @@ def _call(
     outputs: list[torch.Tensor] | None,
     prepared: Any,
     buffers: list[torch.Tensor] | None,
-) -> list[Any]:
-    """One call; returns a snapshot of the outputs taken on the current stream."""
+) -> tuple[list[Any], list[Any]]:
+    """One call: (a snapshot of the outputs taken on the current stream as it returned, the
+    outputs themselves, to be checked again later with `_check_settled`)."""
     try:
         result = ctx.solution.call(inputs, outputs, prepared)
         produced = outputs if ctx.solution.destination_passing else result
@@ -382,7 +386,7 @@ def _call(
     except Exception as exc:
         tail = traceback.format_exc()[-TRACEBACK_CHARS:]
         raise SolutionFailure("RUNTIME_ERROR", f"{type(exc).__name__}: {exc}\n{tail}") from exc
-    return snapshot
+    return snapshot, produced
 
 
 def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -393,13 +397,16 @@ def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def _check_settled(produced: list[Any], snapshot: list[Any]) -> None:
     """Outputs must not change once the call has returned and the device is idle: if they
-    do, the solution left work on another stream without making the caller's stream wait."""
+    do, the solution left work running (on another stream the caller's stream does not wait
+    for, or on a thread of its own) that writes them after the answer was taken. Checked at
+    once on a GPU and, on every device, again after the judge's verdict (tens of ms later)."""
     for index, (live, early) in enumerate(zip(produced, snapshot, strict=True)):
         if isinstance(live, torch.Tensor) and not _bits_equal(live, early):
             raise SolutionFailure(
                 "INCORRECT_NUMERICAL",
                 f"output {index} was still being written after the call returned"
-                " (work on another stream that the current stream does not wait for)",
+                " (work left running on another stream or thread that the call did not wait"
+                " for)",
             )
 
 
@@ -445,10 +452,13 @@ def _validate(
     inputs: dict[str, Any],
     purpose: str,
     factor: float | None = None,
+    kept: list[tuple[list[Any], list[Any]]] | None = None,
 ) -> tuple[dict[str, Any], float | None]:
     """Call the solution once, judged: its outputs, fixed as the call returns, go to the judge,
     which only then computes or loads the reference (envaudit.harness.judge). (The verdict,
-    prepare's milliseconds.)"""
+    prepare's milliseconds.) The outputs and their snapshot go to `kept`, to be compared again
+    once the workload's measurement is over: an answer spoiled later by work the call left
+    running fails then, on every device."""
     before = {k: v.clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)}
     prepared, prepare_ms = _prepare(ctx, inputs)
     dps = ctx.solution.destination_passing
@@ -457,15 +467,20 @@ def _validate(
     buffers = _snapshot_buffers(ctx, workload)
     if not dps:
         _poison_allocator(ctx, workload, 0)
-    outputs = _call(ctx, inputs, given, prepared, buffers)
+    outputs, produced = _call(ctx, inputs, given, prepared, buffers)
     verdict = ctx.judge.submit(str(workload["uuid"]), purpose, factor, outputs)
+    if ctx.device.type == "cuda":
+        torch.cuda.synchronize(ctx.device)
+    _check_settled(produced, outputs)
+    if kept is not None:
+        kept.append((produced, outputs))
     _fail_if_mutated(ctx.definition, before, inputs)
     if verdict.get("status") == "PASSED" and not _all_float(ctx.definition):
         given = _allocate_outputs(ctx, workload, 1) if dps else None
         buffers = _snapshot_buffers(ctx, workload)
         if not dps:
             _poison_allocator(ctx, workload, 1)
-        again = _call(ctx, inputs, given, prepared, buffers)
+        again, _ = _call(ctx, inputs, given, prepared, buffers)
         for name, first, second in zip(ctx.definition["outputs"], outputs, again, strict=True):
             if not torch.equal(first, second):
                 msg = f"{name}: result depends on the preallocated output's contents"
