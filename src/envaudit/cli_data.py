@@ -45,6 +45,16 @@ def check_inputs(
     raise typer.Exit(EXIT_FAILED if failed else EXIT_OK)
 
 
+AcceptNewer = Annotated[
+    bool,
+    typer.Option(
+        "--accept-newer-schema",
+        help="Read result lines of a schema version newer than this envaudit knows, as read"
+        " (refused otherwise, exit 2).",
+    ),
+]
+
+
 @data_app.command()
 def merge(
     files: Annotated[list[Path], typer.Argument(help="Result files to merge.")],
@@ -58,6 +68,7 @@ def merge(
     ] = Path("results/report"),
     data_root: DataRoot = Path("workloads"),
     solutions_root: SolutionsRoot = Path("solutions"),
+    accept_newer: AcceptNewer = False,
 ) -> None:
     """Merge result files (ours or FlashInfer-Bench traces) into results.jsonl, summary.json,
     performance.md, preferred-solutions.json, interfaces.json, plots/ and traces/."""
@@ -66,7 +77,9 @@ def merge(
 
     command = "envaudit merge " + " ".join(str(f) for f in files) + f" --out {out}"
     with reported():
-        outcome = build_report(files, out, data_root, solutions_root, command, stand_in_notes)
+        outcome = build_report(
+            files, out, data_root, solutions_root, command, stand_in_notes, accept_newer
+        )
     merged = outcome.merged
     for finding in merged.findings:
         typer.echo(f"warning: {finding.render()}", err=True)
@@ -123,6 +136,7 @@ def compare(
         Path | None,
         typer.Option("--junit", help="Also write JUnit XML here.", parser=parse_path),
     ] = None,
+    accept_newer: AcceptNewer = False,
 ) -> None:
     """Pair the lines of BEFORE and AFTER by definition, solution, env and workload uuid and
     give each pair a verdict: faster, slower, within noise, newly failing, newly passing or
@@ -132,7 +146,10 @@ def compare(
     if markdown and as_json:
         usage_error("--markdown and --json both name the output; give one")
     with reported():
-        sides = (comparing.read_side(before, across_envs), comparing.read_side(after, across_envs))
+        sides = (
+            comparing.read_side(before, across_envs, accept_newer),
+            comparing.read_side(after, across_envs, accept_newer),
+        )
         result = comparing.compare_sides(*sides, threshold_pct=threshold, across_envs=across_envs)
         if junit is not None:
             comparing.write_junit(result, junit)

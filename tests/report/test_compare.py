@@ -499,3 +499,17 @@ def test_different_gpu_models_are_compared_and_flagged(tmp_path: Path) -> None:
     assert any("different GPU models" in note and "NVIDIA B200" in note for note in answer["notes"])
     result = compare(V131, after, "--markdown")
     assert "within noise (GPU differs)" in result.stdout
+
+
+def test_lines_of_a_newer_schema_version_are_refused_unless_asked_for(tmp_path: Path) -> None:
+    """A CI gate fed a file written by a newer envaudit must not pass on what it cannot read:
+    compare and merge exit 2 naming FILE:LINE, and read it as read only when asked."""
+    newer = changed(tmp_path, lambda line: {**line, "schema_version": 3})
+    result = compare(V131, newer)
+    assert result.exit_code == 2, result.output
+    assert f"{newer}:1" in result.output and "--accept-newer-schema" in result.output
+    result = compare(V131, newer, "--accept-newer-schema")
+    assert result.exit_code == 0, result.output
+    merged = CliRunner().invoke(app, ["merge", str(newer), "--out", str(tmp_path / "r")])
+    assert merged.exit_code == 2 and "newer than this envaudit reads" in merged.output
+    assert not (tmp_path / "r").exists()

@@ -69,12 +69,13 @@ def build_report(
     solutions_root: Path,
     command: str,
     stand_ins: StandIns | None = None,
+    accept_newer: bool = False,
 ) -> ReportOutcome:
     if not inputs:
         raise ReportError("no result files given")
     check_out(out)
     try:
-        merged = merge_files(inputs, convert=trace_to_line)
+        merged = merge_files(inputs, convert=trace_to_line, accept_newer=accept_newer)
     except UnreadableInputs as exc:
         raise ReportError(
             "; ".join(exc.problems), hint=f"{INPUTS_HINT}; nothing was written to {out}"

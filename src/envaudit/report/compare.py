@@ -156,12 +156,13 @@ class Comparison:
 # ---------------------------------------------------------------- reading
 
 
-def read_side(spec: Path, across_envs: bool = False) -> Side:
+def read_side(spec: Path, across_envs: bool = False, accept_newer: bool = False) -> Side:
     """The newest line per pair key of a result file, a report folder or a trace file;
-    EnvauditError (exit 2) naming the file when it holds no result line or cannot be read."""
+    EnvauditError (exit 2) naming the file when it holds no result line, cannot be read or
+    holds lines of a newer schema version (unless `accept_newer`)."""
     path = _result_file(spec)
     try:
-        merged = merge_files([path], convert=trace_to_line)
+        merged = merge_files([path], convert=trace_to_line, accept_newer=accept_newer)
     except UnreadableInputs as exc:
         raise EnvauditError("; ".join(exc.problems), hint=INPUTS_HINT) from None
     findings = [f.render() for f in merged.findings]

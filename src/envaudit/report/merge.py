@@ -113,14 +113,24 @@ class MergeResult:
     env_compare needs to put an interval on a difference between envs."""
     distributions: dict[str, dict[str, str]] = field(default_factory=dict)
     inputs: list[InputFile] = field(default_factory=list)
+    newer: list[str] = field(default_factory=list)
+    """FILE:LINE of each line of a schema version newer than this envaudit reads."""
 
 
 # A converter for lines in another format (FlashInfer-Bench traces): returns our line or None.
 Converter = Callable[[Mapping[str, Any]], dict[str, Any] | None]
 
 
-def merge_files(paths: Iterable[Path], convert: Converter | None = None) -> MergeResult:
-    """Every input read first (UnreadableInputs naming each bad one), then merged in order."""
+NEWER_HINT = "--accept-newer-schema"
+
+
+def merge_files(
+    paths: Iterable[Path], convert: Converter | None = None, accept_newer: bool = False
+) -> MergeResult:
+    """Every input read first (UnreadableInputs naming each bad one), then merged in order.
+    Lines of a schema version newer than this envaudit reads are refused (UnreadableInputs,
+    naming the first few) unless `accept_newer`: a CI gate fed a newer file must not pass on
+    fields it cannot read."""
     inputs = read_inputs(paths)
     result = MergeResult()
     kept: dict[LineKey, ResultLine] = {}
@@ -129,6 +139,15 @@ def merge_files(paths: Iterable[Path], convert: Converter | None = None) -> Merg
         result.inputs.append(summary)
         for line in _read(path, lines, summary, result, convert):
             _admit(line, kept, result)
+    if result.newer and not accept_newer:
+        more = f" and {len(result.newer) - 3} more" if len(result.newer) > 3 else ""
+        raise UnreadableInputs(
+            [
+                f"{', '.join(result.newer[:3])}{more}: result lines of a schema version newer"
+                f" than this envaudit reads ({READABLE_VERSIONS[0]} to {RESULT_SCHEMA_VERSION});"
+                f" upgrade envaudit, or pass {NEWER_HINT} to merge them as read"
+            ]
+        )
     result.lines = sorted(kept.values(), key=lambda line: line.key)
     return result
 
@@ -218,6 +237,9 @@ def _classify(
         if isinstance(parsed.get("workload"), dict) and "uuid" in parsed["workload"]
         else ["workload.uuid"]
     )
+    newer = isinstance(version, int) and not isinstance(version, bool)
+    if newer and version > RESULT_SCHEMA_VERSION:
+        result.newer.append(f"{path}:{number}")
     if version not in READABLE_VERSIONS or isinstance(version, bool):
         state = "skipped: " + ", ".join(missing) + " missing" if missing else "merged as read"
         finding(
