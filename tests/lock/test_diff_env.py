@@ -11,6 +11,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from envaudit.cli import app
+from envaudit.schema.locks import Lock
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -44,6 +45,32 @@ def test_a_lock_against_itself_is_identical() -> None:
     assert code == 0 and "identical" in out
 
 
+def test_a_byte_identical_copy_elsewhere_is_identical(tmp_path: Path) -> None:
+    """A copy away from its env.toml holds the same content: the env's own packages are read
+    from both sides' env.toml together, so nothing moves between groups."""
+    copy = tmp_path / "elsewhere" / "lock.json"
+    copy.parent.mkdir()
+    shutil.copyfile(REPO / "locks" / "torch-cpu" / "lock.json", copy)
+    for argv in (("torch-cpu", str(copy)), (str(copy), "torch-cpu")):
+        code, out = diff_env(*argv)
+        assert code == 0 and "identical" in out, out
+
+
+def test_a_lock_edited_by_hand_is_refused_wherever_it_is_given(tmp_path: Path) -> None:
+    """numpy's version changed and the closure hash not: refused as `lock --check` refuses it
+    (exit 1, "edited by hand"), never trusted by the hash it records ("one closure")."""
+    lock = json.loads((REPO / "locks" / "torch-cpu" / "lock.json").read_text())
+    [numpy] = [p for p in lock["packages"] if p["name"] == "numpy"]
+    numpy["version"] = "0.0.1"
+    edited = tmp_path / "lock.json"
+    edited.write_text(json.dumps(lock))
+    argv = ["bisect-env", "torch-cpu", str(edited), "--solution", "gemm_bf16_n6144_k4096-torch"]
+    result = CliRunner().invoke(app, [*argv, "--locks-dir", str(REPO / "locks")])
+    assert result.exit_code == 1 and "edited by hand" in result.output, result.output
+    code, out = diff_env("torch-cpu", str(edited))
+    assert code == 1 and "edited by hand" in out
+
+
 def git(repo: Path, *args: str) -> str:
     env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "PATH": "/usr/bin:/bin"}
     env |= {"GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
@@ -64,7 +91,8 @@ def test_a_closure_hash_the_lock_has_moved_on_from_is_read_from_git_history(
     path = locks / "torch-cpu" / "lock.json"
     lock = json.loads(path.read_text())
     old = lock["closure_hash"]
-    lock["closure_hash"], lock["python"] = "e" * 64, "3.13"
+    lock["python"] = "3.13"
+    lock["closure_hash"] = Lock.model_validate(lock).computed_closure_hash()
     path.write_text(json.dumps(lock, indent=1))
     git(tmp_path, "commit", "-qam", "moved on")
     argv = ["diff-env", old[:12], "torch-cpu", "--locks-dir", str(locks)]

@@ -69,9 +69,12 @@ Items = dict[str, str]  # item -> value, within one group
 
 
 def diff_locks(a: FoundLock, b: FoundLock) -> EnvDiff:
-    """Every item of both locks, compared within its group."""
+    """Every item of both locks, compared within its group. Which packages are "the env's own"
+    is read from both sides' env.toml together: a lock copied away from its env.toml groups its
+    packages as the original does, so the same content is identical wherever it lies."""
     result = EnvDiff(a=_identity(a), b=_identity(b))
-    items_a, items_b = _items(a), _items(b)
+    own = _own_names(a) | _own_names(b)
+    items_a, items_b = _items(a, own), _items(b, own)
     for group in GROUPS:
         left, right = items_a.get(group, {}), items_b.get(group, {})
         for item in sorted(set(left) | set(right)):
@@ -86,9 +89,12 @@ def _identity(found: FoundLock) -> dict[str, str]:
     return {"env": found.lock.env, "closure_hash": found.lock.closure_hash, "from": found.origin}
 
 
-def _items(found: FoundLock) -> dict[str, Items]:
+def _own_names(found: FoundLock) -> set[str]:
+    return _declared_names(found.env_toml) | {s.name for s in found.lock.sources}
+
+
+def _items(found: FoundLock, own: set[str]) -> dict[str, Items]:
     lock = found.lock
-    own = _declared_names(found.env_toml) | {s.name for s in lock.sources}
     groups: dict[str, Items] = {g: {} for g in GROUPS}
     groups["Python"] = {"python": lock.python, "platform": lock.platform}
     cuda = groups["CUDA toolchain"]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from envaudit.errors import EXIT_USAGE, EnvauditError
+from envaudit.errors import EXIT_FAILED, EXIT_USAGE, EnvauditError
 from envaudit.schema.locks import Lock
 from envaudit.schema.reading import UnreadableFile, loads_json, read_text
 
@@ -56,6 +56,10 @@ def find_lock(ref: str, locks_dir: Path = Path("locks")) -> FoundLock:
     )
 
 
+class EditedLock(EnvauditError):
+    """A lock.json whose recorded closure hash is not its content's (exit 1)."""
+
+
 def _from_file(path: Path) -> FoundLock:
     """A lock.json given as a file (and its env.toml beside it); LockNotFound (exit 2) naming
     the file when it is no text (binary bytes, a device) or no lock."""
@@ -67,7 +71,16 @@ def _from_file(path: Path) -> FoundLock:
         raise LockNotFound(f"{exc}; not a lock.json", hint="name a lock.json file") from None
     except OSError as exc:
         raise LockNotFound(f"{path}: cannot be read: {exc.strerror or exc}") from None
-    return FoundLock(_parse(text, str(path)), str(path), env_toml)
+    lock = _parse(text, str(path))
+    actual = lock.computed_closure_hash()
+    if actual != lock.closure_hash:  # as `lock --check` refuses it: its hash names other content
+        raise EditedLock(
+            f"{path}: closure_hash {lock.closure_hash} does not match the content ({actual}):"
+            " the file was edited by hand",
+            EXIT_FAILED,
+            hint="regenerate it with `envaudit lock ENV`, or give the lock as committed",
+        )
+    return FoundLock(lock, str(path), env_toml)
 
 
 def _parse(text: str, origin: str) -> Lock:
@@ -79,7 +92,10 @@ def _parse(text: str, origin: str) -> Lock:
 
 def _by_closure(prefix: str, locks_dir: Path) -> FoundLock:
     for path in sorted(locks_dir.glob("*/lock.json")):
-        current = _from_file(path)
+        try:
+            current = _from_file(path)
+        except EditedLock:
+            continue  # its recorded hash names other content: never found by it
         if current.lock.closure_hash.startswith(prefix):
             return current
     root = git_root(locks_dir)
@@ -175,7 +191,7 @@ def stand_in_notes(
     for path in sorted(locks_dir.glob("*/lock.json")):
         try:
             lock = _from_file(path).lock
-        except LockNotFound:
+        except (LockNotFound, EditedLock):
             continue
         if lock.closure_hash in wanted:
             locks[lock.closure_hash] = lock
