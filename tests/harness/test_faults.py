@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -189,6 +190,7 @@ def fault_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, d
     for name in SOLUTIONS:
         write_solution(solutions, name)
     report = base / "results.jsonl"
+    began = time.time()
     exits = {}
     for name in SOLUTIONS:
         argv = ["run", "--solution", name, "--device", "cpu", "--data-root", str(root)]
@@ -200,6 +202,7 @@ def fault_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, d
         line = json.loads(raw)
         lines.setdefault(line["solution"], {})[line["workload"]["uuid"]] = line
         line["_exit"] = exits[line["solution"]]
+        line["_began"] = began
     return lines
 
 
@@ -275,3 +278,18 @@ def test_crash_line_carries_log_tail(fault_run: dict) -> None:
     line = fault_run["segfault"][UUID_BLOB]
     assert "during this workload" in line["message"]
     assert "Segmentation fault" in line["log"] and "main.py" in line["log"]
+
+
+def test_no_copy_of_a_solution_s_sources_is_left_behind(fault_run: dict) -> None:
+    """Each worker imports its solution from a copy in its job folder, removed with the folder
+    however the worker ended (a segfault and a timeout run no atexit hook)."""
+    import tempfile
+
+    began = min(line["_began"] for lines in fault_run.values() for line in lines.values())
+    left = [
+        path
+        for name in ("segfault", "hang", "correct")
+        for path in Path(tempfile.gettempdir()).glob(f"envaudit-{name}-*")
+        if path.stat().st_mtime >= began
+    ]
+    assert left == []

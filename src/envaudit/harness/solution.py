@@ -114,16 +114,23 @@ def hash_sources(files: Mapping[str, bytes]) -> str:
     return digest.hexdigest()
 
 
-def load_solution(solution: Mapping[str, Any], files: Mapping[str, bytes]) -> LoadedSolution:
+def load_solution(
+    solution: Mapping[str, Any], files: Mapping[str, bytes], workroot: Path | None = None
+) -> LoadedSolution:
     """Import the entry module from a private copy of the sources (`source_files`), so imports
     between the solution's own files work and nothing is written next to the originals; or,
-    for `cuda` and `cpp`, compile them first (`build_native`)."""
+    for `cuda` and `cpp`, compile them first (`build_native`). The copy goes under `workroot`
+    (the worker's job folder, which the supervisor removes however the worker ended: a worker
+    killed or ended with os._exit runs no atexit hook) or, without one, the temp folder."""
     if str(solution["spec"].get("language", "")).lower() in NATIVE_LANGUAGES:
         return build_native(solution, files)
     entry_file, func_name = solution["spec"]["entry_point"].split("::")
     if entry_file not in files:
         raise SolutionLoadError(f"entry file {entry_file} is not among the sources")
-    workdir = Path(tempfile.mkdtemp(prefix=f"envaudit-{_prefix(str(solution['name']))}-"))
+    workdir = Path(
+        tempfile.mkdtemp(prefix=f"envaudit-{_prefix(str(solution['name']))}-", dir=workroot)
+    )
+    workdir.chmod(0o777)  # a container's worker made it; the host's supervisor removes it
     atexit.register(shutil.rmtree, workdir, True)
     for rel, data in files.items():
         (workdir / rel).parent.mkdir(parents=True, exist_ok=True)

@@ -262,7 +262,7 @@ def solution_main(job_dir: Path, link: Link) -> int:
     try:
         if unreadable is not None or files is None:
             raise unreadable or SolutionLoadError("no sources")
-        solution = load_solution(solution_json, files)
+        solution = load_solution(solution_json, files, job_dir)
     except SolutionLoadError as exc:
         status = "UNSUPPORTED_DEVICE" if isinstance(exc, NoCompilerHere) else "COMPILE_ERROR"
         return _settle_all(link, workloads, {"status": status, "message": str(exc)}, start)
