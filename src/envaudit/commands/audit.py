@@ -8,6 +8,7 @@ from pathlib import Path
 
 from envaudit.commands.candidate import stage_beside
 from envaudit.errors import EnvauditError
+from envaudit.runtime.jobs import appending_to
 from envaudit.runtime.scheduling.audit import (
     AuditPlan,
     AuditResult,
@@ -80,7 +81,9 @@ def execute_audit(
     echo: Callable[[str], None],
     prepare_env: BuildHook,
 ) -> AuditResult:
-    """The audit on this machine, or (with `slurm`) as one Slurm job array."""
-    if slurm is not None:
-        return run_slurm_audit(plan, slurm, echo, prepare_env)
-    return run_audit(plan, lambda name, where: echo(f"audit: {name} on {where}"), prepare_env)
+    """The audit on this machine, or (with `slurm`) as one Slurm job array, holding its --out
+    folder against a merge for the whole run (runtime.jobs.appending_to)."""
+    with appending_to(plan.out):
+        if slurm is not None:
+            return run_slurm_audit(plan, slurm, echo, prepare_env)
+        return run_audit(plan, lambda name, where: echo(f"audit: {name} on {where}"), prepare_env)

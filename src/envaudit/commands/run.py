@@ -9,7 +9,7 @@ from envaudit.commands.candidate import stage_candidate
 from envaudit.errors import EnvauditError
 from envaudit.lock.dependencies import BuildTools, check_dependencies
 from envaudit.runtime.base import RunOptions, Runtime
-from envaudit.runtime.jobs import Job, RunRequest
+from envaudit.runtime.jobs import Job, RunRequest, appending_to
 from envaudit.runtime.registry import get_runtime
 from envaudit.runtime.scheduling.steps import plan_run, prepare, supervise
 from envaudit.runtime.supervision.supervisor import BatchResult
@@ -62,4 +62,5 @@ def run_solution(
         )
     if env:
         make_env(runtime, options, env)
-    return supervise(prepare(runtime, job, options), options)
+    with appending_to(job.report.parent):
+        return supervise(prepare(runtime, job, options), options)

@@ -12,6 +12,7 @@ the first file is written. Each file is then written to a temporary name and ren
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -36,7 +37,13 @@ from envaudit.report.plots import render_plots
 from envaudit.report.summary import SolutionInfo, build_summary
 from envaudit.report.traces import render_traces, trace_to_line
 from envaudit.schema.names import check_under, name_problem, shown
-from envaudit.schema.paths import PathOutsideRoot, write_bytes_atomically, write_text_atomically
+from envaudit.schema.paths import (
+    FolderBusy,
+    PathOutsideRoot,
+    folder_writers,
+    write_bytes_atomically,
+    write_text_atomically,
+)
 from envaudit.schema.results import now_iso
 
 INPUTS_HINT = (
@@ -71,9 +78,41 @@ def build_report(
     stand_ins: StandIns | None = None,
     accept_newer: bool = False,
 ) -> ReportOutcome:
+    """The report of `inputs` written into `out`, holding `out` against every other writer
+    (schema.paths.folder_writers) from the first read to the last rename."""
     if not inputs:
         raise ReportError("no result files given")
     check_out(out)
+    made = not out.exists()
+    try:
+        with folder_writers(out, exclusive=True):
+            return _build_report(
+                inputs, out, data_root, solutions_root, command, stand_ins, accept_newer
+            )
+    except ReportError:
+        if made:
+            with contextlib.suppress(OSError):
+                out.rmdir()  # made only to be held: nothing was written
+        raise
+    except FolderBusy:
+        raise ReportError(
+            f"--out {out}: an audit or run is appending result lines there now; a merge would"
+            " replace results.jsonl under it and lose them",
+            hint="merge when it has ended, or merge into another folder",
+        ) from None
+    except OSError as exc:  # the folder cannot be made or opened
+        raise write_failed(out, exc, "hold it for the report") from None
+
+
+def _build_report(
+    inputs: Sequence[Path],
+    out: Path,
+    data_root: Path,
+    solutions_root: Path,
+    command: str,
+    stand_ins: StandIns | None,
+    accept_newer: bool,
+) -> ReportOutcome:
     try:
         merged = merge_files(inputs, convert=trace_to_line, accept_newer=accept_newer)
     except UnreadableInputs as exc:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from envaudit.runtime.devices import require_gpu
 from envaudit.schema.models import Solution
 from envaudit.schema.names import shown
 from envaudit.schema.options import EvalOptions
+from envaudit.schema.paths import FolderBusy, folder_writers
 from envaudit.schema.reading import UnreadableFile, load_json, non_regular
 from envaudit.schema.results import (
     NotResultLines,
@@ -229,6 +230,22 @@ def check_output(path: Path, what: str, folder: bool = False) -> None:
             " (permissions or a read-only file system)",
             hint="name a place you can write to",
         )
+
+
+@contextlib.contextmanager
+def appending_to(folder: Path) -> Iterator[None]:
+    """Hold the folder a run or an audit appends its lines in, shared with other appenders and
+    never with a merge rewriting it (schema.paths.folder_writers); RunRequestError (exit 2)
+    while a merge holds it."""
+    try:
+        with folder_writers(folder, exclusive=False):
+            yield
+    except FolderBusy:
+        raise RunRequestError(
+            f"{folder}: `envaudit merge` is rewriting this folder now; lines appended while it"
+            " renames results.jsonl would be lost",
+            hint="run again when the merge has ended, or write elsewhere",
+        ) from None
 
 
 def check_cache() -> None:

@@ -137,6 +137,29 @@ def exclusive_lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+class FolderBusy(Exception):
+    """Another envaudit command holds the folder in a way this one cannot share."""
+
+
+@contextmanager
+def folder_writers(folder: Path, exclusive: bool) -> Iterator[None]:
+    """Hold `folder` (made if absent) as one of its writers: shared by the commands that only
+    append result lines (run, audit: their appends are whole lines under a per-line lock),
+    exclusive for one that replaces its files (merge: a rename would drop the lines appended
+    meanwhile). The lock is on the folder itself, so it leaves no file behind; FolderBusy at
+    once when another command holds it the other way."""
+    output_folder(folder)
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise FolderBusy(str(folder)) from None
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def path_inside(root: Path, relative: str) -> Path:
     """`root / relative`, resolved; PathOutsideRoot when it is absolute or leaves the root."""
     if Path(relative).is_absolute():
