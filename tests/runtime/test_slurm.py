@@ -90,3 +90,19 @@ def test_resume_submits_only_what_has_no_line(tmp_path: Path) -> None:
     assert code == 0, output
     assert "1 task(s): 0" in output  # correct_dps only
     assert sorted(x["solution"] for x in lines) == ["correct", "correct_dps"]
+
+
+def test_resume_in_another_env_runs_again_and_keeps_both(tmp_path: Path) -> None:
+    """--resume skips by the line's identity: a line of env A is no line of env B."""
+    write_toy_root(tmp_path / "data")
+    write_solution(tmp_path / "solutions", "correct")
+    code, output, first = audit(tmp_path, "a", "--executor", "slurm")
+    assert code == 0 and [x["context"]["env"] for x in first] == ["torch-cpu"], output
+    spec = tmp_path / "solutions" / "correct" / "solution.json"
+    spec.write_text(json.dumps({**json.loads(spec.read_text()), "env": "tilelang-0.1.12"}))
+    code, output, lines = audit(tmp_path, "a", "--executor", "slurm", "--resume")
+    assert code == 0, output
+    assert "1 task(s)" in output, output
+    assert sorted(x["context"]["env"] for x in lines) == ["tilelang-0.1.12", "torch-cpu"]
+    code, output, again = audit(tmp_path, "a", "--executor", "slurm", "--resume")
+    assert code == 0 and len(again) == 2, output  # now both envs have their line

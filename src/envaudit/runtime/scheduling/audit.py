@@ -17,6 +17,7 @@ does.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import threading
@@ -31,6 +32,7 @@ from envaudit.dataset.solutions import SolutionIndex, index_solutions, solution_
 from envaudit.dataset.traceset import DatasetRootError, TraceSet, load_traceset
 from envaudit.errors import EnvauditError, WriteFailed
 from envaudit.lock.dependencies import BuildTools, check_dependencies
+from envaudit.lock.files import load_lock
 from envaudit.runtime.base import RunOptions, Runtime
 from envaudit.runtime.devices import gpus, require_gpu
 from envaudit.runtime.jobs import (
@@ -553,10 +555,12 @@ def run_slurm_audit(
     gpu = any(g for g, _ in plan.devices)
     suite = plan.suite_for(gpu)
     done = _recorded(report) if plan.options.resume else set()
+    where = _where_lines_go(plan) if plan.options.resume else {}
     ts = load_traceset(plan.data_root)
     tasks = []
     for name in longest_first(plan, _ready(plan, prepare_env, result), report):
-        todo = [w for w in _selected(plan, ts, name, suite) if (name, w) not in done]
+        env, closure = where.get(name, ("", ""))
+        todo = [w for w in _selected(plan, ts, name, suite) if (name, w, env, closure) not in done]
         size = settings.shard or len(todo) or 1
         for start in range(0, len(todo), size):
             shard = tuple(todo[start : start + size])
@@ -575,10 +579,26 @@ def run_slurm_audit(
     return _counted(result)
 
 
-def _recorded(report: Path) -> set[tuple[str, str]]:
+def _recorded(report: Path) -> set[tuple[str, str, str, str]]:
+    """(solution, workload, env, closure hash) of the lines that count: --resume under Slurm
+    skips by the line's identity (schema.results.line_identity), less the device, which Slurm
+    picks only when a task starts (any of the audit's devices counts as done)."""
     if not report.is_file():
         return set()
-    return {(line.solution, line.workload.uuid) for line in kept_result_lines(report).values()}
+    return {key[:4] for key in kept_result_lines(report)}
+
+
+def _where_lines_go(plan: AuditPlan) -> dict[str, tuple[str, str]]:
+    """solution -> (env, closure hash) its lines will record: the env it runs in (envs_of) and
+    that env's lock's closure, as every runtime records them (runtime.jobs.RunContext)."""
+    found = {}
+    for name, env in envs_of(plan).items():
+        closure = ""
+        if env:
+            with contextlib.suppress(EnvauditError, OSError):
+                closure = load_lock(plan.options.locks_dir / env).closure_hash
+        found[name] = (str(env or ""), closure)
+    return found
 
 
 def _task_args(
