@@ -133,3 +133,30 @@ def test_merge_writes_nothing_through_a_symlink_out_of_out(tmp_path: Path) -> No
     assert list(elsewhere.iterdir()) == []
     assert result.exit_code == 2, result.output
     assert "traces" in result.output, result.output
+
+
+def test_names_with_hidden_or_table_breaking_characters_never_reach_the_report(
+    tmp_path: Path,
+) -> None:
+    """A bidi override, an ANSI escape or a '|' in a solution or env name: the line is skipped,
+    naming the field; in a workload's free-text label they are dropped or escaped."""
+    root, solutions, out = layout(tmp_path)
+    label = "w\u202eevil|x\x1b[2J"
+    lines = [
+        result_line(workload={"uuid": UUID_BLOB, "label": label}),
+        result_line(solution="correct\u202e", workload={"uuid": "w2"}),
+        result_line(solution="a|b", workload={"uuid": "w3"}),
+        result_line(context={"device_id": "cpu", "env": "\x1b[2Jtorch"}, workload={"uuid": "w4"}),
+    ]
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    result = invoke(
+        "merge", str(results), "--out", str(out), "--data-root", str(root),
+        "--solutions-root", str(solutions),
+    )  # fmt: skip
+    assert "merged 1 lines" in result.output, result.output
+    assert "U+202E" in result.output and "U+001B" in result.output and "'|'" in result.output
+    for name in ("performance.md", "report.html"):
+        text = (out / name).read_text()
+        assert "\u202e" not in text and "\x1b" not in text, name
+    assert "| wevil\\|x[2J |" in (out / "performance.md").read_text()

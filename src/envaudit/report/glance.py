@@ -3,8 +3,22 @@ model, one row per comparison of report.choice, with what it was made on and who
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+
+def cell_text(text: str) -> str:
+    """Free text from data (a workload's label) as one Markdown table cell shows it: control
+    and format characters dropped (an ANSI escape, a bidi override that reverses the row), '|'
+    escaped, on one line."""
+    kept = "".join(c for c in text if unicodedata.category(c) not in ("Cc", "Cf"))
+    return " ".join(kept.replace("|", "\\|").split())
+
+
+def plain_text(text: str) -> str:
+    """The same for HTML, which escapes '|' and markup itself."""
+    return "".join(c for c in text if unicodedata.category(c) not in ("Cc", "Cf"))
 
 
 def short_name(solution: str, definition: str) -> str:

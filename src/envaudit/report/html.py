@@ -18,7 +18,13 @@ from typing import Any
 
 import jinja2
 
-from envaudit.report.glance import choice_rows, interval_text, short_name, speedup_text
+from envaudit.report.glance import (
+    choice_rows,
+    interval_text,
+    plain_text,
+    short_name,
+    speedup_text,
+)
 from envaudit.report.plots import speedup_plot
 
 TEMPLATE = "report.html.j2"
@@ -127,7 +133,7 @@ def _solution(definition: str, entry: Mapping[str, Any]) -> dict[str, Any]:
 def _row(definition: str, entry: Mapping[str, Any], row: Mapping[str, Any]) -> dict[str, Any]:
     number = row.get("results_line")
     return {
-        "workload": row["label"] or row["uuid"][:8],
+        "workload": plain_text(str(row["label"] or row["uuid"][:8])),
         "uuid": row["uuid"],
         "solution": short_name(entry["solution"], definition),
         "status": row["status"],

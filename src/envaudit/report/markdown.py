@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from envaudit.report.env_compare import INTERVAL_METHOD, table
-from envaudit.report.glance import choice_rows, interval_text, short_name
+from envaudit.report.glance import cell_text, choice_rows, interval_text, short_name
 from envaudit.report.intervals import RUN_TO_RUN_SD, Z95
 from envaudit.report.plots import short_gpu, speedup_plot
 
@@ -211,7 +211,7 @@ def _workload_table(name: str, solutions: Sequence[Mapping[str, Any]]) -> list[s
     labels = _solution_labels(name, solutions)
     previous = None
     for key, label, entry, row in _workload_rows(solutions, labels):
-        workload = "″" if key == previous else str(row["label"] or row["uuid"][:8])
+        workload = "″" if key == previous else cell_text(str(row["label"] or row["uuid"][:8]))
         previous = key
         rows.append(f"| {workload} | {label} | {_row_cells(entry, row)} |")
     return [*rows, ""]

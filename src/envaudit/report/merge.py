@@ -268,8 +268,12 @@ def _bad_names(
     solution a solution's folder) is no plain name; each is a finding, and the line is skipped
     so that no writer builds a path from it."""
     bad = False
-    for name in PATH_FIELDS:
-        value = parsed.get(name)
+    context = parsed.get("context")
+    env = context.get("env") if isinstance(context, Mapping) else None
+    named = [(name, parsed.get(name)) for name in PATH_FIELDS]
+    if env is not None:  # an env is a lock folder's name, and the report prints it
+        named.append(("context.env", env))
+    for name, value in named:
         problem = name_problem(value) if isinstance(value, str) else "it is not a string"
         if problem is not None:
             shown_value = shown(value) if isinstance(value, str) else repr(value)[:60]

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from envaudit.report.env_compare import env_comparisons
+from envaudit.report.glance import plain_text
 from envaudit.report.hardware import peak_for
 from envaudit.report.intervals import (
     geomean_interval,
@@ -255,7 +256,7 @@ def _workload_row(line: ResultLine, base: ResultLine | None) -> dict[str, Any]:
     base_ok = base is not None and base.passed
     row: dict[str, Any] = {
         "uuid": line.workload.uuid,
-        "label": line.workload.label,
+        "label": plain_text(line.workload.label) if line.workload.label else None,
         "device": device_of(line),
         "status": line.status,
         "harness_hash": line.environment.harness_hash,

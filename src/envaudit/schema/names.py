@@ -8,6 +8,7 @@ NAME_MAX bytes) is not a name, whatever exists on disk.
 
 from __future__ import annotations
 
+import unicodedata
 from pathlib import Path
 
 from envaudit.errors import shown as shown  # where every layer's messages quote a value
@@ -27,6 +28,11 @@ def name_problem(value: str) -> str | None:
         return "it holds a path separator"
     if "\0" in value:
         return "it holds a NUL byte"
+    hidden = next((c for c in value if unicodedata.category(c) in ("Cc", "Cf")), None)
+    if hidden is not None:  # an ANSI escape clears a terminal, a bidi override reverses a row
+        return f"it holds the control or format character U+{ord(hidden):04X}"
+    if "|" in value or "`" in value:
+        return "it holds '|' or '`', which break the report's Markdown tables"
     if len(value.encode("utf-8", "surrogateescape")) > NAME_MAX:
         return f"it is longer than {NAME_MAX} bytes"
     return None
