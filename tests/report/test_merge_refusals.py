@@ -101,14 +101,14 @@ def test_no_usable_line_leaves_the_existing_report_alone(
 ) -> None:
     (tmp_path / name).write_text(text)
     result = merge(str(tmp_path / name), "--out", str(report))
-    refused(result, 1, name, "no usable result line", str(report))
+    refused(result, 2, name, "no usable result line", str(report))  # as compare: unusable input
     assert untouched(report)
 
 
 def test_no_usable_line_writes_no_empty_report(tmp_path: Path) -> None:
     (tmp_path / "empty.jsonl").write_text("")
     out = tmp_path / "new-report"
-    refused(merge(str(tmp_path / "empty.jsonl"), "--out", str(out)), 1, "no usable result line")
+    refused(merge(str(tmp_path / "empty.jsonl"), "--out", str(out)), 2, "no usable result line")
     assert not out.exists()
 
 

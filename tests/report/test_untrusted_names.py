@@ -77,7 +77,7 @@ def test_merge_refuses_a_solution_whose_author_is_a_path(tmp_path: Path) -> None
         "--solutions-root", str(solutions),
     )  # fmt: skip
     assert escaped(tmp_path, out) == []
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output  # unusable input, as compare
     assert "author" in result.output and repr(ESCAPE) in result.output, result.output
     assert str(spec) in result.output, result.output
 

@@ -53,9 +53,9 @@ INPUTS_HINT = (
 
 
 class ReportError(EnvauditError):
-    """Why no report was written. Exit 2 for usage or environment problems (unreadable input,
-    unwritable --out, unreadable data root), 1 when the inputs hold nothing to report;
-    `findings` are the merge's warnings, to show before the error."""
+    """Why no report was written: exit 2 (unreadable or unusable input, nothing to report, a
+    refused solution name, unwritable --out, unreadable data root), as `compare` on the same
+    input; `findings` are the merge's warnings, to show before the error."""
 
 
 @dataclass
@@ -123,7 +123,6 @@ def _build_report(
         raise ReportError(
             f"no usable result line in {', '.join(str(p) for p in inputs)}; nothing written"
             + (f", the report in {out} is left as it was" if _has_files(out) else ""),
-            exit_code=1,
             hint=INPUTS_HINT,
             findings=[f.render() for f in merged.findings],
         )
@@ -249,7 +248,7 @@ def load_solutions(root: Path, data_root: Path | None = None) -> dict[str, Solut
 
 
 def _require_names(path: Path, raw: Mapping[str, Any]) -> None:
-    """ReportError (exit 1: bad input) when a solution's name or author, which name folders of
+    """ReportError (exit 2: unusable input) when a solution's name or author, which name folders of
     the report (traces/<author>/...), is no plain name: the report is not written at all rather
     than written somewhere else."""
     for field in ("name", "author"):
@@ -261,7 +260,6 @@ def _require_names(path: Path, raw: Mapping[str, Any]) -> None:
             shown_value = shown(value) if isinstance(value, str) else repr(value)[:60]
             raise ReportError(
                 f"{path}: {field} {shown_value} is not a plain name ({problem})",
-                exit_code=1,
                 hint=f"fix the solution's {field} (it names a folder of the report) and merge"
                 " again; nothing was written",
             )
