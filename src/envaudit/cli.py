@@ -107,7 +107,14 @@ def run(
     workload: Annotated[
         list[str] | None, typer.Option("--workload", help="Only this workload UUID.")
     ] = None,
-    suite: Annotated[str | None, typer.Option("--suite", help="smoke, dev, all, ...")] = None,
+    suite: Annotated[
+        str | None,
+        typer.Option(
+            "--suite",
+            help="smoke, dev, all, ... Without --suite or --workload, every workload of the"
+            " definition (audit's default is a suite: dev on a GPU, smoke on the CPU).",
+        ),
+    ] = None,
     gpu: Annotated[str | None, typer.Option("--gpu", help="GPU UUID (GPU-...).")] = None,
     device: Annotated[str | None, typer.Option("--device", help="`cpu`.")] = None,
     runtime: RunRuntimeOption = None,
