@@ -94,6 +94,20 @@ SOLUTIONS = {
         False,
     ),
     "import_error": ("import not_a_module_anywhere\ndef run(x, lengths, scale):\n    pass", False),
+    # (k) right, but prints 20 MB on each of its first three calls: its log is capped
+    "chatty": (
+        """
+        import sys
+        CALLS = [0]
+        def run(x, lengths, scale):
+            CALLS[0] += 1
+            if CALLS[0] <= 3:
+                sys.stdout.write("x" * (20 << 20) + "\\n")
+                sys.stdout.flush()
+            return scaled(x, lengths, scale)
+        """,
+        False,
+    ),
     # (j) answers right, then a thread of its own turns the answer to NaN 3 ms later
     "late_writer": (
         """
@@ -142,6 +156,7 @@ EXPECTED = {
     "wrong_shape": ("INCORRECT_SHAPE", "INCORRECT_SHAPE"),
     "import_error": ("COMPILE_ERROR", "COMPILE_ERROR"),
     "late_writer": ("INCORRECT_NUMERICAL", "INCORRECT_NUMERICAL"),
+    "chatty": ("PASSED", "PASSED"),
     "gpu_only": ("UNSUPPORTED_DEVICE", "UNSUPPORTED_DEVICE"),
 }
 
@@ -203,6 +218,7 @@ def fault_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, d
         lines.setdefault(line["solution"], {})[line["workload"]["uuid"]] = line
         line["_exit"] = exits[line["solution"]]
         line["_began"] = began
+        line["_report"] = str(report)
     return lines
 
 
@@ -278,6 +294,17 @@ def test_crash_line_carries_log_tail(fault_run: dict) -> None:
     line = fault_run["segfault"][UUID_BLOB]
     assert "during this workload" in line["message"]
     assert "Segmentation fault" in line["log"] and "main.py" in line["log"]
+
+
+def test_a_worker_log_is_capped_with_a_note(fault_run: dict) -> None:
+    from envaudit.runtime.supervision.supervisor import LOG_CAP_BYTES
+
+    report = Path(fault_run["chatty"][UUID_BLOB]["_report"])
+    [log, *more] = sorted((report.parent / "results.logs" / "chatty").glob("*.log"))
+    for path in [log, *more]:
+        assert path.stat().st_size <= LOG_CAP_BYTES + 4096
+    text = b"".join(p.read_bytes() for p in [log, *more])
+    assert b"bytes of the worker's output were cut here" in text
 
 
 def test_no_copy_of_a_solution_s_sources_is_left_behind(fault_run: dict) -> None:

@@ -296,6 +296,32 @@ def job_folder(root: Path) -> Iterator[Path]:
         handle.close()
 
 
+LOG_CAP_BYTES = 8 << 20
+"""The most a worker's log holds: a solution printing 20 MB a call must not fill the disk."""
+LOG_HEAD_BYTES = 1 << 20
+"""What is kept from a log's start when it is cut (the start, where a failure usually begins)."""
+
+
+def cap_log(log: Path) -> None:
+    """Keep a worker's log under LOG_CAP_BYTES (checked while it runs): past it, everything
+    after its first LOG_HEAD_BYTES is cut, a note says how much, and the worker writes on after
+    the note (its log is opened for appending by every launcher)."""
+    try:
+        size = log.stat().st_size
+    except OSError:
+        return
+    if size <= LOG_CAP_BYTES:
+        return
+    note = (
+        f"\n[envaudit: {size - LOG_HEAD_BYTES} bytes of the worker's output were cut here;"
+        f" a worker's log is kept under {LOG_CAP_BYTES} bytes]\n"
+    )
+    with contextlib.suppress(OSError), open(log, "r+b") as handle:
+        handle.truncate(LOG_HEAD_BYTES)
+        handle.seek(0, os.SEEK_END)
+        handle.write(note.encode())
+
+
 def unique_log(folder: Path, index: int) -> Path:
     """A worker log that no other worker writes: created here, exclusively, under a name of the
     time, this process and the worker number (a counter settles two in one second). The logs
@@ -443,7 +469,15 @@ def _run_worker(
     left = False
     try:
         outcome, returncode = _follow(
-            job, handle, folder, watch, timeouts, handoff=handoff, gated=gated, uuids=set(uuids)
+            job,
+            handle,
+            folder,
+            watch,
+            timeouts,
+            handoff=handoff,
+            gated=gated,
+            uuids=set(uuids),
+            log=log,
         )
         if outcome == "done" and handoff is not None:
             handoff.leave(handle, log, job.solution, workload_timeout_s)
@@ -455,6 +489,7 @@ def _run_worker(
             with contextlib.suppress(Exception):
                 handle.kill()
             handle.finish(log)
+            cap_log(log)
     if not left:
         mark("worker_finished", job.solution)
 
@@ -507,6 +542,7 @@ def _follow(
     handoff: Handoff | None = None,
     gated: bool = False,
     uuids: frozenset[str] | set[str] = frozenset(),
+    log: Path | None = None,
 ) -> tuple[str, int | None]:
     """Relay the worker's events until it ends; ('exited' | 'timeout' | 'load-timeout', status).
     A gated worker's gate opens at once (the previous worker on its GPU, if any, has sent its
@@ -524,6 +560,8 @@ def _follow(
             if time.monotonic() - touched >= HEARTBEAT_TOUCH_S:
                 touch_heartbeat(folder)
                 touched = time.monotonic()
+                if log is not None:
+                    cap_log(log)
             if gated and (handoff is None or handoff.gone()):
                 open_quiet(folder)
                 gated = False
