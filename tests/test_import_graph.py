@@ -67,10 +67,18 @@ def _modules(src: Path) -> dict[str, Path]:
 
 def _imports(module: str, path: Path, known: set[str]) -> Iterator[str]:
     """The envaudit modules `module` imports (a name imported from a package counts as the
-    package's submodule when there is one)."""
+    package's submodule when there is one), a module named by a string too: what
+    importlib.import_module loads is an import all the same."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
+    text = path.read_text()
+    by_name = "import_module" in text  # else a module's name is what `python -m` runs
+    for node in ast.walk(ast.parse(text)):
+        if by_name and isinstance(node, ast.Constant) and isinstance(node.value, str):
+            # importlib.import_module("envaudit.x") or a table of "envaudit.x:Class" names
+            named = node.value.partition(":")[0]
+            if named in known and named != module and "." in named:
+                yield named
+        elif isinstance(node, ast.Import):
             yield from (a.name for a in node.names if a.name.split(".")[0] == "envaudit")
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
@@ -156,3 +164,14 @@ def test_an_injected_cycle_and_a_harness_import_are_caught(tmp_path: Path) -> No
     found = violations(tmp_path)
     assert any(f.startswith("import cycle:") for f in found), found
     assert any("nothing outside the harness imports it" in f for f in found), found
+
+
+def test_an_import_by_name_through_importlib_is_caught(tmp_path: Path) -> None:
+    shutil.copytree(REPO / "src" / "envaudit", tmp_path / "envaudit")
+    schema = tmp_path / "envaudit" / "schema" / "models.py"
+    schema.write_text(
+        schema.read_text() + "\nimport importlib  # noqa\n"
+        'JOBS = importlib.import_module("envaudit.runtime.jobs")  # noqa\n'
+    )
+    found = violations(tmp_path)
+    assert any("models.py: imports envaudit.runtime.jobs: an upward import" in f for f in found)
