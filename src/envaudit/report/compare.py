@@ -51,6 +51,7 @@ from envaudit.report.merge import UnreadableInputs, merge_files
 from envaudit.report.side_by_side import compare_runs
 from envaudit.report.traces import trace_to_line
 from envaudit.schema.result_line import ResultLine
+from envaudit.schema.results import newest_per_key
 from envaudit.schema.writes import replace_text
 
 DEFAULT_THRESHOLD_PCT = 0.0
@@ -172,12 +173,9 @@ def read_side(spec: Path, across_envs: bool = False, accept_newer: bool = False)
         )
     if across_envs:
         _refuse_two_envs(path, merged.runs)
-    lines: dict[PairKey, ResultLine] = {}
-    for line in merged.runs:  # every line read, in file order
-        key = pair_key(line, across_envs)
-        old = lines.get(key)
-        if old is None or line.instant >= old.instant:
-            lines[key] = line
+    lines = newest_per_key(  # over every line read, in file order
+        merged.runs, lambda line: pair_key(line, across_envs), lambda line: line.instant
+    )
     return Side(path, lines, findings, len(merged.runs) - len(lines))
 
 

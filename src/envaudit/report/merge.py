@@ -32,7 +32,7 @@ from envaudit.schema.models import EvaluationStatus
 from envaudit.schema.names import name_problem, shown
 from envaudit.schema.reading import JsonLine, UnreadableFile, json_lines, loads_json
 from envaudit.schema.result_line import READABLE_VERSIONS, ResultLine, problems
-from envaudit.schema.results import RESULT_SCHEMA_VERSION, LineKey
+from envaudit.schema.results import RESULT_SCHEMA_VERSION, LineKey, supersedes
 
 KNOWN_STATUSES = {s.value for s in EvaluationStatus}
 REQUIRED = ("definition", "solution", "status")
@@ -289,7 +289,7 @@ def _admit(line: ResultLine, kept: dict[LineKey, ResultLine], result: MergeResul
     if old is None:
         kept[key] = line
         return
-    newer, older = (line, old) if line.instant >= old.instant else (old, line)
+    newer, older = (line, old) if supersedes(line.instant, old.instant) else (old, line)
     kept[key] = newer
     if _same_run(old, line):
         result.repeats += 1

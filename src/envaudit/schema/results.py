@@ -51,6 +51,7 @@ CPU = "cpu"
 """The device of a line run on the CPU (its `context.device_id`)."""
 
 Line = TypeVar("Line")
+Key = TypeVar("Key")
 
 
 class LineKey(NamedTuple):
@@ -233,11 +234,6 @@ def line_key(line: Mapping[str, Any]) -> LineKey:
     )
 
 
-def line_instant(line: Mapping[str, Any]) -> datetime:
-    """The line's timestamp as an aware instant; UNDATED when it has none that parses."""
-    return instant(line.get("timestamp"))
-
-
 def instant(stamp: object) -> datetime:
     """A timestamp as an aware instant (offset-less: UTC); UNDATED when it does not parse."""
     if not isinstance(stamp, str):
@@ -254,24 +250,24 @@ def done_keys(path: Path) -> set[LineKey]:
     return {line_key(line) for _, line in read_lines(path) if line is not None}
 
 
-def kept_lines(path: Path) -> dict[LineKey, dict[str, Any]]:
-    """One line per key, the one that counts (see the module's docstring), in file order."""
-    lines = (line for _, line in read_lines(path) if line is not None)
-    return newest_per_key(lines, line_key, line_instant)
+def supersedes(later: datetime, earlier: datetime) -> bool:
+    """Whether a line read later, stamped `later`, counts over one read earlier stamped
+    `earlier`: the newest instant wins, a tie going to the line read later. The one place the
+    rule is written (newest_per_key, merge's conflicts, compare's sides)."""
+    return later >= earlier
 
 
 def newest_per_key(
     lines: Iterable[Line],
-    key: Callable[[Line], LineKey],
+    key: Callable[[Line], Key],
     when: Callable[[Line], datetime],
-) -> dict[LineKey, Line]:
-    """The line that counts per key among `lines` in reading order: the newest instant, a tie
-    going to the line read later."""
-    kept: dict[LineKey, Line] = {}
+) -> dict[Key, Line]:
+    """The line that counts per key among `lines` in reading order (`supersedes`)."""
+    kept: dict[Key, Line] = {}
     for line in lines:
         found = key(line)
         old = kept.get(found)
-        if old is None or when(line) >= when(old):
+        if old is None or supersedes(when(line), when(old)):
             kept[found] = line
     return kept
 
