@@ -237,15 +237,18 @@ def appending_to(folder: Path) -> Iterator[None]:
     """Hold the folder a run or an audit appends its lines in, shared with other appenders and
     never with a merge rewriting it (schema.paths.folder_writers); RunRequestError (exit 2)
     while a merge holds it."""
-    try:
-        with folder_writers(folder, exclusive=False):
-            yield
-    except FolderBusy:
-        raise RunRequestError(
-            f"{folder}: `envaudit merge` is rewriting this folder now; lines appended while it"
-            " renames results.jsonl would be lost",
-            hint="run again when the merge has ended, or write elsewhere",
-        ) from None
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(folder_writers(folder, exclusive=False))
+        except FolderBusy:
+            raise RunRequestError(
+                f"{folder}: `envaudit merge` is rewriting this folder now; lines appended while"
+                " it renames results.jsonl would be lost",
+                hint="run again when the merge has ended, or write elsewhere",
+            ) from None
+        except OSError:
+            pass  # no folder to hold (a file, a link, no permission): the run's checks say so
+        yield
 
 
 def check_cache() -> None:
