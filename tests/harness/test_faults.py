@@ -94,6 +94,16 @@ SOLUTIONS = {
         False,
     ),
     "import_error": ("import not_a_module_anywhere\ndef run(x, lengths, scale):\n    pass", False),
+    # (l) ends the import, or the call, with an exit; (m) returns a meta tensor
+    "exits_at_import": ("import sys\nsys.exit(3)\ndef run(x, lengths, scale):\n    pass", False),
+    "interrupts_the_call": (
+        "def run(x, lengths, scale):\n    raise KeyboardInterrupt('stop')",
+        False,
+    ),
+    "meta_output": (
+        "def run(x, lengths, scale):\n    return torch.empty_like(x, device='meta')",
+        False,
+    ),
     # (k) right, but prints 20 MB on each of its first three calls: its log is capped
     "chatty": (
         """
@@ -157,6 +167,9 @@ EXPECTED = {
     "import_error": ("COMPILE_ERROR", "COMPILE_ERROR"),
     "late_writer": ("INCORRECT_NUMERICAL", "INCORRECT_NUMERICAL"),
     "chatty": ("PASSED", "PASSED"),
+    "exits_at_import": ("COMPILE_ERROR", "COMPILE_ERROR"),
+    "interrupts_the_call": ("RUNTIME_ERROR", "RUNTIME_ERROR"),
+    "meta_output": ("RUNTIME_ERROR", "RUNTIME_ERROR"),
     "gpu_only": ("UNSUPPORTED_DEVICE", "UNSUPPORTED_DEVICE"),
 }
 
@@ -167,6 +180,9 @@ MESSAGES = {
     "partial_write": "elements within tolerance",
     "mutates_input": "input(s) x",
     "late_writer": "still being written after the call returned",
+    "exits_at_import": "SystemExit: 3",
+    "interrupts_the_call": "KeyboardInterrupt: stop",
+    "meta_output": "output 0 is a tensor on meta",
 }
 
 

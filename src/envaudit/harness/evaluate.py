@@ -375,6 +375,7 @@ def _call(
             produced = list(produced)
         else:
             produced = [produced]
+        _require_on_device(ctx, produced)
         snapshot = _snapshot(produced, buffers)
         if ctx.device.type == "cuda":
             torch.cuda.synchronize(ctx.device)
@@ -383,10 +384,24 @@ def _call(
         raise
     except torch.cuda.OutOfMemoryError as exc:
         raise SolutionFailure("RUNTIME_ERROR", f"out of memory: {exc}", True) from exc
-    except Exception as exc:
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # an exit is the call's failure
         tail = traceback.format_exc()[-TRACEBACK_CHARS:]
         raise SolutionFailure("RUNTIME_ERROR", f"{type(exc).__name__}: {exc}\n{tail}") from exc
     return snapshot, produced
+
+
+def _require_on_device(ctx: EvalContext, produced: list[Any]) -> None:
+    """Every tensor output lives on the run's device: a meta tensor (or one on another device)
+    holds no answer the harness can read, and is the solution's failure, named as such."""
+    for index, value in enumerate(produced):
+        if isinstance(value, torch.Tensor) and (
+            value.is_meta or value.device.type != ctx.device.type
+        ):
+            raise SolutionFailure(
+                "RUNTIME_ERROR",
+                f"output {index} is a tensor on {value.device}; the run's outputs belong on"
+                f" {ctx.device}",
+            )
 
 
 def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:

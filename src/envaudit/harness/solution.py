@@ -144,7 +144,7 @@ def load_solution(
     sys.modules[module_name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # an exit at import is a failure
         raise SolutionLoadError(
             f"importing {entry_file} failed: {type(exc).__name__}: {exc}"
         ) from exc
