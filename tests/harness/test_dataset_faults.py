@@ -123,3 +123,33 @@ def test_a_solution_cannot_turn_its_failure_into_someone_else_s(tmp_path: Path, 
     assert f"reported {FORGING[name]}" in line["message"], line["message"]
     assert "which the judge did not find" in line["message"]
     assert "the judge's own verdict: out:" in line["message"]
+
+
+LEAVER = """
+import subprocess
+from pathlib import Path
+
+def run(x, lengths, scale):
+    mark = Path(MARK)
+    if not mark.exists():
+        child = subprocess.Popen(["sleep", "300"], start_new_session=True)
+        mark.write_text(str(child.pid))
+    return scaled(x, lengths, scale)
+"""
+
+
+def test_nothing_a_job_started_outlives_it(tmp_path: Path) -> None:
+    """A child the solution starts in a session of its own is adopted by the judge (a child
+    subreaper) and killed when the job ends."""
+    root = write_toy_root(tmp_path / "data")
+    solutions = tmp_path / "solutions"
+    mark = tmp_path / "child.pid"
+    body = LEAVER.replace("MARK", repr(str(mark)))
+    write_solution(solutions, "leaves_a_child", {"leaves_a_child": (body, False)})
+    report = tmp_path / "results.jsonl"
+    code = run_one(root, solutions, "leaves_a_child", report)
+    [line] = lines_of(report)
+    assert (line["status"], code) == ("PASSED", 0), line["message"]
+    pid = int(mark.read_text())
+    stat = Path(f"/proc/{pid}/stat")
+    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"

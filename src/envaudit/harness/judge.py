@@ -51,6 +51,7 @@ MESSAGE_LIMIT_BYTES = 64 << 20
 """The longest message either process reads from the other (a result line is a few KB)."""
 PR_SET_DUMPABLE = 4
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 
 
 class LinkClosed(Exception):
@@ -127,6 +128,42 @@ def fork_solution_process() -> Split:
     os.close(to_child_r)
     os.close(to_judge_w)
     return Split(Link(to_judge_r, to_child_w), pid)
+
+
+def adopt_orphans() -> None:
+    """Make the judge the child subreaper of its job: any process the solution's process (or a
+    reference) starts and leaves behind, a new session or not, becomes the judge's child when
+    its parent ends, so `end_descendants` finds it."""
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def end_descendants() -> None:
+    """SIGKILL every process left under the judge, the orphans it adopted included, and reap
+    them, round after round (a killed child's own children come to the judge next): nothing a
+    job started outlives it, not a fork of a reference holding the judge's keys."""
+    me = str(os.getpid())
+    for _ in range(100):
+        children = [pid for pid in _process_ids() if _parent_of(pid) == me]
+        if not children:
+            return
+        for pid in children:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in children:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, 0)
+
+
+def _process_ids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def _parent_of(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()[1].decode()
+    except (OSError, IndexError):
+        return None
 
 
 def seal_judge() -> None:

@@ -47,6 +47,8 @@ from envaudit.harness.judge import (
     Link,
     LinkClosed,
     RemoteJudge,
+    adopt_orphans,
+    end_descendants,
     exit_like,
     fork_solution_process,
     seal_judge,
@@ -136,6 +138,7 @@ def judge_main(job_dir: Path, link: Link, child: int) -> int:
     judges its outputs and settles each result line, until that process ends."""
     seal = take_seal(job_dir)
     seal_judge()
+    adopt_orphans()
     # Everything the judge judges by is read before the solution's process may go on: it can
     # write the job folder (job.json among its files), never what the judge already holds.
     job = json.loads((job_dir / JOB_FILE).read_text())
@@ -210,6 +213,7 @@ def judge_main(job_dir: Path, link: Link, child: int) -> int:
             line = result_line(job, judge.workloads[uuid], outcome, env, own_hash, seconds)
             progress.send("result", uuid=uuid, line=line)
     _, status = os.waitpid(child, 0)
+    end_descendants()
     exit_like(status)
     return 1
 
