@@ -139,8 +139,9 @@ def compare(
     accept_newer: AcceptNewer = False,
 ) -> None:
     """Pair the lines of BEFORE and AFTER by definition, solution, env and workload uuid and
-    give each pair a verdict: faster, slower, within noise, newly failing, newly passing or
-    missing. Exit 1 on any slower or newly failing pair, 0 otherwise, 2 on unusable input."""
+    give each pair a verdict: faster, slower, within noise, newly failing, newly passing, lost
+    (PASSED before, no line after), missing or timing flagged. Exit 1 on any slower, newly
+    failing, lost or timing-flagged pair, 0 otherwise, 2 on unusable input."""
     from envaudit.report import compare as comparing
 
     if markdown and as_json:
@@ -177,7 +178,7 @@ def _print_comparison(result: Comparison) -> None:
         console.width = max(console.width, 140)
     table = Table()
     for column in ("verdict", "solution", "workload", "env", "status", "after/before [95%]"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")  # a name is never cut
     table.add_column("timing")
     for pair in result.pairs:
         style = VERDICT_STYLES.get(pair.verdict, "")
@@ -198,6 +199,7 @@ def _print_comparison(result: Comparison) -> None:
 
 VERDICT_STYLES = {
     "newly failing": "bold red",
+    "lost": "bold red",
     "slower": "red",
     "timing flagged": "bold red",
     "missing": "yellow",

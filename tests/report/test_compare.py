@@ -35,6 +35,7 @@ VERDICTS = {
     "still failing",
     "not timed",
     "timing flagged",
+    "lost",
 }
 KEPT_FIGURES = {"budget_ms"}
 """A timing block's *_ms fields that are settings, not measurements (left as they are)."""
@@ -119,7 +120,8 @@ def check_consistent(answer: dict[str, Any], code: int) -> None:
     assert line.startswith(f"{len(pairs)} pairs: {counts['faster']} faster, ")
     for verdict in ("slower", "within noise", "newly failing", "newly passing", "missing"):
         assert f"{counts[verdict]} {verdict}" in line
-    regression = counts["slower"] + counts["newly failing"] + counts.get("timing flagged", 0) > 0
+    regressions = ("slower", "newly failing", "lost", "timing flagged")
+    regression = sum(counts.get(v, 0) for v in regressions) > 0
     assert code == answer["summary"]["exit_code"] == (1 if regression else 0)
 
 
@@ -288,7 +290,9 @@ def test_failing_on_both_sides_is_no_regression(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- (d) missing
 
 
-def test_a_removed_pair_is_missing_and_says_which_side(tmp_path: Path) -> None:
+def test_a_lost_pass_is_a_regression_and_a_new_pair_is_missing(tmp_path: Path) -> None:
+    """A gate must not pass because a passing kernel stopped being run: a PASSED line with no
+    line after is "lost", exit 1; a pair only after (or a failing one gone) is "missing"."""
     target = read(V131)[0]["workload"]["uuid"]
 
     def drop(line: dict[str, Any]) -> dict[str, Any] | None:
@@ -298,12 +302,25 @@ def test_a_removed_pair_is_missing_and_says_which_side(tmp_path: Path) -> None:
     after = changed(tmp_path, drop)
     code, answer = compared(V131, after)
     check_consistent(answer, code)
-    assert code == 0  # a pair gone is shown, not a regression
-    [pair] = by_verdict(answer)["missing"]
+    assert code == 1
+    [pair] = by_verdict(answer)["lost"]
     assert pair["only_in"] == "before"
     assert pair["status"] == ["PASSED", None]
     code, answer = compared(after, V131)
-    assert by_verdict(answer)["missing"][0]["only_in"] == "after"
+    check_consistent(answer, code)
+    assert code == 0 and by_verdict(answer)["missing"][0]["only_in"] == "after"
+    failing = changed(tmp_path, of_solution(MIXED, failed), name="failing")
+    code, answer = compared(failing, changed(tmp_path, drop, name="dropped"))
+    check_consistent(answer, code)
+    assert [p["status"] for p in by_verdict(answer)["missing"]] == [["INCORRECT_NUMERICAL", None]]
+
+
+def test_a_renamed_env_loses_every_pass_and_says_how_to_pair(tmp_path: Path) -> None:
+    renamed = changed(tmp_path, lambda line: {**line, "context": {**line["context"], "env": "x"}})
+    code, answer = compared(V131, renamed)
+    check_consistent(answer, code)
+    assert code == 1 and len(by_verdict(answer)["lost"]) == 9
+    assert any("--across-envs pairs them" in note for note in answer["notes"])
 
 
 # ---------------------------------------------------------------- (e) the outputs
@@ -336,10 +353,10 @@ def test_json_answer(mixed_change: Path) -> None:
     check_consistent(answer, code)
     assert code == 1
     counts = answer["summary"]["counts"]
-    assert (counts["slower"], counts["newly failing"], counts["missing"]) == (1, 1, 1)
+    assert (counts["slower"], counts["newly failing"], counts["lost"]) == (1, 1, 1)
     assert counts["within noise"] == 6
     assert answer["summary"]["regression"] is True
-    assert [p["verdict"] for p in answer["pairs"][:3]] == ["newly failing", "slower", "missing"]
+    assert [p["verdict"] for p in answer["pairs"][:3]] == ["newly failing", "lost", "slower"]
     for pair in answer["pairs"]:
         assert set(pair) >= {"definition", "solution", "workload", "env", "status", "verdict"}
         assert set(pair) >= {"only_in", "mode", "median_ms", "ratio", "ci95", "gpu_differs"}
@@ -349,13 +366,13 @@ def test_markdown_table(mixed_change: Path) -> None:
     result = compare(V131, mixed_change, "--markdown")
     assert result.exit_code == 1, result.output
     text = result.stdout
-    assert text.startswith("### envaudit compare: 1 slower, 1 newly failing\n")
+    assert text.startswith("### envaudit compare: 1 slower, 1 newly failing, 1 lost\n")
     rows = [row for row in text.splitlines() if row.startswith("| ")]
     assert rows[0].startswith("| verdict | solution | workload |")
     assert len(rows) == 1 + 9  # the header and one row per pair
     assert all(row.count(" | ") == rows[0].count(" | ") for row in rows)
     assert "**9 pairs: 0 faster, 1 slower, 6 within noise, 1 newly failing," in text
-    assert "| missing (only before) |" in text
+    assert "| lost (PASSED before, no line after) |" in text
 
 
 def test_junit_file(tmp_path: Path, mixed_change: Path) -> None:
@@ -366,11 +383,11 @@ def test_junit_file(tmp_path: Path, mixed_change: Path) -> None:
     cases = root.findall("./testsuite/testcase")
     assert len(cases) == 9
     failures = root.findall("./testsuite/testcase/failure")
-    assert sorted(f.get("type", "") for f in failures) == ["newly failing", "slower"]
-    assert len([c for c in cases if c.find("skipped") is not None]) == 1
+    assert sorted(f.get("type", "") for f in failures) == ["lost", "newly failing", "slower"]
+    assert len([c for c in cases if c.find("skipped") is not None]) == 0
     suite = root.find("testsuite")
     assert suite is not None
-    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("9", "2", "1")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("9", "3", "0")
     assert not list(tmp_path.glob(".*compare.xml*"))  # no temporary file left behind
 
 
@@ -461,9 +478,9 @@ def newest_graph_medians(path: Path) -> dict[tuple[str, str], float]:
 def test_flashmla_131_against_133_pairs_only_across_envs() -> None:
     code, answer = compared(V131, V133)
     check_consistent(answer, code)
-    assert code == 0
+    assert code == 1  # every pass of 13.1 is lost unless the envs are paired
     assert {(p["verdict"], p["only_in"]) for p in answer["pairs"]} == {
-        ("missing", "before"),
+        ("lost", "before"),
         ("missing", "after"),
     }
     assert any("--across-envs" in note for note in answer["notes"])

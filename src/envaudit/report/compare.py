@@ -21,13 +21,15 @@ Verdicts, with T = threshold_pct / 100:
 - "slower": the interval lies wholly above 1 + T; "faster": wholly below 1 - T;
 - "within noise": otherwise;
 - "newly failing": PASSED before, any other status after; "newly passing": the reverse;
-- "missing": the pair is in one side only (`only_in` says which);
+- "lost": the before line PASSED and the after side has no line for it (the gate must not
+  pass because a passing kernel stopped being run: a renamed env, a dropped workload);
+- "missing": the pair is in one side only otherwise (`only_in` says which);
 - "still failing": neither side PASSED (both statuses are shown);
 - "not timed": both PASSED but they share no timing mode with a median;
 - "timing flagged": both PASSED but the judge flagged the after line's timing (its own clock
   disagreed with the reported samples, or it witnessed no timed call: harness/witness.py), so
   its time says nothing; a flag on the before line only is a note on the pair.
-A regression is "slower", "newly failing" or "timing flagged": the command then exits 1.
+A regression is "slower", "newly failing", "lost" or "timing flagged": the command then exits 1.
 
 With T = 0 (the default) "slower" means what `reproduce` means by it: the interval excludes
 1.0. A larger T asks for a change that is both beyond noise and larger than T: with one run per
@@ -63,6 +65,7 @@ VERDICTS = (
     "newly failing",
     "newly passing",
     "missing",
+    "lost",
     "still failing",
     "not timed",
     "timing flagged",
@@ -70,6 +73,7 @@ VERDICTS = (
 """In the summary's order; the first six are always counted, the rest when they occur."""
 ORDER = (
     "newly failing",
+    "lost",
     "timing flagged",
     "slower",
     "missing",
@@ -80,7 +84,7 @@ ORDER = (
     "within noise",
 )
 """The order of rows: regressions first, then what a reviewer should look at."""
-REGRESSIONS = ("slower", "newly failing", "timing flagged")
+REGRESSIONS = ("slower", "newly failing", "lost", "timing flagged")
 INPUTS_HINT = (
     "each side is a result file (.jsonl), a report folder holding results.jsonl"
     " (`envaudit merge --out DIR`), or a file of FlashInfer-Bench traces"
@@ -258,6 +262,8 @@ def make_pair(before: ResultLine | None, after: ResultLine | None, threshold_pct
     )
     if before is None or after is None:
         pair.only_in = "after" if before is None else "before"
+        if after is None and pair.status[0] == "PASSED":
+            pair.verdict = "lost"
         return pair
     pair.gpu_differs = pair.gpu[0] != pair.gpu[1]
     timing = compare_runs(before, after).get("timing")
@@ -401,6 +407,8 @@ def status_text(pair: Pair) -> str:
 
 
 def verdict_text(pair: Pair) -> str:
+    if pair.verdict == "lost":
+        return "lost (PASSED before, no line after)"
     if pair.only_in:
         return f"missing (only {pair.only_in})"
     flagged = f": {'; '.join(pair.flags[1])}" if pair.verdict == "timing flagged" else ""
