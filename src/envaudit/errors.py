@@ -104,10 +104,13 @@ def write_failed(
             EXIT_USAGE,
             hint=f"free space on that file system (or write elsewhere), then {then}",
         )
+    number = exc.errno or 0
+    if number == errno.EEXIST and not path.parent.is_dir():  # mkdir of a folder that is a file
+        number = errno.ENOTDIR
     return WriteFailed(
         f"{path}: could not {what}: {cause}",
         EXIT_USAGE,
-        hint=f"{WRITE_HINTS.get(exc.errno or 0, 'write elsewhere')}, then {then}",
+        hint=f"{WRITE_HINTS.get(number, 'write elsewhere')}, then {then}",
     )
 
 

@@ -52,7 +52,9 @@ def test_baseline_passes_smoke_in_local_env(
     result = CliRunner().invoke(app, argv, env=local_env)
     lines = [line for _, line in read_lines(report) if line]
     assert lines, result.output
-    assert all(line["status"] == "PASSED" for line in lines), [x["message"] for x in lines]
+    assert all(line["status"] == "PASSED" for line in lines), [
+        (x["message"], (x.get("log") or "")[-3000:]) for x in lines
+    ]
     for line in lines:
         assert line["context"]["runtime"] == "local"
         assert line["context"]["closure_hash"] == LOCK.closure_hash

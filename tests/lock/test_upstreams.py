@@ -212,7 +212,7 @@ def test_unwritable_output_exits_2(locks: Path, tmp_path: Path) -> None:
     blocker.write_text("not a folder")
     code, output = _run(locks, blocker / "upstreams.json", "--offline")
     assert code == 2
-    assert "cannot write" in output
+    assert "could not write" in output
 
 
 def test_index_summary_skips_yanked_and_separates_prereleases() -> None:
