@@ -59,9 +59,13 @@ SLOT_BUDGET_BYTES = {"cuda": 1 << 30, "cpu": 256 << 20}
 """Memory the output slots of one batch may take: a batch holds at most this many calls."""
 RATIO = 1.25
 """How much longer than the reported time a window may be, beside the allowance."""
-STEP_MARGIN_MS = {"cuda": 0.02, "cpu": 0.1}
+STEP_MARGIN_MS = {"cuda": 0.02, "cpu": 0.5}
 """Per step, the host work inside a window that no event brackets (queueing the flush and the
-events, the loop), measured on the H100 at well under this."""
+events, the loop), measured on the H100 at well under 0.02 ms. On the CPU the solution's
+process runs that loop in Python beside the call on the same cores: an audit of the 21 CPU
+baselines on this project's 2-core machine saw 0.4-1.1 ms a step outside the calls, of which
+the judge's own draw-and-copy measurement explained about half (one honest line flagged at
+0.1 ms)."""
 BATCH_MARGIN_MS = 3.0
 """Per batch: the two messages of the handshake and the device synchronisation."""
 ALLOWANCE_SLACK = 1.5
