@@ -254,6 +254,31 @@ def _hostile_cases() -> list[object]:
         (("diff-env", HOSTILE, "torch-cpu", *LOCKS), ["{deep}", "{binary}"], 2),
         (("export-solutions", "--out", HOSTILE, "--data-root", "{root}"), [""], 2),
         (("check-inputs", "--data-root", HOSTILE), ["{deep_root}", "{escaping_root}"], 1),
+        # outputs that are not envaudit's to replace: refused, left as they are
+        (("compare", "{results}", "{results}", "--junit", HOSTILE), ["{fifo}", "{link}"], 2),
+        (("upstreams", "--offline", *LOCKS, "--out", HOSTILE), ["{fifo}", "{link}"], 2),
+        ((*run, "--report", HOSTILE), ["{link}"], 2),
+        # a line longer than any result line, on every reader of result files
+        ((*run, "--report", HOSTILE), ["{big}"], 2),
+        ((*run, "--resume", "--report", HOSTILE), ["{big}"], 2),
+        (("compare", HOSTILE, "{results}"), ["{big}"], 2),
+        (("merge", HOSTILE, *out), ["{big}"], 2),
+        (
+            (
+                "audit",
+                "--runtime",
+                "host",
+                "--device",
+                "cpu",
+                "--solution",
+                "correct",
+                *RUN_PLACES,
+                "--out",
+                HOSTILE,
+            ),
+            ["{big_out}"],
+            2,
+        ),
     ]
     cases = []
     for argv, values, code in table:
@@ -273,8 +298,18 @@ def hostile(places: dict[str, str], tmp_path_factory: pytest.TempPathFactory) ->
     escaping_root = write_toy_root(base / "escaping-root")
     definition = escaping_root / "definitions" / "toy" / "toy_scale.json"
     definition.write_text(json.dumps({**json.loads(definition.read_text()), "op_type": ESCAPING}))
+    stranger = base / "stranger.txt"
+    stranger.write_text("a stranger's file\n")
+    (base / "link").symlink_to(stranger)
+    big = "x" * (64 * 1024 * 1024 + 16) + "\n"
+    (base / "big.jsonl").write_text(big)
+    (base / "big-out").mkdir()
+    (base / "big-out" / "results.jsonl").write_text(big)
     return {
         **places,
+        "{link}": str(base / "link"),
+        "{big}": str(base / "big.jsonl"),
+        "{big_out}": str(base / "big-out"),
         "{fifo}": str(base / "fifo"),
         "{deep}": str(base / "deep.jsonl"),
         "{deep_root}": str(deep_root),
