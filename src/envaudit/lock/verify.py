@@ -38,6 +38,7 @@ from envaudit.errors import EXIT_USAGE
 from envaudit.lock.files import LockError
 from envaudit.lock.store import Store
 from envaudit.schema.locks import Artifact, Lock, normalize_name
+from envaudit.schema.result_line import EnvCheck, EnvCheckCounts
 
 MARKER = "ENVAUDIT-DISTRIBUTIONS:"
 EXAMPLES = 3  # paths named per package whose files differ
@@ -430,19 +431,17 @@ def summary(drift: Drift, exact: bool = False) -> str:
     return f"verify-env {drift.env}: " + ", ".join(parts)
 
 
-def drift_record(drift: Drift, limit: int = 8) -> dict[str, Any]:
+def drift_record(drift: Drift, limit: int = 8) -> EnvCheck:
     """What a result line carries about its interpreter against the declared lock (extras are
     not counted: a shared interpreter may hold more). `matches` False means the line was not
     measured in the environment the solution declares. The lock's closure hash is the line's
     `context.closure_hash`, not repeated here (result schema version 2)."""
-    return {
-        "matches": not drift.failed(),
-        "python": list(drift.python) if drift.python else None,
-        "missing": [f"{d.name}=={d.version}" for d in drift.missing[:limit]],
-        "different": [f"{d.name} {d.locked} -> {d.installed}" for d in drift.different[:limit]],
-        "counts": {
-            "locked": drift.locked,
-            "missing": len(drift.missing),
-            "different": len(drift.different),
-        },
-    }
+    return EnvCheck(
+        matches=not drift.failed(),
+        python=list(drift.python) if drift.python else None,
+        missing=[f"{d.name}=={d.version}" for d in drift.missing[:limit]],
+        different=[f"{d.name} {d.locked} -> {d.installed}" for d in drift.different[:limit]],
+        counts=EnvCheckCounts(
+            locked=drift.locked, missing=len(drift.missing), different=len(drift.different)
+        ),
+    )

@@ -33,6 +33,7 @@ from envaudit.schema.names import shown
 from envaudit.schema.options import EvalOptions
 from envaudit.schema.paths import FolderBusy, folder_writers
 from envaudit.schema.reading import UnreadableFile, load_json, non_regular
+from envaudit.schema.result_line import Context, EnvCheck
 from envaudit.schema.results import (
     NotResultLines,
     check_result_file,
@@ -287,7 +288,7 @@ class RunContext:
     image_id: str | None = None
     image_digest: str | None = None
     gpu_access: str | None = None
-    env_check: Mapping[str, Any] | None = None
+    env_check: EnvCheck | None = None
     jit_cache: str | None = None
     """"cold" when the job's compile cache folder (runtime/jit.py) was empty, else "warm"."""
     assigned_env: str | None = None
@@ -296,6 +297,8 @@ class RunContext:
     rule (dataset/env_map.py); the line says "--env" when the override replaced it."""
 
     def record(self) -> dict[str, Any]:
+        """The line's `context`, written through its model (schema.result_line.Context): the
+        fields always present, and the optional ones only where they say something."""
         found: dict[str, Any] = {
             "runtime": self.runtime,
             "env": self.env,
@@ -309,13 +312,13 @@ class RunContext:
         if self.jit_cache is not None:
             found["jit_cache"] = self.jit_cache
         if self.env_check is not None:
-            found["env_check"] = dict(self.env_check)
+            found["env_check"] = self.env_check
         if self.declared_env != self.env:
             found["declared_env"] = self.declared_env
         if self.declared_env is None and self.env is not None:
             chosen = self.assigned_env == self.env and self.env_assigned
             found["env_assigned"] = chosen or "--env"
-        return found
+        return Context(**found).model_dump(mode="json", exclude_unset=True)
 
 
 @dataclass(frozen=True)

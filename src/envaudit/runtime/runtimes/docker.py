@@ -51,6 +51,7 @@ from envaudit.runtime.staging import staged_harness
 from envaudit.runtime.supervision.launchers import Launcher, WorkerHandle
 from envaudit.runtime.supervision.reaper import Reaper, reaper_for
 from envaudit.schema.progress import seal_reference_folder
+from envaudit.schema.result_line import EnvCheck
 from envaudit.settings import (
     CONTAINER_MEMORY_BYTES,
     CONTAINER_TMPFS,
@@ -478,12 +479,9 @@ class ContainerRuntime(Runtime):
             image_id=image.id,
             image_digest=image.digests[0] if image.digests else None,
             gpu_access=passing.mode if passing.mode != "none" else None,
-            env_check={
-                "matches": True,
-                "built_from_lock": not overlay,
-                "image_labels_match": True,
-                **overlay,
-            },
+            env_check=EnvCheck(
+                matches=True, built_from_lock=not overlay, image_labels_match=True, **overlay
+            ),
         )
         launcher = ContainerLauncher(engine, image.id, job, environment, passing, jit_folder)
         launcher.check_readable()

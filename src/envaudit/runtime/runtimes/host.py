@@ -15,7 +15,6 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from envaudit.lock.files import LockError, env_dir, load_lock
 from envaudit.lock.verify import (
@@ -29,6 +28,7 @@ from envaudit.runtime.base import RunOptions, Runtime
 from envaudit.runtime.jit import jit_cache_folder, jit_environment, prepare_jit_cache
 from envaudit.runtime.jobs import Job
 from envaudit.runtime.supervision.launchers import ForkServerLauncher, Launcher
+from envaudit.schema.result_line import EnvCheck
 
 HARNESS_NEEDS = ("torch", "safetensors")
 """What the harness imports besides the standard library (found, not imported, here)."""
@@ -76,19 +76,17 @@ def _launcher(device_env: Mapping[str, str], jit_folder: Path) -> ForkServerLaun
     return ForkServerLauncher(sys.executable, os.environ, late)
 
 
-def env_check(
-    env_name: str | None, locks_dir: Path = Path("locks")
-) -> tuple[dict[str, Any], str | None]:
+def env_check(env_name: str | None, locks_dir: Path = Path("locks")) -> tuple[EnvCheck, str | None]:
     """(this interpreter against the declared lock, for the result lines' `env_check`; the
     lock's closure hash, for their `context.closure_hash`, None when it cannot be read)."""
     if env_name is None:
-        return {"matches": None, "reason": "the solution declares no environment"}, None
+        return EnvCheck(matches=None, reason="the solution declares no environment"), None
     try:
         lock = load_lock(env_dir(env_name, locks_dir))
         listing, version = this_interpreter()
         drift = compare(lock, listing, None, version)
     except LockError as exc:
-        return {"matches": None, "reason": str(exc).splitlines()[0][:300]}, None
+        return EnvCheck(matches=None, reason=str(exc).splitlines()[0][:300]), None
     return drift_record(drift), lock.closure_hash
 
 

@@ -35,6 +35,7 @@ from envaudit.runtime.staging import staged_harness
 from envaudit.runtime.supervision.launchers import ForkServerLauncher, Launcher
 from envaudit.schema.locks import Artifact, Lock
 from envaudit.schema.paths import exclusive_lock
+from envaudit.schema.result_line import EnvCheck
 from envaudit.settings import cache_root
 
 MARKER = ".envaudit-complete"
@@ -181,10 +182,7 @@ class LocalRuntime(Runtime):
             env=lock.env,
             closure_hash=lock.closure_hash,
             jit_cache=prepare_jit_cache(folder),
-            env_check={
-                "matches": True,
-                "built_from_lock": True,
-            },
+            env_check=EnvCheck(matches=True, built_from_lock=True),
         )
         inherited = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
         env = {**inherited, **local.variables(lock)}
