@@ -29,7 +29,7 @@ import zipfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from packaging.utils import parse_wheel_filename
 from packaging.version import InvalidVersion, Version
@@ -38,7 +38,9 @@ from envaudit.errors import EXIT_USAGE
 from envaudit.lock.files import LockError
 from envaudit.lock.store import Store
 from envaudit.schema.locks import Artifact, Lock, normalize_name
-from envaudit.schema.result_line import EnvCheck, EnvCheckCounts
+
+if TYPE_CHECKING:  # the line models load only where a drift record is made
+    from envaudit.schema.result_line import EnvCheck
 
 MARKER = "ENVAUDIT-DISTRIBUTIONS:"
 EXAMPLES = 3  # paths named per package whose files differ
@@ -436,6 +438,8 @@ def drift_record(drift: Drift, limit: int = 8) -> EnvCheck:
     not counted: a shared interpreter may hold more). `matches` False means the line was not
     measured in the environment the solution declares. The lock's closure hash is the line's
     `context.closure_hash`, not repeated here (result schema version 2)."""
+    from envaudit.schema.result_line import EnvCheck, EnvCheckCounts
+
     return EnvCheck(
         matches=not drift.failed(),
         python=list(drift.python) if drift.python else None,

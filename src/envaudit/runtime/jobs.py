@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -33,7 +33,6 @@ from envaudit.schema.names import shown
 from envaudit.schema.options import EvalOptions
 from envaudit.schema.paths import FolderBusy, folder_writers
 from envaudit.schema.reading import UnreadableFile, load_json, non_regular
-from envaudit.schema.result_line import Context, EnvCheck
 from envaudit.schema.results import (
     NotResultLines,
     check_result_file,
@@ -42,6 +41,9 @@ from envaudit.schema.results import (
 )
 from envaudit.schema.sources import source_outside
 from envaudit.settings import cache_root
+
+if TYPE_CHECKING:  # the line models load with the runtime, not with every command
+    from envaudit.schema.result_line import EnvCheck
 
 
 class RunRequestError(EnvauditError):
@@ -299,6 +301,8 @@ class RunContext:
     def record(self) -> dict[str, Any]:
         """The line's `context`, written through its model (schema.result_line.Context): the
         fields always present, and the optional ones only where they say something."""
+        from envaudit.schema.result_line import Context
+
         found: dict[str, Any] = {
             "runtime": self.runtime,
             "env": self.env,
