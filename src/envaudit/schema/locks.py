@@ -41,7 +41,7 @@ never on the run-time library path (the process keeps loading the runtime packag
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 def normalize_name(name: str) -> str:

@@ -75,7 +75,7 @@ Mode = Literal["eager", "graph"]
 
 
 class _Part(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
+    model_config = ConfigDict(extra="allow", strict=True, use_attribute_docstrings=True)
 
 
 # ------------------------------------------------------------------ the outcome
