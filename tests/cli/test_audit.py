@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from envaudit.cli import app
+from envaudit.runtime.registry import make_runtime
 from tests.conftest import write_toy_root
 from tests.harness.test_faults import write_solution
 
@@ -185,10 +186,13 @@ def test_jobs_that_need_the_compiler_go_where_their_start_costs_least(
             runtime=runtime,
             solutions_root=solutions,
         )
-        assert place_compiler_jobs(plan, names, stage_ahead(runtime)) == expected, (runtime, depth)
+        assert place_compiler_jobs(plan, names, stage_ahead(make_runtime(runtime))) == expected, (
+            runtime,
+            depth,
+        )
     only = ["a_compiles", "d_compiles"]
     monkeypatch.setenv(STAGE_SWITCH, "")
-    assert place_compiler_jobs(plan, only, stage_ahead("docker")) == only
+    assert place_compiler_jobs(plan, only, stage_ahead(make_runtime("docker"))) == only
 
 
 def test_an_audit_of_a_solution_that_imports_a_library_first_stages_two_ahead(
@@ -200,12 +204,21 @@ def test_an_audit_of_a_solution_that_imports_a_library_first_stages_two_ahead(
     from envaudit.runtime.scheduling.audit import STAGE_SWITCH, stage_ahead
 
     monkeypatch.setenv(STAGE_SWITCH, "")
-    assert (stage_ahead("host"), stage_ahead("host", libraries_first=True)) == (1, 2)
-    assert (stage_ahead("local"), stage_ahead("local", libraries_first=True)) == (1, 2)
-    assert (stage_ahead("docker"), stage_ahead("docker", libraries_first=True)) == (2, 2)
+    assert (
+        stage_ahead(make_runtime("host")),
+        stage_ahead(make_runtime("host"), libraries_first=True),
+    ) == (1, 2)
+    assert (
+        stage_ahead(make_runtime("local")),
+        stage_ahead(make_runtime("local"), libraries_first=True),
+    ) == (1, 2)
+    assert (
+        stage_ahead(make_runtime("docker")),
+        stage_ahead(make_runtime("docker"), libraries_first=True),
+    ) == (2, 2)
     for depth in ("0", "1", "3"):
         monkeypatch.setenv(STAGE_SWITCH, depth)
-        assert stage_ahead("host", libraries_first=True) == int(depth)
+        assert stage_ahead(make_runtime("host"), libraries_first=True) == int(depth)
 
 
 def test_the_repository_s_library_solutions_are_those_that_import_a_library_first() -> None:

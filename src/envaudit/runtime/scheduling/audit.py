@@ -46,7 +46,7 @@ from envaudit.runtime.jobs import (
     find_solution,
     select_workloads,
 )
-from envaudit.runtime.registry import get_runtime, make_runtime
+from envaudit.runtime.registry import get_runtime
 from envaudit.runtime.scheduling.slurm import (
     SlurmSettings,
     Task,
@@ -118,6 +118,14 @@ class AuditPlan:
     )
     _index: SolutionIndex | None = field(default=None, init=False, repr=False, compare=False)
     """The solutions folders, indexed once for the plan's lookups (again on a name it lacks)."""
+    _runtime: Runtime | None = field(default=None, init=False, repr=False, compare=False)
+
+    def made_runtime(self) -> Runtime:
+        """The audit's runtime, made and checked against --env and --over once (RunRequestError,
+        exit 2, when it refuses them): every step of the audit asks this one object."""
+        if self._runtime is None:
+            self._runtime = get_runtime(self.runtime, self.options.env, self.options.over)
+        return self._runtime
 
     def suite_for(self, gpu: bool) -> str:
         """The suite asked for, else dev on a GPU and smoke on the CPU."""
@@ -201,7 +209,7 @@ def envs_of(plan: AuditPlan) -> dict[str, str | None]:
 
 def check_dependencies_of(plan: AuditPlan) -> None:
     """DependencyError (exit 2) before any job: a solution whose env lacks what it names."""
-    if not make_runtime(plan.runtime).takes_env:
+    if not plan.made_runtime().takes_env:
         return
     for name, env in envs_of(plan).items():
         _, solution = plan.solution(name)
@@ -214,7 +222,7 @@ def check_dependencies_of(plan: AuditPlan) -> None:
 
 def check_audit(plan: AuditPlan) -> None:
     """Everything that would fail every job, refused before the first one (exit 2)."""
-    get_runtime(plan.runtime, plan.options.env, plan.options.over).require()
+    plan.made_runtime().require()
     if not plan.solutions:
         raise EnvauditError(
             f"no solutions to audit under {plan.solutions_root}/ (nor the data root's solutions/)",
@@ -230,7 +238,7 @@ def check_audit(plan: AuditPlan) -> None:
     check_cache()
     server_idle_s()  # ENVAUDIT_SERVER_IDLE_S is a number of seconds
     check_evaluation(plan.evaluation)
-    stage_ahead(plan.runtime)
+    stage_ahead(plan.made_runtime())
     try:
         ts = load_traceset(plan.data_root)
     except DatasetRootError as exc:
@@ -252,7 +260,7 @@ def warm_workers(plan: AuditPlan) -> None:
     machine, s41), so what they refuse is left to them: a runtime or device they would refuse
     warms nothing, and a server started for an audit they refuse ends with the command."""
     try:
-        runtime = get_runtime(plan.runtime, plan.options.env)
+        runtime = plan.made_runtime()
         envs = [device_of(RunRequest(solution="", gpu=g, device=d))[2] for g, d in plan.devices]
         for env in envs:
             runtime.warm(env)
@@ -326,7 +334,7 @@ def place_compiler_jobs(plan: AuditPlan, names: list[str], depth: int) -> list[s
     placed later, they are staged only once the jobs before them begin, and the jobs before
     them are often shorter than that start (s30 in docs/lab/audit-throughput.md: 8 s of gate waits
     after FlexAttention's, fourth of six). With nothing staged (`depth` 0) the order stays."""
-    forks = get_runtime(plan.runtime).forks_workers
+    forks = plan.made_runtime().forks_workers
     if not forks and depth == 0:
         return names
     compilers = {n for n in names if names_compiler(plan.solution(n)[0].parent)}
@@ -337,13 +345,13 @@ def place_compiler_jobs(plan: AuditPlan, names: list[str], depth: int) -> list[s
     return others[:1] + placed + others[1:]
 
 
-def stage_ahead(runtime: str, libraries_first: bool = False) -> int:
+def stage_ahead(runtime: Runtime, libraries_first: bool = False) -> int:
     """How many jobs' workers to start ahead on a GPU: ENVAUDIT_STAGE_NEXT, else the runtime's
     stage_ahead (runtime/base.py), at least LIBRARY_STAGE_AHEAD when `libraries_first` (a
     solution of the audit imports a library before its own code)."""
     chosen = read(STAGE_NEXT)
     if chosen is None:
-        depth = get_runtime(runtime).stage_ahead
+        depth = runtime.stage_ahead
         return max(depth, LIBRARY_STAGE_AHEAD) if libraries_first else depth
     return chosen
 
@@ -364,13 +372,13 @@ def run_audit(
     result = AuditResult(report)
     ready = longest_first(plan, _ready(plan, prepare_env, result), report)
     depth = stage_ahead(
-        plan.runtime,
+        plan.made_runtime(),
         any(solution_imports_libraries_first(*plan.solution(n)) for n in ready),
     )
     ordered = place_compiler_jobs(plan, ready, depth)
     mark("jobs_ready")
     guard = threading.Lock()
-    runtime = get_runtime(plan.runtime, plan.options.env, plan.options.over)
+    runtime = plan.made_runtime()
     threads = []
     for slots in device_pools(plan):
         pool: queue.SimpleQueue[str] = queue.SimpleQueue()
