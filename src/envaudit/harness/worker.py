@@ -68,10 +68,10 @@ from envaudit.schema.progress import (
     BYTECODE_CACHE_ENV,
     CONTEXT_LOST,
     GATE_FILE,
-    JOB_FILE,
     OUTPUTS_FOLDER,
     ProgressWriter,
     QuietGate,
+    read_job,
     take_seal,
     wait_for_file,
 )
@@ -141,7 +141,7 @@ def judge_main(job_dir: Path, link: Link, child: int) -> int:
     adopt_orphans()
     # Everything the judge judges by is read before the solution's process may go on: it can
     # write the job folder (job.json among its files), never what the judge already holds.
-    job = json.loads((job_dir / JOB_FILE).read_text())
+    job = read_job(job_dir)
     definition = json.loads(Path(job["definition_file"]).read_text())
     by_uuid = workloads_by_uuid(Path(job["workload_file"]))
     solution_json = json.loads(Path(job["solution_file"]).read_text())
@@ -236,7 +236,7 @@ def solution_main(job_dir: Path, link: Link) -> int:
     """The solution's process: everything a worker did before the judge was split off, except
     computing references, judging, and writing progress."""
     progress = Relay(link)
-    job = json.loads((job_dir / JOB_FILE).read_text())
+    job = read_job(job_dir)
     device = torch.device(job["device"])
     making = context_beside(device)
     solution_dir = Path(job["solution_file"]).parent

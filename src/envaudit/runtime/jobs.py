@@ -32,6 +32,7 @@ from envaudit.schema.models import Solution
 from envaudit.schema.names import shown
 from envaudit.schema.options import EvalOptions
 from envaudit.schema.paths import FolderBusy, folder_writers
+from envaudit.schema.progress import JobView
 from envaudit.schema.reading import UnreadableFile, load_json, non_regular
 from envaudit.schema.results import (
     NotResultLines,
@@ -368,8 +369,8 @@ class Job:
         return env
 
     def worker_view(
-        self, seen_as: Callable[[Path], str], workloads: Sequence[str]
-    ) -> dict[str, Any]:
+        self, seen_as: Callable[[Path], str], workloads: Sequence[str], gated: bool = False
+    ) -> JobView:
         """job.json for the worker: these workloads, paths as the worker sees them. A launcher
         that does not mount the reference cache (the docker runtime for a caller who is not
         root: docs/harness.md, "What a solution can reach") gives its worker none."""
@@ -389,6 +390,7 @@ class Job:
             "options": self.evaluation.record(),
             "reference_cache": cache,
             "context": self.context.record(),
+            "gated": gated,
         }
 
 

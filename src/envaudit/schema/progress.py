@@ -43,7 +43,7 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypedDict
 
 JOB_FILE = "job.json"
 BYTECODE_CACHE_ENV = "ENVAUDIT_BYTECODE_CACHE"
@@ -64,6 +64,30 @@ CONTEXT_LOST = 3
 """Worker exit status: the CUDA context is unusable; go on in a fresh worker."""
 ORPHANED = 4
 """Worker exit status: the supervisor stopped watching; the worker stopped without a word."""
+
+
+class JobView(TypedDict):
+    """job.json: the job as its worker sees it (runtime/jobs.py Job.worker_view, the supervisor
+    adds `gated`), typed on both sides of the folder."""
+
+    definition: str
+    solution: str
+    definition_file: str
+    workload_file: str
+    data_root: str
+    solution_file: str
+    workloads: list[str]
+    device: str
+    options: dict[str, Any]
+    reference_cache: str | None
+    context: dict[str, Any]
+    gated: bool
+
+
+def read_job(job_dir: Path) -> JobView:
+    """The job this worker runs, as the supervisor wrote it."""
+    found: JobView = json.loads((job_dir / JOB_FILE).read_text())
+    return found
 
 
 class Seal:

@@ -56,6 +56,7 @@ from envaudit.schema.progress import (
     FORGED,
     HEARTBEAT_INTERVAL_S,
     JOB_FILE,
+    JobView,
     ProgressReader,
     Seal,
     open_gate,
@@ -188,7 +189,7 @@ class StagedWorker:
     skipped: list[str]
     folder: Path
     log: Path
-    view: dict[str, Any]
+    view: JobView
     handle: WorkerHandle
     watch: _Watch
     held: contextlib.ExitStack
@@ -428,10 +429,10 @@ def _start_worker(
     log: Path,
     gated: bool = False,
     staged: bool = False,
-) -> tuple[dict[str, Any], _Watch, WorkerHandle]:
+) -> tuple[JobView, _Watch, WorkerHandle]:
     """Write the job for a worker on `uuids` into its folder and launch it; a staged one is
     always gated. (The job as the worker sees it, the watch of its events, its handle.)"""
-    view = {**job.worker_view(launcher.seen_as, uuids), "gated": gated or staged}
+    view = job.worker_view(launcher.seen_as, uuids, gated=gated or staged)
     (folder / JOB_FILE).write_text(json.dumps(view))
     cache_key = reference_cache_key(job.reference_cache) if job.reference_cache else None
     seal = Seal.fresh(cache_key)
