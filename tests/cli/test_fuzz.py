@@ -396,3 +396,22 @@ def test_a_full_file_system_is_exit_2_naming_the_free_space(
         assert "Traceback" not in result.output, shown
         assert result.exit_code == 2, shown
         assert "free" in result.output, shown
+
+
+def test_a_full_cache_is_exit_2_naming_the_cache_and_its_free_space(
+    places: dict[str, str], tmp_path: Path
+) -> None:
+    """ENVAUDIT_CACHE on a full file system: the job folder cannot be written, and the message
+    names where, with the free space (not a bare "No space left on device")."""
+    from tests.schema.test_full_disk import fill, small_tmpfs
+
+    with small_tmpfs(tmp_path / "full") as full:
+        (full / "cache").mkdir()
+        fill(full)
+        argv = [*RUN, *RUN_PLACES, "--report", str(tmp_path / "r.jsonl")]
+        filled = [_fill(a, places) for a in argv]
+        variables = {"ENVAUDIT_CACHE": str(full / "cache"), "ENVAUDIT_STORE": places["{store}"]}
+        result = CliRunner().invoke(app, filled, env=variables)
+        shown = f"envaudit {' '.join(filled)}\n{result.output}"
+        assert result.exit_code == 2 and "Traceback" not in result.output, shown
+        assert str(full / "cache") in result.output and "free" in result.output, shown

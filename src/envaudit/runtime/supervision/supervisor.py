@@ -433,11 +433,14 @@ def _start_worker(
     """Write the job for a worker on `uuids` into its folder and launch it; a staged one is
     always gated. (The job as the worker sees it, the watch of its events, its handle.)"""
     view = job.worker_view(launcher.seen_as, uuids, gated=gated or staged)
-    (folder / JOB_FILE).write_text(json.dumps(view))
-    cache_key = reference_cache_key(job.reference_cache) if job.reference_cache else None
-    seal = Seal.fresh(cache_key)
-    seal.write(folder)
-    touch_heartbeat(folder)
+    try:  # in the cache (ENVAUDIT_CACHE): a full disk there is named, with its free space
+        (folder / JOB_FILE).write_text(json.dumps(view))
+        cache_key = reference_cache_key(job.reference_cache) if job.reference_cache else None
+        seal = Seal.fresh(cache_key)
+        seal.write(folder)
+        touch_heartbeat(folder)
+    except OSError as exc:
+        raise write_failed(folder / JOB_FILE, exc, "write the worker's job folder") from None
     watch = _Watch(staged=staged, seal=seal)
     mark("worker_staged" if staged else "worker_launch", job.solution)
     return view, watch, launcher.start(folder, log)
