@@ -336,3 +336,18 @@ def test_no_copy_of_a_solution_s_sources_is_left_behind(fault_run: dict) -> None
         if path.stat().st_mtime >= began
     ]
     assert left == []
+
+
+def test_an_output_that_is_a_view_of_an_input_is_not_checked_after_the_measurement() -> None:
+    """The harness writes inputs later (timed calls, the re-check's draw): an output that
+    shares an input's memory changes with them, which says nothing of the call; the others
+    keep their index."""
+    import torch
+
+    from envaudit.harness.evaluate import _own_outputs
+
+    x, other = torch.zeros(4), torch.ones(3)
+    produced = [x.view(2, 2), other]
+    live, early = _own_outputs(produced, [t.clone() for t in produced], {"x": x})
+    assert live[0] is None and early[0] is None
+    assert live[1] is other and torch.equal(early[1], other)
