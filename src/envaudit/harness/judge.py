@@ -512,6 +512,8 @@ class Judge:
             draw_checked(self.definition, workload, self.root, self.device, 0)
         except InputError as exc:
             return f"workload inputs: {exc}"
+        except Exception:  # out of memory, say: not a fault the judge found in the dataset
+            return None
         finally:
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
