@@ -121,7 +121,13 @@ def run(
     env: EnvOption = None,
     over: OverOption = None,
     reference_cache: Annotated[
-        Path | None, typer.Option("--reference-cache", parser=parse_path)
+        Path | None,
+        typer.Option(
+            "--reference-cache",
+            help="Folder keeping the references computed, reused by later runs of the same"
+            " definition, workload and draw (audit keeps one in --out).",
+            parser=parse_path,
+        ),
     ] = None,
     report: Annotated[
         Path | None, typer.Option("--report", help="Result lines file.", parser=parse_path)

@@ -29,13 +29,18 @@ def _flag(name: str, help: str | None, *, audit: bool = True) -> dict[str, Any]:
 class EvalOptions:
     validation_only: bool = field(
         default=False,
-        metadata=_flag("--validation-only", None, audit=False),
+        metadata=_flag(
+            "--validation-only",
+            "Check the outputs and time nothing (no timing, no re-check on fresh inputs).",
+            audit=False,
+        ),
     )
     graph_timing: bool = field(
         default=False,
         metadata=_flag(
             "--graph-timing",
-            None,
+            "Also time the call captured in a CUDA graph, replayed (a GPU only; an audit on a"
+            " GPU always does).",
             audit=False,
         ),
     )
