@@ -44,7 +44,7 @@ app = typer.Typer(
     name="envaudit",
     help="Validate and time kernel solutions, each in the exact environment it declares.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion for bash, zsh, fish and PowerShell
     pretty_exceptions_enable=False,
 )
 app.add_typer(data_app)
