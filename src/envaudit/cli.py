@@ -282,8 +282,16 @@ def audit(
     suite: Annotated[
         str | None, typer.Option("--suite", help="Default: dev on a GPU, smoke on the CPU.")
     ] = None,
-    out: Annotated[Path, typer.Option("--out", parser=parse_path)] = Path("results/audit"),
-    resume: Annotated[bool, typer.Option("--resume")] = False,
+    out: Annotated[
+        Path,
+        typer.Option("--out", help="Folder for results.jsonl and its logs.", parser=parse_path),
+    ] = Path("results/audit"),
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume", help="Skip workloads that already have a line in OUT/results.jsonl."
+        ),
+    ] = False,
     each_gpu: Annotated[
         bool, typer.Option("--each-gpu", help="Every solution on every --gpu, to compare cards.")
     ] = False,
@@ -297,6 +305,7 @@ def audit(
     timeout: TimeoutOption = 300.0,
     data_root: DataRoot = Path("workloads"),
     solutions_root: SolutionsRoot = Path("solutions"),
+    locks_dir: LocksDir = Path("locks"),
     evaluation: EvalOptions = FROM_FLAGS,
     slurm: SlurmSettings = NO_SLURM,
 ) -> None:
@@ -313,7 +322,12 @@ def audit(
         audit_command.check_audit_flags(executor, gpu, device, candidate, definition)
         chosen = runtime_choice(runtime, "pick")
         options = RunOptions(
-            env, over, finite_seconds(timeout, "--timeout"), resume, gpu_wait_s=gpu_wait
+            env,
+            over,
+            finite_seconds(timeout, "--timeout"),
+            resume,
+            locks_dir=locks_dir,
+            gpu_wait_s=gpu_wait,
         )
         names, solutions_root = audit_command.solutions_to_audit(
             names, candidate, definition, data_root, solutions_root, env

@@ -301,3 +301,19 @@ def test_malformed_and_deep_lines_in_the_results_and_workload_files(tmp_path: Pa
     )
     assert result.exit_code == 2, result.output
     assert f"results.jsonl:{len(kept) + 1}: a line longer than" in result.output, result.output
+
+
+def test_audit_takes_the_locks_folder_as_run_does(tmp_path: Path) -> None:
+    """--locks-dir reaches every job: the host runtime checks its interpreter against the lock
+    found there (none here, so the line says why there is no verdict, naming the folder)."""
+    root = write_toy_root(tmp_path / "data")
+    write_solution(tmp_path / "solutions", "correct")
+    empty = tmp_path / "no-locks"
+    empty.mkdir()
+    argv = ["audit", "--runtime", "host", "--device", "cpu", "--data-root", str(root)]
+    argv += ["--solutions-root", str(tmp_path / "solutions"), "--out", str(tmp_path / "a")]
+    result = CliRunner().invoke(app, [*argv, "--locks-dir", str(empty)])
+    assert result.exit_code == 0, result.output
+    [line] = [json.loads(x) for x in (tmp_path / "a" / "results.jsonl").read_text().splitlines()]
+    check = line["context"]["env_check"]
+    assert check["matches"] is None and str(empty) in check["reason"], check
