@@ -3,6 +3,8 @@ compare. `envaudit.cli` adds them to the one app."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -27,6 +29,7 @@ def check_inputs(
         bool,
         typer.Option("--strict", help="Count warnings (no hash, no provenance, ...) as problems."),
     ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Check every definition, workload, tensor path and blob of a TraceSet root."""
     from envaudit.dataset.checks import check_inputs as run_checks
@@ -38,10 +41,21 @@ def check_inputs(
         except DatasetRootError as exc:
             hint = "pass --data-root pointing at a folder holding definitions/"
             raise EnvauditError(str(exc), hint=hint) from None
+    failed = bool(report.errors or (strict and report.warnings))
+    if as_json:
+        answer = {
+            "data_root": str(data_root),
+            "summary": report.summary(),
+            "errors": len(report.errors),
+            "warnings": len(report.warnings),
+            "failed": failed,
+            "findings": [dataclasses.asdict(f) for f in report.findings],
+        }
+        typer.echo(json.dumps(answer, indent=1))
+        raise typer.Exit(EXIT_FAILED if failed else EXIT_OK)
     for finding in report.findings:
         typer.echo(finding.render())
     typer.echo(report.summary())
-    failed = report.errors or (strict and report.warnings)
     raise typer.Exit(EXIT_FAILED if failed else EXIT_OK)
 
 

@@ -236,3 +236,15 @@ def test_definition_filter(toy_root: Path) -> None:
     code, out = run_check(toy_root, "--definition", "nope")
     assert code == 2  # a usage error, not a problem of the data
     assert "no definition named nope" in out and "toy_scale" in out
+
+
+def test_json_output_names_each_finding_and_exits_as_the_text_does(toy_root: Path) -> None:
+    path = toy_root / DEFINITION
+    path.write_text(json.dumps({**json.loads(path.read_text()), "op_type": "../../up"}))
+    code, text = run_check(toy_root)
+    code_json, out = run_check(toy_root, "--json")
+    answer = json.loads(out)
+    assert code == code_json == 1 and answer["failed"] and answer["errors"] >= 1
+    finding = answer["findings"][0]
+    assert finding["path"] == DEFINITION and finding["field"] == "op_type"
+    assert finding["message"] in text
