@@ -72,21 +72,30 @@ def doctor(
     locks_dir: Annotated[Path, typer.Option("--locks-dir", help="Folder of lock dirs.")] = Path(
         "locks"
     ),
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """What is available here: engine, GPUs, runtimes, uv, store, images; which runtime
     `audit` picks."""
+    import dataclasses
+    import json
+
     from envaudit.commands.doctor import diagnose
 
     if not locks_dir.is_dir():
         usage_error(f"--locks-dir {locks_dir} is not a folder", "point it at the folder of <env>/")
     with reported():
         checks = diagnose(locks_dir)
+    failed = any(c.severity == "error" for c in checks)
+    if as_json:
+        answer = {"failed": failed, "checks": [dataclasses.asdict(c) for c in checks]}
+        typer.echo(json.dumps(answer, indent=1))
+        raise typer.Exit(EXIT_FAILED if failed else EXIT_OK)
     width = max(len(c.name) for c in checks)
     for check in checks:
         typer.echo(f"{check.severity:7} {check.name:{width}}  {check.message}")
         if check.hint:
             typer.echo(f"{'':7} {'':{width}}  {hint_line(check.hint)}")
-    raise typer.Exit(EXIT_FAILED if any(c.severity == "error" for c in checks) else EXIT_OK)
+    raise typer.Exit(EXIT_FAILED if failed else EXIT_OK)
 
 
 @app.command()

@@ -42,3 +42,14 @@ def test_image_commands_refuse_bad_names_with_exit_2(argv: list[str], words: str
     assert result.exit_code == 2, result.output
     assert words in result.output
     assert "Traceback" not in result.output
+
+
+def test_doctor_json_lists_every_check_the_text_does() -> None:
+    import json
+
+    text = CliRunner().invoke(app, ["doctor"])
+    answer = CliRunner().invoke(app, ["doctor", "--json"])
+    assert answer.exit_code == text.exit_code, answer.output
+    checks = json.loads(answer.stdout)["checks"]
+    assert [c["name"] for c in checks if c["name"] in text.output] == [c["name"] for c in checks]
+    assert {c["severity"] for c in checks} <= {"ok", "info", "warning", "error"}
