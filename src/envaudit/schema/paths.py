@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from envaudit.schema.reading import kind_of
+
 
 class PathOutsideRoot(ValueError):
     """A relative path that is absolute or climbs out of its root."""
@@ -34,17 +36,10 @@ class NotOurs(OSError):
 
 
 def _kind(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISLNK, "a symbolic link"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISDIR, "a folder"),
-    ):
-        if test(mode):
-            return name
-    return "a regular file" if stat.S_ISREG(mode) else "not a regular file"
+    """What is at an output path, in words (schema.reading names the rest as a reader does)."""
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    return "a regular file" if stat.S_ISREG(mode) else kind_of(mode)
 
 
 def refuse_foreign(path: Path) -> None:
