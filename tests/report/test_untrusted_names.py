@@ -21,6 +21,12 @@ def invoke(*argv: str) -> Result:
     return CliRunner().invoke(app, list(argv))
 
 
+def merge(results: Path, out: Path, root: Path, solutions: Path) -> Result:
+    """`envaudit merge RESULTS --out OUT` over this data root and solutions folder."""
+    argv = ["merge", str(results), "--out", str(out), "--data-root", str(root)]
+    return invoke(*argv, "--solutions-root", str(solutions))
+
+
 def result_line(**changes: object) -> dict[str, object]:
     line: dict[str, object] = {
         "schema_version": 1,
@@ -57,10 +63,7 @@ def test_merge_skips_a_line_whose_definition_is_a_path(tmp_path: Path) -> None:
     lines = [result_line(), result_line(definition=ESCAPE, workload={"uuid": "w2"})]
     results = tmp_path / "results.jsonl"
     results.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    result = invoke(
-        "merge", str(results), "--out", str(out), "--data-root", str(root),
-        "--solutions-root", str(solutions),
-    )  # fmt: skip
+    result = merge(results, out, root, solutions)
     assert escaped(tmp_path, out) == []
     assert "definition" in result.output and repr(ESCAPE) in result.output, result.output
     assert "merged 1 lines" in result.output, result.output
@@ -72,10 +75,7 @@ def test_merge_refuses_a_solution_whose_author_is_a_path(tmp_path: Path) -> None
     spec.write_text(json.dumps({**json.loads(spec.read_text()), "author": ESCAPE}))
     results = tmp_path / "results.jsonl"
     results.write_text(json.dumps(result_line()) + "\n")
-    result = invoke(
-        "merge", str(results), "--out", str(out), "--data-root", str(root),
-        "--solutions-root", str(solutions),
-    )  # fmt: skip
+    result = merge(results, out, root, solutions)
     assert escaped(tmp_path, out) == []
     assert result.exit_code == 2, result.output  # unusable input, as compare
     assert "author" in result.output and repr(ESCAPE) in result.output, result.output
@@ -126,10 +126,7 @@ def test_merge_writes_nothing_through_a_symlink_out_of_out(tmp_path: Path) -> No
     (out / "traces").symlink_to(elsewhere)
     results = tmp_path / "results.jsonl"
     results.write_text(json.dumps(result_line()) + "\n")
-    result = invoke(
-        "merge", str(results), "--out", str(out), "--data-root", str(root),
-        "--solutions-root", str(solutions),
-    )  # fmt: skip
+    result = merge(results, out, root, solutions)
     assert list(elsewhere.iterdir()) == []
     assert result.exit_code == 2, result.output
     assert "traces" in result.output, result.output
@@ -150,10 +147,7 @@ def test_names_with_hidden_or_table_breaking_characters_never_reach_the_report(
     ]
     results = tmp_path / "results.jsonl"
     results.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    result = invoke(
-        "merge", str(results), "--out", str(out), "--data-root", str(root),
-        "--solutions-root", str(solutions),
-    )  # fmt: skip
+    result = merge(results, out, root, solutions)
     assert "merged 1 lines" in result.output, result.output
     assert "U+202E" in result.output and "U+001B" in result.output and "'|'" in result.output
     for name in ("performance.md", "report.html"):

@@ -56,7 +56,7 @@ from envaudit.harness.timing import (
     time_graph_cuda,
     time_wall_clock,
 )
-from envaudit.harness.witness import fresh_input
+from envaudit.harness.witness import fresh_input, poison_value
 from envaudit.schema.expressions import evaluate as evaluate_expression
 from envaudit.schema.options import EvalOptions
 from envaudit.schema.progress import QuietGate
@@ -273,15 +273,6 @@ def _output_dtypes(definition: Mapping[str, Any]) -> list[torch.dtype]:
     return [torch_dtype(spec["dtype"]) for spec in definition["outputs"].values()]
 
 
-def _poison(dtype: torch.dtype, variant: int) -> float | int | bool:
-    if dtype.is_floating_point:
-        return float("nan")
-    if dtype == torch.bool:
-        return variant == 0
-    info = torch.iinfo(dtype)
-    return info.min if variant == 0 else info.max
-
-
 def _output_layouts(
     ctx: EvalContext, workload: Mapping[str, Any]
 ) -> list[tuple[tuple[int, ...], torch.dtype]]:
@@ -297,7 +288,7 @@ def _allocate_outputs(
     ctx: EvalContext, workload: Mapping[str, Any], variant: int
 ) -> list[torch.Tensor]:
     return [
-        torch.full(shape, _poison(dtype, variant), dtype=dtype, device=ctx.device)
+        torch.full(shape, poison_value(dtype, variant), dtype=dtype, device=ctx.device)
         for shape, dtype in _output_layouts(ctx, workload)
     ]
 

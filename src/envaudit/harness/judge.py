@@ -310,6 +310,12 @@ class Judge:
         self.verdicts.setdefault(uuid, {"scale": {}}).setdefault("timing", {})[mode] = result
         return result
 
+    def _reference(self, workload: Mapping[str, Any], inputs: Mapping[str, Any]) -> tuple[Any, ...]:
+        """The definition's reference on inputs no cache holds (a scale probe's, a timed
+        call's fresh ones), its outputs checked against the definition (ReferenceFault)."""
+        with torch.no_grad():
+            return run_reference(self.definition, inputs, axis_values(self.definition, workload))
+
     def _judge_picked(
         self, record: ModeWitness, workload: Mapping[str, Any], fresh: Any
     ) -> dict[str, Any]:
@@ -323,10 +329,7 @@ class Judge:
             if fresh is not None:
                 inputs[fresh.name] = fresh.draw(item.nonce, item.step, item.copy, self.device)
             try:
-                with torch.no_grad():
-                    refs = run_reference(
-                        self.definition, inputs, axis_values(self.definition, workload)
-                    )
+                refs = self._reference(workload, inputs)
             except torch.cuda.OutOfMemoryError:
                 raise
             except Exception as exc:
@@ -404,10 +407,7 @@ class Judge:
             if factor is None:
                 refs = self.cache.outputs(self.definition, workload, draw_inputs, draw, self.device)
             else:
-                with torch.no_grad():
-                    refs = run_reference(
-                        self.definition, inputs, axis_values(self.definition, workload)
-                    )
+                refs = self._reference(workload, inputs)
         except torch.cuda.OutOfMemoryError:
             raise
         except Exception as exc:

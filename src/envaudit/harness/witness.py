@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import math
 import mmap
@@ -80,6 +81,13 @@ def _seed(nonce: int, step: int, copy: int, name: str) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
+@functools.cache
+def _generator(device: str) -> torch.Generator:
+    """One generator per device, seeded afresh for every draw: made once, not on every timed
+    step (seeding a kept generator draws the same bits as a new one seeded alike)."""
+    return torch.Generator(device=device)
+
+
 @dataclass(frozen=True)
 class FreshInput:
     """The input drawn afresh for every timed call: its name, shape, dtype and draw rule."""
@@ -93,7 +101,7 @@ class FreshInput:
         """This step's value for input copy `copy`, from torch's own generator (Philox on a
         GPU): both processes draw the same bits from the same seed on the same device, and it
         writes at memory speed where the counter draw of envaudit.harness.inputs does not."""
-        generator = torch.Generator(device=device)
+        generator = _generator(str(device))
         generator.manual_seed(_seed(nonce, step, copy, self.name))
         init = dict(self.init or {"dist": "normal"})
         if init.get("dist") == "uniform":
@@ -130,12 +138,16 @@ def fresh_input(definition: Mapping[str, Any], workload: Mapping[str, Any]) -> F
     return None
 
 
-def poison_value(dtype: torch.dtype) -> float | int | bool:
+def poison_value(dtype: torch.dtype, variant: int = 0) -> float | int | bool:
+    """What an output buffer holds before a call writes it: NaN, or for integers and bools an
+    extreme value; variant 1 is the other extreme (a second call's buffers differ from the
+    first's, so an element left unwritten shows)."""
     if dtype.is_floating_point:
         return float("nan")
     if dtype == torch.bool:
-        return True
-    return torch.iinfo(dtype).min
+        return variant == 0
+    info = torch.iinfo(dtype)
+    return info.min if variant == 0 else info.max
 
 
 # ---------------------------------------------------------------- slots (both processes)

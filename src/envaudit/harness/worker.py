@@ -69,6 +69,7 @@ from envaudit.schema.progress import (
     CONTEXT_LOST,
     GATE_FILE,
     OUTPUTS_FOLDER,
+    JobView,
     ProgressWriter,
     QuietGate,
     read_job,
@@ -176,12 +177,30 @@ def judge_main(job_dir: Path, link: Link, child: int) -> int:
         making.join()
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    _serve(link, judge, progress, job, own_hash, options.validation_only, outputs_dir)
+    _, status = os.waitpid(child, 0)
+    end_descendants()
+    exit_like(status)
+    return 1
+
+
+def _serve(
+    link: Link,
+    judge: Judge,
+    progress: ProgressWriter,
+    job: JobView,
+    own_hash: str | None,
+    validation_only: bool,
+    outputs_dir: Path,
+) -> None:
+    """The judge's side of the link until the solution's process closes it: judge its outputs,
+    relay its events, settle each result line it announces."""
     env: dict[str, Any] = {}
     while True:
         try:
             message = link.receive()
         except LinkClosed:
-            break
+            return
         kind = message.get("kind")
         if kind == "judge" and isinstance(message.get("request"), dict):
             if "timing" in message["request"]:
@@ -207,15 +226,11 @@ def judge_main(job_dir: Path, link: Link, child: int) -> int:
                 continue
             outcome = message.get("outcome")
             outcome = dict(outcome) if isinstance(outcome, dict) else {"status": "RUNTIME_ERROR"}
-            outcome = judge.settle(uuid, outcome, options.validation_only)
+            outcome = judge.settle(uuid, outcome, validation_only)
             seconds = message.get("seconds")
             seconds = float(seconds) if isinstance(seconds, int | float) else 0.0
             line = result_line(job, judge.workloads[uuid], outcome, env, own_hash, seconds)
             progress.send("result", uuid=uuid, line=line)
-    _, status = os.waitpid(child, 0)
-    end_descendants()
-    exit_like(status)
-    return 1
 
 
 def _timing_step(

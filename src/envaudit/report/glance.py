@@ -12,8 +12,7 @@ def cell_text(text: str) -> str:
     """Free text from data (a workload's label) as one Markdown table cell shows it: control
     and format characters dropped (an ANSI escape, a bidi override that reverses the row), '|'
     escaped, on one line."""
-    kept = "".join(c for c in text if unicodedata.category(c) not in ("Cc", "Cf"))
-    return " ".join(kept.replace("|", "\\|").split())
+    return " ".join(plain_text(text).replace("|", "\\|").split())
 
 
 def plain_text(text: str) -> str:
