@@ -18,9 +18,11 @@ harness's imports (torch first), the CUDA context and the environment record; th
 gate for the GPU's previous worker to go (runtime/supervision/supervisor.py, Handoff); solution
 load; input generation; reference (computed on the cold run, read from the cache on the second);
 validation (prepare, the unjudged warm-up call, the judged call(s), comparison); timing set-up
-(input copies); eager and graph timing, each split into warm-up (graph: capture and warm-up)
-and measured iterations; clock read (NVML); post-timing re-check; and what lies outside every
-worker (environment checks, scheduling, result writing, process exits).
+(input copies); eager and graph timing, each split into warm-up (graph: capture and warm-up),
+measured iterations and what judging the timed calls adds to them (the judge's set-up, the fresh
+draws, the copies into the slots, the windows' messages); the check of the picked timed calls
+(timed_check); clock read (NVML); post-timing re-check; and what lies outside every worker
+(environment checks, scheduling, result writing, process exits).
 
 Target (issue 16): the cached run's total at most 1.2x its timing phases (eager + graph).
 """
@@ -67,13 +69,27 @@ ORDER = (
     "timing_setup",
     "eager_warmup",
     "eager_measure",
+    "eager_judge_setup",
+    "eager_fresh_draws",
+    "eager_slot_copies",
+    "eager_handshakes",
     "graph_warmup",
     "graph_measure",
+    "graph_judge_setup",
+    "graph_fresh_draws",
+    "graph_slot_copies",
+    "graph_handshakes",
+    "timed_check",
     "clock_read",
     "recheck",
     "scale_probe",
     "outside_workers",
 )
+
+INSIDE_MEASURE = ("fresh_draws", "slot_copies", "handshakes")
+"""The parts of judged timing (harness/timed_calls.py, WINDOW_COSTS) that a line's phases count
+apart from its mode's phase but its `measure_wall_ms` holds: the measured iterations are the
+rest. The judge's set-up happens before the first batch, outside the measurement."""
 
 STARTUP = ("worker_start", "worker_preload", "worker_gate_wait", "solution_load")
 """The start-up phases of a worker's first line that follow one another (worker_start holds
@@ -184,8 +200,9 @@ def phase_totals(lines: Iterable[Mapping[str, Any]], total_s: float) -> dict[str
             spent = phases.pop(mode, 0.0)
             stats = timing.get(mode) or {}
             measure = (stats.get("measure_wall_ms") or 0.0) / 1e3
-            totals[f"{mode}_measure"] += measure
-            totals[f"{mode}_warmup"] += spent - measure
+            inside = sum(phases.get(f"{mode}_{part}", 0.0) for part in INSIDE_MEASURE)
+            totals[f"{mode}_measure"] += measure - inside
+            totals[f"{mode}_warmup"] += spent + inside - measure
         for name, spent in phases.items():
             totals[name] += spent
     parts = ("worker_imports", "worker_cuda_init", "worker_env_record")

@@ -65,6 +65,27 @@ CHEATS = {
             return out
         LAST = []
         """,
+    "deferred_check": """
+        # stale answers while timed only, telling the judge at the end that another mode
+        # follows (none does), so that the check of its timed calls would wait for a finish
+        # that is never sent; honest again for the re-check
+        from envaudit.harness import timed_calls
+        _finish = timed_calls.JudgedCalls.finish
+        DONE = []
+        def finish(self, defer=False):
+            DONE.append(1)
+            return _finish(self, defer=True)
+        timed_calls.JudgedCalls.finish = finish
+        SEEN = []
+        def run(x, lengths, scale):
+            SEEN.append(1)
+            if len(SEEN) > 6 and LAST and not DONE:
+                return LAST[-1].clone()
+            out = expensive(x, lengths, scale)
+            LAST[:] = [out]
+            return out
+        LAST = []
+        """,
     "slow_clocks": """
         import time
         _real = time.perf_counter
@@ -140,10 +161,13 @@ def test_an_earlier_answer_fails_or_costs_its_true_time(timing_run: dict, name: 
         assert "a timed call (eager)" in line["message"], line["message"]
 
 
-@pytest.mark.parametrize("name", ["partial_fingerprint", "call_count"])
+@pytest.mark.parametrize("name", ["partial_fingerprint", "call_count", "deferred_check"])
 def test_a_stale_answer_fails(timing_run: dict, name: str) -> None:
+    """A deferred check (the eager calls' check waiting for the graph's) is made when the line
+    is settled if the process never asks for it."""
     line = timing_run[name]
     assert line["status"] == "INCORRECT_NUMERICAL", (line["status"], line["message"])
+    assert "a timed call (eager)" in line["message"], line["message"]
 
 
 def test_slowed_clocks_are_flagged(timing_run: dict) -> None:

@@ -279,8 +279,8 @@ class Judge:
                 self.witness.end(uuid, mode, [float(v) for v in samples])
                 return {}
             if step == "finish":
-                fresh = fresh_input(self.definition, workload)
-                return self._finish_timing(uuid, mode, workload, fresh)
+                defer = mode == "eager" and request.get("defer") is True
+                return self._finish_timing(uuid, mode, workload, defer)
         except (KeyError, TypeError, ValueError) as exc:
             record = self.witness.record(uuid, mode)
             if record is not None:
@@ -289,26 +289,52 @@ class Judge:
         return _refused(f"unknown timing step {step!r}")
 
     def _finish_timing(
-        self, uuid: str, mode: str, workload: Mapping[str, Any], fresh: Any
+        self, uuid: str, mode: str, workload: Mapping[str, Any], defer: bool
     ) -> dict[str, Any]:
+        """A mode's measurement has ended: its summary now, its picked calls checked now or,
+        where the solution's process says another mode follows (`defer`), with that mode's, on
+        one draw of the workload's inputs. Whatever is still unchecked when the line is settled
+        is checked then (settle), so a deferral the process never follows up changes nothing."""
         assert self.witness is not None
         record = self.witness.record(uuid, mode)
         result: dict[str, Any] = {"status": "PASSED", "message": ""}
-        if record is None:
-            result["summary"] = None
-        else:
-            try:
-                result.update(self._judge_picked(record, workload, fresh))
-            except torch.cuda.OutOfMemoryError as exc:
-                record.error = f"out of memory judging the timed calls: {exc}"[:500]
-            except InputError as exc:
-                result.update(status="WORKLOAD_ERROR", message=f"workload inputs: {exc}")
-            finally:
-                if self.device.type == "cuda":
-                    torch.cuda.empty_cache()
-            result["summary"] = record.summary()
+        result["summary"] = record.summary() if record is not None else None
         self.verdicts.setdefault(uuid, {"scale": {}}).setdefault("timing", {})[mode] = result
-        return result
+        return dict(result) if defer else self._check_timed(uuid, workload)
+
+    def _check_timed(self, uuid: str, workload: Mapping[str, Any]) -> dict[str, Any]:
+        """Judge every picked timed call of the workload not judged yet, all of them on one draw
+        of the workload's inputs (each check on its own copy: a reference may write its inputs);
+        the first mode that fails is the answer, its message naming the mode."""
+        assert self.witness is not None
+        timing = self.verdicts.setdefault(uuid, {"scale": {}}).setdefault("timing", {})
+        pending = [
+            (mode, record)
+            for mode in ("eager", "graph")
+            if (record := self.witness.record(uuid, mode)) is not None and not record.judged
+        ]
+        fresh = fresh_input(self.definition, workload)
+        base: list[dict[str, Any]] = []
+        answer: dict[str, Any] = {"status": "PASSED", "message": ""}
+        try:
+            for mode, record in pending:
+                result = timing.setdefault(mode, {"status": "PASSED", "message": ""})
+                try:
+                    result.update(self._judge_picked(record, workload, fresh, base))
+                except torch.cuda.OutOfMemoryError as exc:
+                    record.error = f"out of memory judging the timed calls: {exc}"[:500]
+                except InputError as exc:
+                    result.update(status="WORKLOAD_ERROR", message=f"workload inputs: {exc}")
+                result["summary"] = record.summary()
+                record.release()
+                if result["status"] != "PASSED" and answer["status"] == "PASSED":
+                    message = f"a timed call ({mode}): {result['message']}"
+                    answer = {"status": result["status"], "message": message}
+        finally:
+            base.clear()
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+        return answer
 
     def _reference(self, workload: Mapping[str, Any], inputs: Mapping[str, Any]) -> tuple[Any, ...]:
         """The definition's reference on inputs no cache holds (a scale probe's, a timed
@@ -317,15 +343,22 @@ class Judge:
             return run_reference(self.definition, inputs, axis_values(self.definition, workload))
 
     def _judge_picked(
-        self, record: ModeWitness, workload: Mapping[str, Any], fresh: Any
+        self,
+        record: ModeWitness,
+        workload: Mapping[str, Any],
+        fresh: Any,
+        base: list[dict[str, Any]],
     ) -> dict[str, Any]:
         """Compute the reference for each timed call the judge read, on that call's inputs,
-        and compare: the first that fails fails the workload."""
+        and compare: the first that fails fails the workload. `base` holds the workload's
+        inputs once drawn, shared by every check of the line."""
         dtypes = [torch_dtype(spec["dtype"]) for spec in self.definition["outputs"].values()]
         for item in record.picked:
             if item.outputs is None:
                 continue
-            inputs = draw_checked(self.definition, workload, self.root, self.device, 0)
+            if not base:
+                base.append(draw_checked(self.definition, workload, self.root, self.device, 0))
+            inputs = {k: v.clone() if torch.is_tensor(v) else v for k, v in base[0].items()}
             if fresh is not None:
                 inputs[fresh.name] = fresh.draw(item.nonce, item.step, item.copy, self.device)
             try:
@@ -447,6 +480,10 @@ class Judge:
         if validation is not None and "reference_cached" in validation:
             outcome["reference_cached"] = validation["reference_cached"]
         _settle_probe(outcome, {**record["scale"], "1.0": validation or {"status": "NONE"}})
+        if self.witness is not None:
+            workload = self.workloads[uuid]
+            self._check_timed(uuid, workload)
+            self.witness.forget(uuid)
         _settle_timing(outcome, record.get("timing") or {})
         self._check_blame(uuid, outcome)
         if outcome.get("status") == "PASSED":

@@ -9,6 +9,7 @@ can only make the solution fail or be flagged.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -22,6 +23,12 @@ from envaudit.harness.witness import (
     poison_value,
     slot_count,
 )
+
+WINDOW_COSTS = ("judge_setup", "fresh_draws", "slot_copies", "handshakes")
+"""What judged timing adds to a mode's wall time, each part kept in the line's phases as
+`<mode>_<part>` (seconds, this process's clock: a profile, not a measurement of the solution):
+the set-up the judge calibrates its allowance in, the fresh draws before each call, the copies
+of returned outputs into their slots, and the messages that open and close each window."""
 
 Ask = Callable[[dict[str, Any]], dict[str, Any]]
 Call = Callable[[Mapping[str, Any], list[torch.Tensor] | None, Any], Any]
@@ -66,6 +73,7 @@ class JudgedCalls(Window):
         self.graph_slots: dict[tuple[int, int], list[torch.Tensor]] = {}
         self.graphs = self.calls = 1
         self._graph_key = (0, 0)
+        self.spent: dict[str, float] = dict.fromkeys(WINDOW_COSTS, 0.0)
         if mode != "graph":
             count = min(slot_count(layouts, device), 1000)
             self.slots = Slots(layouts, count, device)
@@ -88,27 +96,41 @@ class JudgedCalls(Window):
 
     def open(self, first: int, steps: int) -> None:
         if not self.ready:
-            self._setup()
+            self.setup()
+        began = time.perf_counter()
         self.first = first
         answer = self.ask({"timing": "begin", "uuid": self.uuid, "mode": self.mode, "first": first})
         self.nonce = int(answer.get("nonce") or 0)
+        self.spent["handshakes"] += time.perf_counter() - began
 
     def prime(self, step: int) -> None:
         self.slot = step - self.first
         if self.fresh is None:
             return
+        began = time.perf_counter()
         if self.mode == "graph":
             g = step % self.graphs
             used = sorted({(g + j) % len(self.copies) for j in range(self.calls)})
         else:
             used = [step % len(self.copies)]
         for c in used:
-            drawn = self.fresh.draw(self.nonce, step, c, self.device)
-            self.copies[c][self.fresh.name].copy_(drawn)
+            self._draw(self.copies[c][self.fresh.name], self.nonce, step, c)
+        self.spent["fresh_draws"] += time.perf_counter() - began
+
+    def _draw(self, target: torch.Tensor, nonce: int, step: int, copy: int) -> None:
+        assert self.fresh is not None
+        if target.is_contiguous() and (tuple(target.shape), target.dtype) == (
+            self.fresh.shape,
+            self.fresh.dtype,
+        ):
+            self.fresh.draw_into(target, nonce, step, copy)
+        else:
+            target.copy_(self.fresh.draw(nonce, step, copy, target.device))
 
     def keep(self, step: int, result: Any) -> None:
         if self.dps or self.slots is None:
             return
+        began = time.perf_counter()
         slots = self.slots.outputs(step - self.first)
         for target, value in zip(slots, as_outputs(result), strict=False):
             if isinstance(value, torch.Tensor) and (value.shape, value.dtype) == (
@@ -116,10 +138,13 @@ class JudgedCalls(Window):
                 target.dtype,
             ):
                 target.copy_(value)
+        self.spent["slot_copies"] += time.perf_counter() - began
 
     def close(self, samples_ms: list[float]) -> None:
+        began = time.perf_counter()
         request = {"timing": "end", "uuid": self.uuid, "mode": self.mode}
         self.ask({**request, "samples_ms": samples_ms})
+        self.spent["handshakes"] += time.perf_counter() - began
 
     def capture(self, graph: int, call: int) -> None:
         self._graph_key = (graph, call)
@@ -137,18 +162,18 @@ class JudgedCalls(Window):
 
     def graphs_ready(self, graphs: int, calls: int) -> None:
         self.graphs, self.calls = graphs, calls
-        self._setup()
+        self.setup()
 
     # ------------------------------------------------------------ the judge
 
-    def _setup(self) -> None:
+    def setup(self) -> None:
         """Tell the judge how the calls are laid out and where their outputs are. One fresh
         draw is made first, outside any window: its first use loads the generator's kernels
         (CUDA loads modules lazily, ~15 ms on the H100), a one-time cost that would otherwise
         land in the first batch and, in a short measurement, look like a slowed clock."""
+        began = time.perf_counter()
         if self.fresh is not None:
-            drawn = self.fresh.draw(0, 0, 0, self.device)
-            self.copies[0][self.fresh.name].copy_(drawn)
+            self._draw(self.copies[0][self.fresh.name], 0, 0, 0)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
         if self.mode == "graph":
@@ -178,10 +203,13 @@ class JudgedCalls(Window):
         request = {"timing": "setup", "uuid": self.uuid, "mode": self.mode}
         self.ask({**request, "layout": layout, "slots": slots})
         self.ready = True
+        self.spent["judge_setup"] += time.perf_counter() - began
 
-    def finish(self) -> dict[str, Any]:
-        """The judge's verdict on the calls it picked (and its clock's summary)."""
-        verdict = self.ask({"timing": "finish", "uuid": self.uuid, "mode": self.mode})
+    def finish(self, defer: bool = False) -> dict[str, Any]:
+        """The judge's verdict on the calls it picked (and its clock's summary); with `defer`
+        (another mode's measurement follows), the judge checks these calls with that mode's."""
+        request = {"timing": "finish", "uuid": self.uuid, "mode": self.mode, "defer": defer}
+        verdict = self.ask(request)
         self.graph_slots.clear()
         if self.slots is not None:
             self.slots.close()
