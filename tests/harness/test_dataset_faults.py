@@ -13,6 +13,7 @@ CPU with the toy definition of conftest.py.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -152,4 +153,30 @@ def test_nothing_a_job_started_outlives_it(tmp_path: Path) -> None:
     assert (line["status"], code) == ("PASSED", 0), line["message"]
     pid = int(mark.read_text())
     stat = Path(f"/proc/{pid}/stat")
+    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_nothing_a_job_started_outlives_its_timeout(tmp_path: Path) -> None:
+    """Killed on its timeout, the judge cannot end its job's processes: the fork server that
+    forked it adopts them (a child subreaper) and kills them."""
+    root = write_toy_root(tmp_path / "data")
+    solutions = tmp_path / "solutions"
+    mark = tmp_path / "child.pid"
+    body = LEAVER.replace("MARK", repr(str(mark))).replace(
+        "    return scaled(", "    __import__('time').sleep(600)\n    return scaled("
+    )
+    write_solution(solutions, "hangs", {"hangs": (body, False)})
+    report = tmp_path / "results.jsonl"
+    argv = ["run", "--solution", "hangs", "--device", "cpu", "--data-root", str(root)]
+    argv += ["--solutions-root", str(solutions), "--report", str(report), "--timeout", "15"]
+    code = CliRunner().invoke(app, [*argv, "--suite", "smoke"]).exit_code
+    [line, *_] = lines_of(report)
+    assert (line["status"], code) == ("TIMEOUT", 1), line["message"]
+    pid = int(mark.read_text())
+    stat = Path(f"/proc/{pid}/stat")
+    deadline = time.monotonic() + 10
+    while stat.exists() and time.monotonic() < deadline:
+        if stat.read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            break
+        time.sleep(0.1)
     assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"

@@ -44,7 +44,7 @@ from typing import Any
 import torch
 
 from envaudit.harness import environment, preload, worker
-from envaudit.harness.judge import die_with_parent
+from envaudit.harness.judge import adopt_orphans, die_with_parent
 from envaudit.schema.progress import BYTECODE_CACHE_ENV, JOB_FILE, fork_exit_file
 from envaudit.schema.sources import names_compiler
 
@@ -64,16 +64,56 @@ def _write_exit(socket_path: Path, pid: int, code: int) -> None:
     os.replace(tmp, path)
 
 
+class Children:
+    """The processes this server forked: its workers and its preloaded server. The server is a
+    child subreaper, so whatever a worker leaves behind when it is killed (on a timeout, say:
+    the judge then cannot end its job's processes itself) becomes the server's child; every
+    child that is not one of these is such an orphan and is killed, at each reap. Forks and
+    sweeps hold one lock, so that a worker just forked is never taken for an orphan."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.forked: set[int] = set()
+
+    def fork(self) -> int:
+        with self.lock:
+            pid = os.fork()
+            if pid == 0:
+                self.forked = set()  # the child's own forks, if it forks (a preloaded server)
+                return 0
+            self.forked.add(pid)
+            return pid
+
+    def reaped(self, pid: int) -> bool:
+        """Whether `pid`, reaped now, was forked here; kill the orphans adopted so far (a
+        killed process's own children are adopted when it dies: the next reap sees them)."""
+        with self.lock:
+            ours = pid in self.forked
+            self.forked.discard(pid)
+            me = os.getpid()
+            for entry in os.listdir("/proc"):
+                if entry.isdigit() and int(entry) not in self.forked and _parent_of(entry) == me:
+                    with contextlib.suppress(OSError):
+                        os.kill(int(entry), signal.SIGKILL)
+        return ours
+
+
+CHILDREN = Children()
+
+
 def _reap_forever(socket_path: Path) -> None:
     """Collect every ended child and record its status (a thread of its own: a SIGCHLD handler
-    would run only when the main thread next runs Python, and it sits in `accept`)."""
+    would run only when the main thread next runs Python, and it sits in `accept`); an
+    adopted orphan has no status to record (Children)."""
+    adopt_orphans()
     while True:
         try:
             pid, raw = os.waitpid(-1, 0)
         except ChildProcessError:
             time.sleep(REAP_IDLE_S)  # no child yet
             continue
-        _write_exit(socket_path, pid, _status(raw))
+        if CHILDREN.reaped(pid):
+            _write_exit(socket_path, pid, _status(raw))
 
 
 def _die_with_client(conn: socket.socket) -> None:
@@ -127,7 +167,7 @@ def _serve_one(conn: socket.socket, line: bytes, inherited: list[socket.socket])
     with conn:
         try:
             request = json.loads(line)
-            pid = os.fork()
+            pid = CHILDREN.fork()
         except (ValueError, OSError) as exc:
             conn.sendall((json.dumps({"error": str(exc)}) + "\n").encode())
             return
@@ -214,7 +254,7 @@ class Preloaded:
         self.link, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.state = "loading"
         parent = os.getpid()
-        self.pid = os.fork()
+        self.pid = CHILDREN.fork()
         if self.pid == 0:
             self.link.close()
             listener.close()

@@ -131,9 +131,10 @@ def fork_solution_process() -> Split:
 
 
 def adopt_orphans() -> None:
-    """Make the judge the child subreaper of its job: any process the solution's process (or a
-    reference) starts and leaves behind, a new session or not, becomes the judge's child when
-    its parent ends, so `end_descendants` finds it."""
+    """Make this process a child subreaper: any process started below it (by the solution's
+    process or a reference, under the judge; by a killed worker, under a fork server) and left
+    behind, a new session or not, becomes its child when its parent ends, so it can end it
+    (`end_descendants`, forkserver.Children)."""
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
