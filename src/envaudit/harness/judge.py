@@ -39,11 +39,12 @@ from envaudit.harness.inputs import (
     axis_values,
     check_constraints,
     draw_checked,
+    input_bytes,
     run_reference,
     scalable_inputs,
     torch_dtype,
 )
-from envaudit.harness.reference import ReferenceCache
+from envaudit.harness.reference import ReferenceCache, cache_key
 from envaudit.harness.solution import build_tools_missing, unsupported_device
 from envaudit.harness.witness import ModeWitness, TimingWitness, fresh_input
 
@@ -253,8 +254,42 @@ class Judge:
     solution: Mapping[str, Any] = field(default_factory=dict)
     """The solution.json as the judge read it before the solution's process went on."""
 
+    timed: bool = False
+    """The job times its workloads: the judge will check timed calls, references no cache holds."""
+    warmed: bool = False
+
     def begin(self, uuid: str) -> None:
+        """A workload begins in the solution's process (its GPU turn has come: the gate is
+        behind it). The first time, the judge warms its own reference path while that process
+        draws its inputs and makes its unjudged first call (warm_reference)."""
         self.verdicts[uuid] = {"scale": {}}
+        if self.timed and not self.warmed:
+            self.warmed = True
+            self.warm_reference(uuid)
+
+    def warm_reference(self, uuid: str) -> None:
+        """Run the reference once on the job's smallest workload, its outputs thrown away, when
+        this workload's reference will come from the cache: a timed call's check is the judge's
+        first reference call otherwise, and pays, in its turn, for everything a process's first
+        call loads (0.1-0.3 s a job on the H100: CUDA modules, library handles). A GPU's only:
+        on the CPU it would take cores from the solution's process for little. Any fault is
+        left for the validation to meet."""
+        workload = self.workloads.get(uuid)
+        if workload is None or self.cache.directory is None or self.device.type != "cuda":
+            return
+        key = cache_key(self.definition, workload, 0, self.device.type)
+        if not self.cache.entry(key).exists():
+            return  # the validation computes it, and warms the path itself
+        smallest = min(self.workloads.values(), key=lambda w: input_bytes(self.definition, w))
+        try:
+            with contextlib.suppress(Exception):  # the validation meets any fault and names it
+                self._reference(
+                    smallest, draw_checked(self.definition, smallest, self.root, self.device, 0)
+                )
+        finally:
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+                torch.cuda.empty_cache()
 
     def timing(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """One step of the timing handshake (envaudit.harness.witness): setup, begin (the
