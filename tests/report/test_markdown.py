@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from envaudit.report.choice import preferred_solutions
-from envaudit.report.intervals import RUN_TO_RUN_SD, Z95
+from envaudit.report.intervals import CARD_TO_CARD_SD, RUN_TO_RUN_SD, Z95
 from envaudit.report.markdown import render_markdown
 from envaudit.report.plots import render_plots, short_gpu
 from tests.report.test_merge import GPU_B, MODEL_A, MODEL_B, line, summarize, write
@@ -98,18 +98,21 @@ def test_workloads_are_long_form_one_row_per_workload_and_solution(tmp_path: Pat
         ["″", "`torch`", "PASSED"],
     ]
     fast_w1 = rows[1]
-    assert (fast_w1[3], fast_w1[4], fast_w1[5]) == ("0.9", "1", "2.00x")  # graph, eager, speedup
+    # graph, eager, speedup with the figures it divides (the baseline's, then this line's)
+    assert (fast_w1[3], fast_w1[4], fast_w1[5]) == ("0.9", "1", "2.00x (graph/graph)")
 
 
 def test_the_caption_gives_the_run_to_run_floor_and_the_intervals_are_it(tmp_path: Path) -> None:
     part = section(rendered(two_gpu_summary(tmp_path)), "d")
-    floor = Z95 * math.sqrt(2) * RUN_TO_RUN_SD  # half-width of log speedup, two lines
-    assert f"run-to-run floor of {100 * RUN_TO_RUN_SD:.1f}% per line" in part
-    assert f"about ±{100 * floor:.1f}% on one workload's speedup" in part
+    same = RUN_TO_RUN_SD["cuda_graph"]
+    floor = Z95 * math.sqrt(2) * same  # half-width of log speedup, two lines of one card
+    assert f"{100 * same:.1f}% for a graph or device-bound eager figure" in part
+    assert f"about ±{100 * floor:.1f}% on one speedup" in part
     assert "±4.4%" in part  # the figure the constants give today
-    # these lines carry no quartiles, so the interval on 2.00x is the floor alone
+    assert f"{100 * CARD_TO_CARD_SD['cuda_graph']:.1f}% for graph figures from two cards" in part
+    # these lines carry no quartiles: on one card, the interval on 2.00x is the floor alone
     low, high = 2.0 * math.exp(-floor), 2.0 * math.exp(floor)
-    assert f"| 2.00x | [{low:.2f}, {high:.2f}] |" in part
+    assert f"| 2.00x (graph/graph) | [{low:.2f}, {high:.2f}] |" in part
 
 
 def test_the_plot_link_points_at_a_figure_render_plots_writes(tmp_path: Path) -> None:

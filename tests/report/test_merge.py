@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from envaudit.report.choice import preferred_solutions
+from envaudit.report.intervals import CARD_TO_CARD_SD, Z95
 from envaudit.report.merge import merge_files
 from envaudit.report.summary import SolutionInfo, build_summary
 
@@ -142,24 +144,36 @@ def test_cards_of_one_model_are_one_group_naming_each_card(tmp_path: Path) -> No
     assert rows["w2"]["speedup_eager"] == 2.0 and fast["workloads"]["total"] == 2
 
 
-def test_a_line_is_compared_with_the_baseline_of_its_own_card(tmp_path: Path) -> None:
-    """The baseline timed on the solution's card counts, not a newer run on another card of the
-    model (a reference's time can move by a third between cards); with no baseline on that card,
-    the model's newest."""
+def test_a_line_is_compared_with_the_baseline_line_the_report_prints(tmp_path: Path) -> None:
+    """One comparison rule: the speedup divides the baseline's newest line on the GPU model,
+    the one printed beside it and named by its results line, even where an older baseline
+    line ran on the solution's own card; two cards widen the interval by the card-to-card
+    floor instead."""
     later = "2026-11-30T12:00:00+00:00"
     lines = [
         line("d-torch", "w1", 3.0, gpu=GPU_A2),
         line("d-torch", "w1", 2.0, stamp=later),  # newer, on the other card
         line("d-torch", "w2", 2.0, stamp=later),
         line("d-fast", "w1", 1.0, gpu=GPU_A2),
-        line("d-fast", "w2", 1.0, gpu=GPU_A2),  # no baseline on GPU_A2 for w2
+        line("d-fast", "w2", 1.0, gpu=GPU_A2),
     ]
-    _, summary = summarize([write(tmp_path / "r.jsonl", lines)])
+    path = write(tmp_path / "r.jsonl", lines)
+    _, summary = summarize([path])
     blocks = summary["definitions"]["d"]["devices"][MODEL_A]["solutions"]
     fast = next(s for s in blocks if s["solution"] == "d-fast")
     rows = {r["uuid"]: r for r in fast["per_workload"]}
-    assert rows["w1"]["speedup_eager"] == 3.0 and rows["w2"]["speedup_eager"] == 2.0
+    assert rows["w1"]["speedup_eager"] == 2.0 and rows["w2"]["speedup_eager"] == 2.0
     torch = next(s for s in blocks if s["solution"] == "d-torch")
+    printed = {r["uuid"]: r["results_line"] for r in torch["per_workload"]}
+    assert rows["w1"]["baseline_results_line"] == printed["w1"]
+    assert rows["w1"]["baseline_device"] != rows["w1"]["device"]
+    low, high = rows["w1"]["speedup_ci95"]
+    # graph figures of two cards: the card-to-card floor for the solution's one run, and for
+    # the baseline the wider scatter of its two runs (3.0 and 2.0 ms: log 1.5 apart)
+    floor = CARD_TO_CARD_SD["cuda_graph"]
+    observed = math.log(1.5) ** 2 / 2
+    half = Z95 * math.sqrt(floor**2 + max(floor**2, observed))
+    assert math.isclose(math.log(high / low) / 2, half, rel_tol=1e-3)
     assert [r["speedup_eager"] for r in torch["per_workload"]] == [1.0, 1.0]
 
 

@@ -13,9 +13,11 @@ GPUs: pairs are compared all the same, and the summary says so when the GPU mode
 
 Per pair: both statuses, the time ratio after/before and its 95% interval, and a verdict. The
 ratio and its interval are those of `envaudit reproduce` (report/side_by_side.py `compare_runs`,
-arithmetic in report/intervals.py): graph medians where both lines have one, else eager
-medians; each median's uncertainty is its within-run standard error plus the run-to-run spread
-measured on an H200 (1.6% per run), so one run per side gives an interval about +-4.5% wide.
+arithmetic in report/intervals.py, the report's one comparison rule): each line's graph median
+where it has one, else its eager median (`mode` names both when they differ); each median's
+uncertainty is its within-run standard error plus the run-to-run floor of its kind of figure
+(1.6% for graph replays on one card, so one run per side gives about +-4.5%, and 6.3% across
+cards; far wider for a host-bound or eager-only figure, whose caveat the pair's notes carry).
 
 Verdicts, with T = threshold_pct / 100:
 - "slower": the interval lies wholly above 1 + T; "faster": wholly below 1 - T;
@@ -33,7 +35,8 @@ A regression is "slower", "newly failing", "lost" or "timing flagged": the comma
 
 With T = 0 (the default) "slower" means what `reproduce` means by it: the interval excludes
 1.0. A larger T asks for a change that is both beyond noise and larger than T: with one run per
-side the interval's lower end is about ratio / 1.045, so T = 2% flags only ratios above ~1.066.
+side of graph figures on one card the interval's lower end is about ratio / 1.045, so T = 2%
+flags only ratios above ~1.066.
 """
 
 from __future__ import annotations
@@ -272,9 +275,11 @@ def make_pair(before: ResultLine | None, after: ResultLine | None, threshold_pct
         pair.median_ms = [float(v) for v in timing["median_ms"]]
         pair.ratio = float(timing["ratio_now_then"])
         pair.ci95 = [float(v) for v in timing["ci95"]] if timing["ci95"] else None
-        kinds = [_timer(line, timing["mode"]) for line in (before, after)]
-        if kinds[0] != kinds[1]:
-            pair.notes.append(f"timed differently: {kinds[0]} before, {kinds[1]} after")
+        modes = str(timing.get("modes") or "")
+        if "/" in modes and len(set(modes.split("/"))) > 1:
+            then, now = modes.split("/")
+            pair.notes.append(f"timed differently: {then} before, {now} after")
+        pair.notes += list(timing.get("caveats") or [])
     if pair.gpu_differs:
         pair.notes.append(f"GPU model differs: {pair.gpu[0]} before, {pair.gpu[1]} after")
     pair.verdict = verdict(pair.status[0], pair.status[1], pair.ci95, threshold_pct)
@@ -327,11 +332,6 @@ def _flags(line: ResultLine | None) -> list[str]:
 
 def _source(line: ResultLine | None) -> str | None:
     return None if line is None else line.source
-
-
-def _timer(line: ResultLine, mode: str) -> str | None:
-    stats = line.stats("graph" if mode == "graph" else "eager")
-    return None if stats is None else stats.mode
 
 
 def _notes(

@@ -142,6 +142,8 @@ def _row(definition: str, entry: Mapping[str, Any], row: Mapping[str, Any]) -> d
         "eager_ms": row["eager_median_ms"],
         "speedup": row["speedup_primary"] if not entry["baseline"] else None,
         "ci": interval_text(row.get("speedup_ci95")) if not entry["baseline"] else "",
+        "modes": row.get("primary_timing") if not entry["baseline"] else None,
+        "caveats": "; ".join(row.get("speedup_caveats") or []) if not entry["baseline"] else "",
         "provenance": _provenance(entry, row),
         "reproduce": f"envaudit reproduce results.jsonl:{number}" if number else "",
     }
@@ -158,6 +160,9 @@ def _provenance(entry: Mapping[str, Any], row: Mapping[str, Any] | None = None) 
     ]
     if row is not None:
         parts += [f"GPU: {row['device']}", f"harness: {row.get('harness_hash') or '–'}"]
+        if row.get("baseline_results_line") and not entry["baseline"]:
+            where = row.get("baseline_device") or "–"
+            parts.append(f"baseline: results line {row['baseline_results_line']} ({where})")
     else:
         parts.append("GPUs: " + ", ".join(entry["gpus"]))
     return "\n".join(parts)

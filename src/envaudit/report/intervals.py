@@ -4,42 +4,134 @@ A speedup is baseline median / solution median. Each median is uncertain twice o
 - within its run: the harness keeps each timing's median, interquartile range and sample count;
   the standard error of a sample median is sqrt(pi/2) * sigma / sqrt(n), with sigma estimated as
   IQR / 1.349 (both exact for normal samples; a robust estimate otherwise);
-- between runs: the same solution timed again later, in a fresh process, on the same GPU, moves
-  by more than that. Six alternated runs of the three FlashMLA solutions on an H200 (18 groups,
-  docs/audit/README.md) gave standard deviations of log run medians of 0.2% to 1.9%, median 0.4%,
-  90th percentile 1.6%, against within-run standard errors of 0.05% (median): RUN_TO_RUN_SD is
-  that 90th percentile, added to every line, since one line is one run.
+- between runs: the same solution timed again later, in a fresh process, moves by more than
+  that, by how much depends on the kind of figure and on whether the two runs shared a card
+  (`noise_of`). Over the repeated lines of the committed report (docs/report/results.jsonl:
+  the same solution, workload, env and GPU model; `python benchmarks/run_to_run.py
+  docs/report/results.jsonl` prints the table), the standard deviation of log medians was:
 
-So per line var(log median) = (within-run SE / median)^2 + RUN_TO_RUN_SD^2; a speedup's interval
-is exp(log speedup +- 1.96 sqrt(var_solution + var_baseline)), and a geometric mean over n
-workloads has variance sum(var_i) / n^2 (workloads taken as independent). "Within noise" means
-the interval holds 1.0. docs/harness.md says the same for readers of the report.
+  | figure | same card: groups, median, p90 | across cards: groups, median, p90 |
+  |---|---|---|
+  | CUDA graph replays | 18, 0.4%, 1.6% | 83, 0.8%, 6.3% |
+  | eager, within 1.15x of the line's graph figure | 15, 0.3%, 1.3% | 50, 0.5%, 1.6% |
+  | eager, above 1.15x its graph figure (host-bound) | 3, 40%, 45% | 33, 32%, 62% |
+  | eager, no graph figure | - | 13, 26%, 37% |
+
+  The 90th percentiles are the floors added to every line (RUN_TO_RUN_SD for two runs on one
+  card, CARD_TO_CARD_SD for runs on two cards of a model). A host-bound eager figure (the GPU
+  waited on Python between kernels) or an eager figure with no graph figure to tell moved by a
+  third between runs and runtimes: its floor is as wide as that, and the speedup says why
+  (`Noise.caveat`) rather than print a tight bracket.
+- repeated runs, where a report holds several lines of one group: their own scatter, when it
+  is wider than the floor (`observed_log_variance`).
+
+So per line var(log median) = (within-run SE / median)^2 + max(floor^2, observed variance); a
+speedup's interval is exp(log speedup +- 1.96 sqrt(var_solution + var_baseline)), and a
+geometric mean over n workloads has variance sum(var_i) / n^2 (workloads taken as
+independent). "Within noise" means the interval holds 1.0. A speedup divides the graph figure
+of each side where it has one, else its eager figure, and names the modes it divides.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from envaudit.schema.result_line import TimingStats
+from envaudit.schema.result_line import Mode, ResultLine, TimingStats
 
-RUN_TO_RUN_SD = 0.016
+RUN_TO_RUN_SD = {
+    "cuda_graph": 0.016,
+    "cuda_events": 0.016,
+    "flashinfer-bench": 0.016,
+    "host-bound": 0.45,
+    "eager only": 0.37,
+    "wall_clock": 0.05,
+}
+"""Per kind of figure, the floor between two runs on one card (module docstring). A
+FlashInfer-Bench trace keeps one latency (envaudit's exports write the graph median there): it
+counts as a graph figure. The wall clock's is not from repeated lines: a CPU run is a smoke
+run, and chooses nothing."""
+CARD_TO_CARD_SD = {
+    **RUN_TO_RUN_SD,
+    "cuda_graph": 0.063,
+    "flashinfer-bench": 0.063,
+    "host-bound": 0.62,
+}
+"""The same between runs on two cards of one GPU model, or on cards a line does not name (a
+trace names only the GPU's model)."""
+HOST_BOUND_RATIO = 1.15
+"""An eager figure more than this times the line's graph figure was set by the host."""
 Z95 = 1.959964
 SIGMA_PER_IQR = 1 / 1.349
 MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)
 
 
-def log_median_variance(timing: TimingStats | None) -> float | None:
-    """var(log median) of one timing mode of one line; None when it has no median."""
+@dataclass(frozen=True)
+class Noise:
+    """What is known of one figure's run-to-run scatter: its kind, its floor (standard
+    deviation of log medians) and, for a figure the host set, what a reader must know."""
+
+    kind: str
+    floor: float
+    caveat: str | None = None
+
+
+def noise_of(line: ResultLine, mode: Mode, same_card: bool = True) -> Noise | None:
+    """The kind of figure a line's `mode` timing is, and its floor against a run on the same
+    card or (`same_card` false) on another card of the model; None without a median."""
+    floors = RUN_TO_RUN_SD if same_card else CARD_TO_CARD_SD
+    stats = line.stats(mode)
+    median = stats.positive_median() if stats is not None else None
+    if stats is None or median is None:
+        return None
+    timer = stats.mode or ("cuda_graph" if mode == "graph" else "cuda_events")
+    if timer != "cuda_events":
+        return Noise(timer, floors.get(timer, floors["wall_clock"]))
+    graph = line.stats("graph")
+    graph_ms = graph.positive_median() if graph is not None else None
+    if graph_ms is None:
+        return Noise(
+            "eager only",
+            floors["eager only"],
+            "eager only: no graph figure tells whether the host set it, and such figures"
+            " moved 26% (median) between runs",
+        )
+    if median > HOST_BOUND_RATIO * graph_ms:
+        return Noise(
+            "host-bound",
+            floors["host-bound"],
+            f"eager, host-bound ({median / graph_ms:.1f}x its graph figure): such figures moved"
+            " 33% (median) between runs; not comparable across runs or runtimes",
+        )
+    return Noise("cuda_events", floors["cuda_events"])
+
+
+def observed_log_variance(medians: Sequence[float]) -> float | None:
+    """The sample variance of log medians of repeated runs of one group (None below two)."""
+    logs = [math.log(m) for m in medians if m > 0]
+    return statistics.variance(logs) if len(logs) > 1 else None
+
+
+def log_median_variance(
+    timing: TimingStats | None, floor: float | None = None, observed: float | None = None
+) -> float | None:
+    """var(log median) of one timing mode of one line; None when it has no median. The floor is
+    `noise_of(...).floor` where the line is known; without one, that of the timing's own kind
+    (its timer: graph replays, events, a wall clock). `observed`: the variance of log medians
+    of repeated runs of the same group, which counts where it is wider than the floor."""
     if timing is None:
         return None
     median, iqr, samples = timing.median_ms, timing.iqr_ms, timing.iterations
     if median is None or median <= 0:
         return None
+    if floor is None:
+        floor = RUN_TO_RUN_SD.get(timing.mode or "cuda_events", RUN_TO_RUN_SD["wall_clock"])
     within = 0.0
     if iqr is not None and samples is not None and samples > 1:
         within = MEDIAN_SE_FACTOR * iqr * SIGMA_PER_IQR / math.sqrt(samples) / median
-    return within**2 + RUN_TO_RUN_SD**2
+    return within**2 + max(floor**2, observed or 0.0)
 
 
 def interval(log_value: float, variance: float) -> tuple[float, float]:
@@ -80,3 +172,66 @@ def holds_one(bounds: Sequence[float] | None) -> bool | None:
     if not bounds:
         return None
     return bounds[0] <= 1.0 <= bounds[1]
+
+
+def figure_mode(line: ResultLine) -> Mode | None:
+    """The figure a line is compared by: its graph figure where it has one, else its eager one
+    (None when it has neither)."""
+    modes: tuple[Mode, ...] = ("graph", "eager")
+    for mode in modes:
+        stats = line.stats(mode)
+        if stats is not None and stats.positive_median() is not None:
+            return mode
+    return None
+
+
+@dataclass(frozen=True)
+class Speedup:
+    """One line against another (a baseline, or the same solution before): base / line, by
+    each line's own figure (`figure_mode`), with its interval and the caveats of its figures."""
+
+    value: float
+    modes: str
+    """The two figures divided, base's first: "graph/graph", "eager/graph", ..."""
+    ci95: tuple[float, float]
+    log_variance: float
+    caveats: tuple[str, ...] = ()
+
+    @property
+    def within_noise(self) -> bool:
+        return self.ci95[0] <= 1.0 <= self.ci95[1]
+
+
+def speedup_of(
+    line: ResultLine,
+    base: ResultLine,
+    observed: tuple[float | None, float | None] = (None, None),
+    names: tuple[str, str] = ("this line", "baseline"),
+) -> Speedup | None:
+    """The one comparison rule (module docstring). `observed`: the variance of log medians of
+    repeated runs of each line's group (line's, base's), where a report has them."""
+    ours, theirs = figure_mode(line), figure_mode(base)
+    if ours is None or theirs is None:
+        return None
+    mine, other = line.stats(ours), base.stats(theirs)
+    card = line.environment.gpu_uuid
+    same_card = card is not None and card == base.environment.gpu_uuid
+    noise = (noise_of(line, ours, same_card), noise_of(base, theirs, same_card))
+    if mine is None or other is None or noise[0] is None or noise[1] is None:
+        return None
+    value = float(other.median_ms or 0.0) / float(mine.median_ms or 1.0)
+    variances = (
+        log_median_variance(mine, noise[0].floor, observed[0]),
+        log_median_variance(other, noise[1].floor, observed[1]),
+    )
+    if value <= 0 or variances[0] is None or variances[1] is None:
+        return None
+    variance = variances[0] + variances[1]
+    caveats = tuple(
+        f"{name}: {n.caveat}"
+        for name, n in ((names[1], noise[1]), (names[0], noise[0]))
+        if n.caveat
+    )
+    return Speedup(
+        value, f"{theirs}/{ours}", interval(math.log(value), variance), variance, caveats
+    )

@@ -8,7 +8,7 @@ from typing import Any
 
 from envaudit.report.env_compare import INTERVAL_METHOD, table
 from envaudit.report.glance import cell_text, choice_rows, interval_text, short_name
-from envaudit.report.intervals import RUN_TO_RUN_SD, Z95
+from envaudit.report.intervals import CARD_TO_CARD_SD, RUN_TO_RUN_SD, Z95
 from envaudit.report.plots import short_gpu, speedup_plot
 
 
@@ -250,9 +250,11 @@ def _row_cells(entry: Mapping[str, Any], row: Mapping[str, Any]) -> str:
     bounds = None if entry["baseline"] else row.get("speedup_ci95")
     if speedup and entry["baseline"]:
         speedup = 1.0
+    modes = row.get("primary_timing")
+    shown = _times(speedup) + (f" ({modes})" if speedup and modes and not entry["baseline"] else "")
     return (
         f"{status} | {_ms(row['graph_median_ms'])} | {_ms(row['eager_median_ms'])}"
-        f" | {_times(speedup)} | {_ci(bounds)} | {_notes(row)}"
+        f" | {shown} | {_ci(bounds)} | {_notes(row, entry['baseline'])}"
     )
 
 
@@ -267,20 +269,31 @@ def _ci(bounds: Sequence[float] | None) -> str:
     return interval_text(bounds) + (" within noise" if bounds[0] <= 1.0 <= bounds[1] else "")
 
 
-def _notes(row: Mapping[str, Any]) -> str:
+def _notes(row: Mapping[str, Any], baseline: bool = False) -> str:
     notes = [note for note in (_flags(row), _strict(row), _scale_probe(row)) if note]
+    if not baseline:
+        notes += [cell_text(c) for c in row.get("speedup_caveats") or []]
+        if row.get("baseline_results_line"):
+            notes.append(f"vs baseline line {row['baseline_results_line']}")
     return "; ".join(notes) or "–"
 
 
 def _interval_caption() -> str:
-    """Where the 95% CI columns come from, with the floor's figures computed from the constants
+    """Where the 95% CI columns come from, with the floors' figures computed from the constants
     in envaudit.report.intervals, so the sentence cannot drift from the arithmetic."""
-    floor = 100 * RUN_TO_RUN_SD
-    one = 100 * Z95 * math.sqrt(2) * RUN_TO_RUN_SD
+    same, cards = RUN_TO_RUN_SD["cuda_graph"], CARD_TO_CARD_SD["cuda_graph"]
+    one = 100 * Z95 * math.sqrt(2) * same
     return (
-        "95% CI: from each line's quartiles plus a fixed run-to-run floor of"
-        f" {floor:.1f}% per line; that floor alone gives about ±{one:.1f}% on one workload's"
-        " speedup, and most intervals here are that floor. Within noise: the interval holds 1.0."
+        "Speedup: the baseline's newest line on this GPU model over this one, each by its graph"
+        " figure where it has one, else its eager figure (the modes are named). 95% CI: from"
+        " each line's quartiles plus a run-to-run floor per kind of figure, the 90th"
+        f" percentile of repeated runs: {100 * same:.1f}% for a graph or device-bound eager"
+        f" figure against a run on the same card (about ±{one:.1f}% on one speedup),"
+        f" {100 * cards:.1f}% for graph figures from two cards of the model,"
+        f" {100 * CARD_TO_CARD_SD['host-bound']:.0f}% for host-bound eager figures and"
+        f" {100 * RUN_TO_RUN_SD['eager only']:.0f}% for eager figures with no graph figure,"
+        " or the group's own scatter where repeated runs show a wider one. Within noise: the"
+        " interval holds 1.0."
     )
 
 

@@ -2,9 +2,10 @@
 the time now/then with its 95% interval (envaudit.report.intervals) and a verdict.
 
 Verdicts: "same" (the status is the same and the interval holds 1.0), "faster" / "slower" (the
-interval excludes 1.0), "not reproduced" (the status changed), "not comparable" (no timing both
-sides share, e.g. the recorded line was timed eagerly only and the run graph-replayed, or both
-failed the same way, when only the status can be compared).
+interval excludes 1.0), "not reproduced" (the status changed), "not comparable" (a side has no
+timing, or both failed the same way, when only the status can be compared). The time is that of
+the report's one comparison rule (report/intervals.py `speedup_of`): each line's graph figure
+where it has one, else its eager one, the modes named when they differ.
 """
 
 from __future__ import annotations
@@ -17,12 +18,10 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from envaudit.errors import EXIT_FAILED, EXIT_OK, EnvauditError
-from envaudit.report.intervals import speedup_interval
+from envaudit.report.intervals import speedup_of
 from envaudit.report.traces import trace_to_line
 from envaudit.schema.reading import UnreadableFile, json_lines, loads_json
-from envaudit.schema.result_line import ResultLine, TimingStats, problems
-
-MODES: tuple[Literal["graph", "eager"], ...] = ("graph", "eager")
+from envaudit.schema.result_line import ResultLine, problems
 
 
 def compare_runs(then: ResultLine, now: ResultLine) -> dict[str, Any]:
@@ -42,16 +41,19 @@ def compare_runs(then: ResultLine, now: ResultLine) -> dict[str, Any]:
         "closure_hash": [_closure(then), _closure(now)],
         "gpu": [_gpu(then), _gpu(now)],
     }
-    timed = _shared_timing(then, now)
-    if timed is not None:
-        mode, old, new, ratio = timed
-        found = speedup_interval(ratio, old, new)  # the same arithmetic as a speedup's
-        bounds = found[0] if found else None
+    found = speedup_of(
+        now, then, names=("now", "then")
+    )  # the report's one comparison rule: then/now
+    if found is not None:
+        then_mode, now_mode = found.modes.split("/")
+        low, high = found.ci95
         result["timing"] = {
-            "mode": mode,
-            "median_ms": [old.median_ms, new.median_ms],
-            "ratio_now_then": ratio,
-            "ci95": list(bounds) if bounds else None,
+            "mode": now_mode if then_mode == now_mode else found.modes,
+            "modes": found.modes,
+            "median_ms": [then.median(then_mode), now.median(now_mode)],  # type: ignore[arg-type]
+            "ratio_now_then": 1 / found.value,
+            "ci95": [1 / high, 1 / low],
+            "caveats": list(found.caveats),
         }
     result["verdict"] = _verdict(result)
     return result
@@ -73,19 +75,6 @@ def _verdict(result: Mapping[str, Any]) -> str:
     if low <= 1.0 <= high:
         return "same"
     return "faster" if high < 1.0 else "slower"
-
-
-def _shared_timing(
-    then: ResultLine, now: ResultLine
-) -> tuple[str, TimingStats, TimingStats, float] | None:
-    """(the mode both have a positive median in, graph first; both stats; now/then)."""
-    for mode in MODES:
-        old, new = then.stats(mode), now.stats(mode)
-        old_ms = old.positive_median() if old is not None else None
-        new_ms = new.positive_median() if new is not None else None
-        if old is not None and new is not None and old_ms is not None and new_ms is not None:
-            return mode, old, new, new_ms / old_ms
-    return None
 
 
 def _error(

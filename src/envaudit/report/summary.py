@@ -4,10 +4,13 @@ Figures are grouped by definition, then by GPU model (name, memory and driver: n
 across models), then by solution *in one environment* (env name and closure hash): a solution
 measured in two environments appears twice. Two GPUs of one model are one group, so a re-run on
 a second card adds to the report instead of splitting it: per workload the newest line counts,
-and every row names the GPU (UUID) its figures came from. Speedups compare a solution with its
-definition's baseline on the same card where the baseline ran there (card-to-card differences
-cancel, as in the exported traces), else on the same GPU model, each in its own environment,
-workload by workload, and are aggregated as a geometric mean over the workloads both passed.
+and every row names the GPU (UUID) its figures came from. Speedups compare a solution's newest
+line with its definition's baseline's newest line on the same GPU model (the line the report
+prints beside it, named by its results line), each in its own environment, workload by
+workload, by the one comparison rule of report/intervals.py (each line's graph figure where it
+has one, the modes named, the caveats of host-bound figures kept, repeated runs' own scatter
+where it is wider than the floor), and are aggregated as a geometric mean over the workloads
+both passed.
 """
 
 from __future__ import annotations
@@ -23,10 +26,13 @@ from envaudit.report.env_compare import env_comparisons
 from envaudit.report.glance import plain_text
 from envaudit.report.hardware import peak_for
 from envaudit.report.intervals import (
+    Speedup,
+    figure_mode,
     geomean_interval,
     geomean_log_variance,
     holds_one,
-    speedup_interval,
+    observed_log_variance,
+    speedup_of,
 )
 from envaudit.report.merge import MergeResult, result_line_numbers
 from envaudit.schema.result_line import Achieved, ProbePoint, ResultLine, TimingStats
@@ -106,6 +112,9 @@ def build_summary(
         env, closure = env_of(line)
         groups[line.definition][gpu_model_of(line)][(line.solution, env, closure)].append(line)
     numbers = result_line_numbers(merged.lines, merged.runs)
+    repeats: dict[tuple[str, ...], list[ResultLine]] = defaultdict(list)
+    for line in merged.runs:
+        repeats[_group_of(line)].append(line)
     summary_defs: dict[str, Any] = {}
     for definition in sorted(groups):
         baseline = next(
@@ -115,7 +124,7 @@ def build_summary(
         for model in sorted(groups[definition]):
             runs = groups[definition][model]
             entries = {k: _newest_per_workload(v) for k, v in runs.items()}
-            devices[model] = _device_block(entries, runs, baseline, numbers)
+            devices[model] = _device_block(entries, repeats, baseline, numbers)
         summary_defs[definition] = {
             "baseline": baseline,
             "op_type": (definitions.get(definition) or {}).get("op_type"),
@@ -142,28 +151,46 @@ def build_summary(
     }
 
 
+def _group_of(line: ResultLine) -> tuple[str, ...]:
+    """The lines that are runs of one measurement: solution, env, workload, GPU model."""
+    env, closure = env_of(line)
+    return (line.solution, env, str(closure), line.workload.uuid, gpu_model_of(line))
+
+
 def _device_block(
     entries: Mapping[tuple[str, str, str | None], list[ResultLine]],
-    runs: Mapping[tuple[str, str, str | None], list[ResultLine]],
+    repeats: Mapping[tuple[str, ...], list[ResultLine]],
     baseline: str | None,
     numbers: Mapping[LineKey, int],
 ) -> dict[str, Any]:
-    """`entries`: each solution's newest line per workload; `runs`: every kept line, so that a
-    line can be compared with the baseline's line from its own card."""
+    """`entries`: each solution's newest line per workload, which is what a row prints and what
+    its speedup divides; `repeats`: every line read per group, whose scatter widens an
+    interval where it is wider than the floor."""
     base_key = _baseline_key(entries, baseline)
     newest = {ln.workload.uuid: ln for ln in entries.get(base_key, [])} if base_key else {}
-    on_card: dict[tuple[str, str], ResultLine] = {}
-    for ln in sorted(runs.get(base_key, []) if base_key else [], key=lambda x: x.timestamp or ""):
-        on_card[(device_of(ln), ln.workload.uuid)] = ln
 
-    def baseline_for(line: ResultLine) -> ResultLine | None:
-        uuid = line.workload.uuid
-        return on_card.get((device_of(line), uuid)) or newest.get(uuid)
+    def compared(line: ResultLine) -> tuple[ResultLine | None, Speedup | None]:
+        base = newest.get(line.workload.uuid)
+        if base is None or not base.passed or not line.passed:
+            return base, None
+        observed = (_observed(repeats, line), _observed(repeats, base))
+        return base, speedup_of(line, base, observed)
 
     solutions = []
     for key in sorted(entries, key=lambda k: (k[0], k[1], k[2] or "")):
-        solutions.append(_solution_block(key, entries[key], baseline_for, key == base_key, numbers))
+        solutions.append(_solution_block(key, entries[key], compared, key == base_key, numbers))
     return {"baseline_env": base_key[1] if base_key else None, "solutions": solutions}
+
+
+def _observed(
+    repeats: Mapping[tuple[str, ...], list[ResultLine]], line: ResultLine
+) -> float | None:
+    """The scatter of the runs of `line`'s group, in the figure `line` is compared by."""
+    mode = figure_mode(line)
+    if mode is None:
+        return None
+    runs = repeats.get(_group_of(line), [])
+    return observed_log_variance([m for ln in runs if ln.passed and (m := ln.median(mode))])
 
 
 def _baseline_key(
@@ -179,14 +206,17 @@ def _baseline_key(
 def _solution_block(
     key: tuple[str, str, str | None],
     lines: list[ResultLine],
-    baseline_for: Callable[[ResultLine], ResultLine | None],
+    compared: Callable[[ResultLine], tuple[ResultLine | None, Speedup | None]],
     is_baseline: bool,
     numbers: Mapping[LineKey, int],
 ) -> dict[str, Any]:
     name, env, closure = key
-    per_workload = [
-        _workload_row(ln, baseline_for(ln)) | {"results_line": numbers.get(ln.key)} for ln in lines
-    ]
+    per_workload = []
+    for ln in lines:
+        base, speedup = compared(ln)
+        row = _workload_row(ln, base, speedup) | {"results_line": numbers.get(ln.key)}
+        row["baseline_results_line"] = numbers.get(base.key) if base is not None else None
+        per_workload.append(row)
     per_workload.sort(key=lambda row: (str(row["label"]), row["uuid"]))
     failed: dict[str, int] = defaultdict(int)
     for ln in lines:
@@ -196,12 +226,12 @@ def _solution_block(
         mode: _round(geomean(r[f"speedup_{mode}"] for r in per_workload if r[f"speedup_{mode}"]))
         for mode in ("eager", "graph", "primary")
     }
-    compared = sum(1 for r in per_workload if r["speedup_primary"])
+    count = sum(1 for r in per_workload if r["speedup_primary"])
     timed = [r for r in per_workload if r["speedup_primary"] and r["speedup_log_variance"]]
     bounds = geomean_interval(
         [r["speedup_primary"] for r in timed], [r["speedup_log_variance"] for r in timed]
     )
-    if bounds is not None and len(timed) == compared and not is_baseline:
+    if bounds is not None and len(timed) == count and not is_baseline:
         speedups["primary_ci95"] = [_round(b) for b in bounds]
         speedups["within_noise"] = holds_one(bounds)
         speedups["log_variance"] = _round(
@@ -224,7 +254,7 @@ def _solution_block(
             "passed": sum(ln.passed for ln in lines),
             "failed": dict(sorted(failed.items())),
         },
-        "geomean_speedup": {**speedups, "workloads_compared": compared},
+        "geomean_speedup": {**speedups, "workloads_compared": count},
         "roofline_fraction_median": _round(
             statistics.median(fr)
             if (fr := [r["roofline_fraction"] for r in per_workload if r["roofline_fraction"]])
@@ -251,7 +281,9 @@ def _env_check(lines: list[ResultLine]) -> dict[str, Any] | None:
     }
 
 
-def _workload_row(line: ResultLine, base: ResultLine | None) -> dict[str, Any]:
+def _workload_row(
+    line: ResultLine, base: ResultLine | None, speedup: Speedup | None
+) -> dict[str, Any]:
     passed = line.passed
     base_ok = base is not None and base.passed
     row: dict[str, Any] = {
@@ -268,15 +300,13 @@ def _workload_row(line: ResultLine, base: ResultLine | None) -> dict[str, Any]:
         mine = line.median(mode)
         theirs = base.median(mode) if base_ok and base is not None else None
         row[f"speedup_{mode}"] = _round(theirs / mine) if passed and mine and theirs else None
-    row["speedup_primary"] = row["speedup_graph"] or row["speedup_eager"]
-    primary: Literal["eager", "graph"] = "graph" if row["speedup_graph"] else "eager"
-    row["primary_timing"] = primary
-    found = speedup_interval(
-        row["speedup_primary"], _timing(line, primary), _timing(base, primary) if base_ok else None
-    )
-    row["speedup_ci95"] = [_round(b) for b in found[0]] if found else None
-    row["speedup_log_variance"] = _round(found[1]) if found else None
-    row["within_noise"] = holds_one(found[0]) if found else None
+    row["speedup_primary"] = _round(speedup.value) if speedup else None
+    row["primary_timing"] = speedup.modes if speedup else None
+    row["speedup_ci95"] = [_round(b) for b in speedup.ci95] if speedup else None
+    row["speedup_log_variance"] = _round(speedup.log_variance) if speedup else None
+    row["within_noise"] = speedup.within_noise if speedup else None
+    row["speedup_caveats"] = list(speedup.caveats) if speedup else []
+    row["baseline_device"] = device_of(base) if base is not None else None
     row["roofline_fraction"] = _round(_roofline(line)) if passed else None
     strict = line.strict_diagnostic
     if strict is not None:

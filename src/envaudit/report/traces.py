@@ -8,10 +8,11 @@ is dropped, not invented; what it can hold in an open field (Correctness.extra) 
 per-output matched counts.
 
 Latency: the graph median where the solution has one, else the eager median. The reference
-latency is the definition's baseline on the same workload, on the same GPU where it was measured
-there, else on the same GPU model; it is timed the same way: when the baseline has no graph
-timing (its capture failed), both sides use eager medians, so the speedup never compares a graph
-replay with an eager call. Without a passing baseline line, reference and speedup are 0.
+latency is the definition's baseline on the same workload and GPU model, its newest line there
+(in the environment where it passed most), by the same rule: its graph median where it has one,
+else its eager median. That is the report's one comparison rule (report/intervals.py
+`speedup_of`), so a trace's speedup is the one summary.json prints. Without a passing baseline
+line, reference and speedup are 0.
 
 Statuses: FlashInfer-Bench knows seven; ours has two more, and its Evaluation allows correctness
 figures only on PASSED and INCORRECT_NUMERICAL. So INPUT_MUTATED is exported as RUNTIME_ERROR (the
@@ -37,6 +38,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from envaudit.report.intervals import figure_mode
 from envaudit.report.summary import SolutionInfo, device_of, env_of
 from envaudit.schema.models import Trace
 from envaudit.schema.names import named_path
@@ -113,11 +115,13 @@ def render_traces(
     """export_traces' files (path -> text, sorted by path), nothing written; ValueError naming
     the line when one is not a valid trace (a parsed line is read as a ResultLine first)."""
     read = [as_result_line(line) for line in lines]
-    by_device = _baseline_index(read, solutions, device_of)
     by_model = _baseline_index(read, solutions, _model_of)
     files: dict[Path, list[tuple[tuple[str, ...], str]]] = defaultdict(list)
     for line in read:
-        trace = line_to_trace(line, workloads, _baseline_for(line, by_device, by_model))
+        info = solutions.get(line.solution)
+        own = info is not None and info.baseline  # a baseline's speedup is 1 by definition
+        baseline = line if own else by_model.get(_slot(line, _model_of))
+        trace = line_to_trace(line, workloads, baseline)
         _validate(trace, line)
         files[_trace_path(line, solutions, definitions, out)].append(
             (_sort_key(line), json.dumps(trace, sort_keys=True, allow_nan=True))
@@ -182,20 +186,11 @@ def _slot(line: ResultLine, scope: Scope) -> tuple[str, str, str]:
     return (line.definition, scope(line), line.workload.uuid)
 
 
-def _baseline_for(
-    line: ResultLine, by_device: BaselineIndex, by_model: BaselineIndex
-) -> ResultLine | None:
-    """The same physical GPU first; else the same GPU model, which is all a FlashInfer-Bench
-    trace can name (`hardware`), so a baseline timed on another H100 still gives a speedup."""
-    return by_device.get(_slot(line, device_of)) or by_model.get(_slot(line, _model_of))
-
-
 def _baseline_index(
     lines: list[ResultLine], solutions: Mapping[str, SolutionInfo], scope: Scope
 ) -> BaselineIndex:
-    """The baseline's line per (definition, scope, workload). With the baseline measured in
-    several environments (or on several GPUs of one model), the run passing most workloads is
-    used, as in summary.json, so every workload of a definition compares with one baseline run."""
+    """The baseline's line per (definition, scope, workload): its newest, in the environment
+    where it passed most workloads, as in summary.json (report/summary.py `_baseline_key`)."""
     runs: dict[tuple[str, str], dict[tuple[str, ...], list[ResultLine]]] = defaultdict(
         lambda: defaultdict(list)
     )
@@ -203,13 +198,16 @@ def _baseline_index(
         info = solutions.get(line.solution)
         if info is not None and info.baseline and info.definition == line.definition:
             env, closure = env_of(line)
-            run = (env, str(closure or ""), device_of(line))
-            runs[(line.definition, scope(line))][run].append(line)
+            runs[(line.definition, scope(line))][(env, str(closure or ""))].append(line)
     index: BaselineIndex = {}
     for (definition, where), found in runs.items():
-        chosen = max(found, key=lambda k: (sum(ln.passed for ln in found[k]), k))
-        for line in found[chosen]:
-            index[(definition, where, line.workload.uuid)] = line
+        newest: dict[str, dict[str, ResultLine]] = {}
+        for run, members in found.items():
+            ordered = sorted(members, key=lambda ln: ln.timestamp or "")
+            newest[str(run)] = {ln.workload.uuid: ln for ln in ordered}
+        chosen = max(newest, key=lambda k: (sum(ln.passed for ln in newest[k].values()), k))
+        for uuid, line in newest[chosen].items():
+            index[(definition, where, uuid)] = line
     return index
 
 
@@ -308,25 +306,15 @@ def _their_relative_error(ours: Correctness) -> float:
     return float(ours.max_relative_error or 0.0)
 
 
-def _medians(line: ResultLine | None) -> dict[str, float]:
-    found = {}
-    for mode in ("graph", "eager"):
-        stats = line.stats(mode) if line is not None else None
-        median = stats.positive_median() if stats is not None else None
-        if median is not None:
-            found[mode] = median
-    return found
+def _figure(line: ResultLine | None) -> float:
+    """The median a line is compared by (report/intervals.py `figure_mode`), 0 without one."""
+    mode = figure_mode(line) if line is not None else None
+    return float(line.median(mode) or 0.0) if line is not None and mode is not None else 0.0
 
 
 def _performance(line: ResultLine, baseline: ResultLine | None) -> dict[str, Any]:
-    mine = _medians(line)
-    theirs = _medians(baseline) if baseline is not None and baseline.passed else {}
-    latency = mine.get("graph") or mine.get("eager") or 0.0
-    reference = 0.0
-    for mode in ("graph", "eager"):
-        if mode in mine and mode in theirs:
-            latency, reference = mine[mode], theirs[mode]
-            break
+    latency = _figure(line)
+    reference = _figure(baseline) if baseline is not None and baseline.passed else 0.0
     speedup = reference / latency if latency and reference else 0.0
     known = line.flashinfer_bench.performance if line.flashinfer_bench else None
     if not reference and known and known.reference_latency_ms:  # no baseline: the trace's own
