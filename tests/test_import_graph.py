@@ -127,6 +127,37 @@ def _problem(module: str, target: str, harness_allowed: set[str]) -> str | None:
     return None
 
 
+CLI_MAY_NOT_IMPORT = (
+    "envaudit.dataset",
+    "envaudit.lock",
+    "envaudit.image",
+    "envaudit.runtime",
+    "envaudit.report",
+)
+"""What the command line reaches only through envaudit.commands: a cli*.py module parses flags,
+calls one use case and renders its answer (docs/architecture.md, layer 9). It may import
+commands, console, errors, settings and schema (the option models)."""
+
+
+def _is_cli(module: str) -> bool:
+    return module == "envaudit.cli" or module.startswith("envaudit.cli_")
+
+
+def cli_bypasses(src: Path) -> list[str]:
+    """Every import in a cli*.py module (at module level, inside a function, or for type hints
+    only under TYPE_CHECKING) of a layer below the commands."""
+    modules = _modules(src)
+    known = set(modules)
+    found = []
+    for module, path in modules.items():
+        if not _is_cli(module):
+            continue
+        for target in sorted(set(_imports(module, path, known))):
+            if any(target == p or target.startswith(p + ".") for p in CLI_MAY_NOT_IMPORT):
+                found.append(f"{path.relative_to(src)}: imports {target}: not through commands/")
+    return found
+
+
 def _declared_harness_modules(src: Path) -> set[str]:
     text = (src / "envaudit" / "schema" / "harness.py").read_text()
     tree = ast.parse(text)
@@ -175,3 +206,22 @@ def test_an_import_by_name_through_importlib_is_caught(tmp_path: Path) -> None:
     )
     found = violations(tmp_path)
     assert any("models.py: imports envaudit.runtime.jobs: an upward import" in f for f in found)
+
+
+def test_the_command_line_goes_through_the_commands() -> None:
+    found = cli_bypasses(REPO / "src")
+    assert not found, "\n".join(found)
+
+
+def test_a_cli_import_below_the_commands_is_caught(tmp_path: Path) -> None:
+    shutil.copytree(REPO / "src" / "envaudit", tmp_path / "envaudit")
+    data = tmp_path / "envaudit" / "cli_data.py"
+    data.write_text(
+        data.read_text() + "\nif TYPE_CHECKING:\n"
+        "    from envaudit.report.compare import Comparison  # noqa\n"
+    )
+    envs = tmp_path / "envaudit" / "cli_envs.py"
+    envs.write_text(envs.read_text() + "\n\ndef late():\n    import envaudit.lock.fetch  # noqa\n")
+    found = cli_bypasses(tmp_path)
+    assert "envaudit/cli_data.py: imports envaudit.report.compare: not through commands/" in found
+    assert "envaudit/cli_envs.py: imports envaudit.lock.fetch: not through commands/" in found

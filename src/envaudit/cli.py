@@ -1,5 +1,5 @@
 """The `envaudit` command line: Typer commands that parse flags, call one use case each
-(envaudit.commands and the layers below) and render what it returns. The environment commands
+(envaudit.commands, never the layers below it) and render what it returns. The environment commands
 are in cli_envs.py, the dataset and report commands in cli_data.py, and the options and the
 error handling every command shares in cli_common.py."""
 
@@ -34,8 +34,8 @@ from envaudit.cli_common import (
 from envaudit.cli_data import data_app
 from envaudit.cli_envs import base_app, envs_app
 from envaudit.errors import EXIT_FAILED, EXIT_OK, hint_line
-from envaudit.runtime.scheduling.slurm import SlurmSettings
 from envaudit.schema.options import EvalOptions
+from envaudit.schema.slurm import SlurmSettings
 
 NO_SLURM = SlurmSettings()
 """Stands for the `slurm` settings `audit` gets from slurm_flags."""
@@ -155,10 +155,8 @@ def run(
     evaluation: EvalOptions = FROM_FLAGS,
 ) -> None:
     """Validate and time one solution on its definition's workloads (default runtime: host)."""
-    from envaudit.commands.run import run_solution, solution_to_run
+    from envaudit.commands.run import SolutionRunRequest, run_requested, solution_to_run
     from envaudit.console import make_env, print_run_summary
-    from envaudit.runtime.base import RunOptions
-    from envaudit.runtime.jobs import RunRequest
 
     chosen = runtime_choice(runtime, "host")
     unique_names([solution] if solution is not None else [], "--solution")
@@ -167,28 +165,27 @@ def run(
         solution, solutions_root = solution_to_run(
             solution, candidate, definition, data_root, solutions_root, env
         )
-    request = RunRequest(
+    request = SolutionRunRequest(
         solution=solution,
-        data_root=data_root,
         solutions_root=solutions_root,
-        workloads=workload or [],
+        runtime=chosen,
+        data_root=data_root,
+        locks_dir=locks_dir,
+        workloads=workload,
         suite=suite,
         device=device,
         gpu=gpu,
+        env=env,
+        over=over,
         evaluation=evaluation,
         reference_cache=reference_cache,
         report=report,
-    )
-    options = RunOptions(
-        env=env,
-        over=over,
-        workload_timeout_s=finite_seconds(timeout, "--timeout"),
         resume=resume,
-        locks_dir=locks_dir,
+        workload_timeout_s=finite_seconds(timeout, "--timeout"),
     )
     with reported():
-        job, result = run_solution(request, chosen, options, make_env)
-    failed = print_run_summary(job.report, job.solution, result.written, result.skipped)
+        done = run_requested(request, make_env)
+    failed = print_run_summary(done.report, done.solution, done.written, done.skipped)
     raise typer.Exit(EXIT_FAILED if failed else EXIT_OK)
 
 
@@ -227,15 +224,8 @@ def reproduce(
     revision by hash, from git history when they moved on; a GPU of its model) and print both
     side by side with the time ratio now/then and its interval. Exit 0 when it reproduces within
     noise, 1 when it does not, 2 when it cannot be attempted."""
-    from envaudit.commands.reproduce import ReproduceRequest, reproduce_recorded
+    from envaudit.commands.reproduce import RecordedLine, ReproduceRequest, reproduce_line
     from envaudit.console import make_env
-    from envaudit.report.side_by_side import as_json as comparison_json
-    from envaudit.report.side_by_side import (
-        compare_runs,
-        read_recorded,
-        render_comparison,
-        reproduced,
-    )
 
     ask = ReproduceRequest(
         runtime,
@@ -249,15 +239,9 @@ def reproduce(
         out,
     )
     with reported():
-        recorded, where = read_recorded(line, solution, workload)
-        plan, now = reproduce_recorded(recorded, ask, make_env)
-    comparison = compare_runs(recorded, now)
-    notes = [f"recorded: {where}", *plan.notes]
-    typer.echo(
-        comparison_json(comparison, notes) if as_json else render_comparison(comparison, notes),
-        nl=False,
-    )
-    raise typer.Exit(reproduced(comparison))
+        outcome = reproduce_line(RecordedLine(line, solution, workload), ask, make_env)
+    typer.echo(outcome.json_text() if as_json else outcome.text(), nl=False)
+    raise typer.Exit(outcome.exit_code)
 
 
 @app.command()
@@ -322,41 +306,33 @@ def audit(
     GPUs of one model share the jobs, one at a time each, longest first (--each-gpu: every
     solution on every GPU). Container runtimes build the images that are missing first."""
     from envaudit.commands import audit as audit_command
-    from envaudit.console import env_preparer, print_audit_summary
-    from envaudit.runtime.base import RunOptions
-    from envaudit.runtime.scheduling.audit import AuditPlan
+    from envaudit.console import make_env, print_audit_summary
 
     names = unique_names(solution, "--solution")
     with reported():
         audit_command.check_audit_flags(executor, gpu, device, candidate, definition)
-        chosen = runtime_choice(runtime, "pick")
-        options = RunOptions(
-            env,
-            over,
-            finite_seconds(timeout, "--timeout"),
-            resume,
-            locks_dir=locks_dir,
-            gpu_wait_s=gpu_wait,
-        )
-        names, solutions_root = audit_command.solutions_to_audit(
-            names, candidate, definition, data_root, solutions_root, env
-        )
-        plan = AuditPlan(
+        request = audit_command.AuditRequest(
             solutions=names,
-            devices=audit_command.audit_devices(gpu, device),
+            runtime=runtime_choice(runtime, "pick"),
             out=out,
-            runtime=chosen,
-            options=options,
-            data_root=data_root,
-            solutions_root=solutions_root,
+            candidate=candidate,
+            definition=definition,
+            gpus=gpu,
+            device=device,
+            env=env,
+            over=over,
+            workload_timeout_s=finite_seconds(timeout, "--timeout"),
+            resume=resume,
+            gpu_wait_s=gpu_wait,
             suite=suite,
-            evaluation=evaluation,
             each_gpu=each_gpu,
             cpu_jobs=cpu_jobs,
+            data_root=data_root,
+            solutions_root=solutions_root,
+            locks_dir=locks_dir,
+            evaluation=evaluation,
+            slurm=slurm if executor == "slurm" else None,
         )
-        executing = slurm if executor == "slurm" else None
-        result = audit_command.execute_audit(
-            plan, executing, typer.echo, env_preparer(chosen, options)
-        )
+        result = audit_command.audit(request, typer.echo, make_env)
     print_audit_summary(result)
     raise typer.Exit(EXIT_FAILED if result.failed else EXIT_OK)

@@ -76,9 +76,9 @@ def evaluation_flags(command: str) -> Callable[[Callable[..., None]], Callable[.
 
 
 def slurm_flags() -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """The Slurm executor's flags (envaudit.runtime.scheduling.slurm.SlurmSettings), handed to
-    the command whole as `slurm`."""
-    from envaudit.runtime.scheduling.slurm import SlurmSettings
+    """The Slurm executor's flags (envaudit.schema.slurm.SlurmSettings), handed to the command
+    whole as `slurm`."""
+    from envaudit.schema.slurm import SlurmSettings
 
     declared = [f for f in fields(SlurmSettings) if "flag" in f.metadata]
     return grouped_flags(SlurmSettings, "slurm", declared)
@@ -197,12 +197,14 @@ def finite_seconds(value: float, option: str) -> float:
 
 
 def runtime_choice(runtime: str | None, default: str) -> str:
+    """The --runtime given, else `default`; "pick" picks the best one here
+    (commands.audit.audit_runtime) and says which, and why, on stderr."""
     if runtime is not None:
         return runtime
     if default != "pick":
         return default
-    from envaudit.runtime.registry import pick_runtime
+    from envaudit.commands.audit import audit_runtime
 
-    chosen, why = pick_runtime()
+    chosen, why = audit_runtime(None)
     typer.echo(f"runtime: {chosen} ({why})", err=True)
     return chosen

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from envaudit.cli_common import DataRoot, SolutionsRoot, parse_path, reported, usage_error
-from envaudit.errors import EXIT_FAILED, EXIT_OK, EnvauditError
+from envaudit.errors import EXIT_FAILED, EXIT_OK
 
 if TYPE_CHECKING:
-    from envaudit.report.compare import Comparison
+    from envaudit.commands.compare import CompareResult
 
 data_app = typer.Typer()
 
@@ -32,31 +32,27 @@ def check_inputs(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Check every definition, workload, tensor path and blob of a TraceSet root."""
-    from envaudit.dataset.checks import check_inputs as run_checks
-    from envaudit.dataset.traceset import DatasetRootError
+    from envaudit.commands.check_inputs import CheckInputsRequest, check_data_root
 
     with reported():
-        try:
-            report = run_checks(data_root, definition or [])
-        except DatasetRootError as exc:
-            hint = "pass --data-root pointing at a folder holding definitions/"
-            raise EnvauditError(str(exc), hint=hint) from None
-    failed = bool(report.errors or (strict and report.warnings))
+        result = check_data_root(
+            CheckInputsRequest(data_root, tuple(definition or []), strict=strict)
+        )
     if as_json:
         answer = {
-            "data_root": str(data_root),
-            "summary": report.summary(),
-            "errors": len(report.errors),
-            "warnings": len(report.warnings),
-            "failed": failed,
-            "findings": [dataclasses.asdict(f) for f in report.findings],
+            "data_root": str(result.data_root),
+            "summary": result.summary,
+            "errors": result.errors,
+            "warnings": result.warnings,
+            "failed": result.failed,
+            "findings": [dataclasses.asdict(f) for f in result.findings],
         }
         typer.echo(json.dumps(answer, indent=1))
-        raise typer.Exit(EXIT_FAILED if failed else EXIT_OK)
-    for finding in report.findings:
+        raise typer.Exit(EXIT_FAILED if result.failed else EXIT_OK)
+    for finding in result.findings:
         typer.echo(finding.render())
-    typer.echo(report.summary())
-    raise typer.Exit(EXIT_FAILED if failed else EXIT_OK)
+    typer.echo(result.summary)
+    raise typer.Exit(EXIT_FAILED if result.failed else EXIT_OK)
 
 
 AcceptNewer = Annotated[
@@ -86,23 +82,25 @@ def merge(
 ) -> None:
     """Merge result files (ours or FlashInfer-Bench traces) into results.jsonl, summary.json,
     performance.md, preferred-solutions.json, interfaces.json, plots/ and traces/."""
-    from envaudit.lock.history import stand_in_notes
-    from envaudit.report.build import build_report
+    from envaudit.commands.merge import MergeRequest, merge_results
 
-    command = "envaudit merge " + " ".join(str(f) for f in files) + f" --out {out}"
+    request = MergeRequest(
+        files,
+        out,
+        data_root=data_root,
+        solutions_root=solutions_root,
+        accept_newer=accept_newer,
+    )
     with reported():
-        outcome = build_report(
-            files, out, data_root, solutions_root, command, stand_in_notes, accept_newer
-        )
-    merged = outcome.merged
-    for finding in merged.findings:
-        typer.echo(f"warning: {finding.render()}", err=True)
+        merged = merge_results(request)
+    for warning in merged.warnings:
+        typer.echo(f"warning: {warning}", err=True)
     for conflict in merged.conflicts:
-        typer.echo(f"conflict: {conflict.render()}", err=True)
+        typer.echo(f"conflict: {conflict}", err=True)
     typer.echo(
-        f"merged {len(merged.lines)} lines from {len(files)} files ({merged.repeats} repeats,"
-        f" {len(merged.conflicts)} conflicts, {len(merged.findings)} findings);"
-        f" {len(outcome.written)} files under {out}"
+        f"merged {merged.lines} lines from {merged.inputs} files ({merged.repeats} repeats,"
+        f" {len(merged.conflicts)} conflicts, {len(merged.warnings)} findings);"
+        f" {len(merged.written)} files under {out}"
     )
 
 
@@ -116,11 +114,13 @@ def export_solutions_command(
 ) -> None:
     """Write every solution as a FlashInfer-Bench Solution, sources inlined, under
     OUT/solutions/<author>/<op_type>/<definition>/<name>.json."""
-    from envaudit.report.solutions import export_solutions
+    from envaudit.commands.export_solutions import ExportRequest, export_all
 
     with reported():
-        written = export_solutions(solutions_root, data_root, out)
-    typer.echo(f"{len(written)} solutions written under {out / 'solutions'}")
+        exported = export_all(
+            ExportRequest(out, data_root=data_root, solutions_root=solutions_root)
+        )
+    typer.echo(f"{len(exported.written)} solutions written under {exported.folder}")
 
 
 @data_app.command()
@@ -156,36 +156,35 @@ def compare(
     give each pair a verdict: faster, slower, within noise, newly failing, newly passing, lost
     (PASSED before, no line after), missing or timing flagged. Exit 1 on any slower, newly
     failing, lost or timing-flagged pair, 0 otherwise, 2 on unusable input."""
-    from envaudit.report import compare as comparing
+    from envaudit.commands.compare import CompareRequest, compare_results
 
     if markdown and as_json:
         usage_error("--markdown and --json both name the output; give one")
+    request = CompareRequest(
+        before,
+        after,
+        threshold_pct=threshold,
+        across_envs=across_envs,
+        accept_newer=accept_newer,
+        junit=junit,
+    )
     with reported():
-        sides = (
-            comparing.read_side(before, across_envs, accept_newer),
-            comparing.read_side(after, across_envs, accept_newer),
-        )
-        result = comparing.compare_sides(*sides, threshold_pct=threshold, across_envs=across_envs)
-        if junit is not None:
-            comparing.write_junit(result, junit)
-    for side in sides:
-        for finding in side.findings:
-            typer.echo(f"warning: {finding}", err=True)
+        result = compare_results(request)
+    for finding in result.findings:
+        typer.echo(f"warning: {finding}", err=True)
     if markdown:
-        typer.echo(comparing.render_markdown(result), nl=False)
+        typer.echo(result.markdown(), nl=False)
     elif as_json:
-        typer.echo(comparing.render_json(result), nl=False)
+        typer.echo(result.json_text(), nl=False)
     else:
         _print_comparison(result)
     raise typer.Exit(result.exit_code)
 
 
-def _print_comparison(result: Comparison) -> None:
+def _print_comparison(result: CompareResult) -> None:
     """The pairs as a terminal table (regressions first), the notes, the summary line."""
     from rich.console import Console
     from rich.table import Table
-
-    from envaudit.report.compare import env_text, ratio_text, status_text, verdict_text
 
     console = Console(highlight=False)
     if not console.is_terminal:
@@ -194,16 +193,16 @@ def _print_comparison(result: Comparison) -> None:
     for column in ("verdict", "solution", "workload", "env", "status", "after/before [95%]"):
         table.add_column(column, overflow="fold")  # a name is never cut
     table.add_column("timing")
-    for pair in result.pairs:
-        style = VERDICT_STYLES.get(pair.verdict, "")
+    for row in result.rows():
+        style = VERDICT_STYLES.get(row.verdict, "")
         table.add_row(
-            f"[{style}]{verdict_text(pair)}[/]" if style else verdict_text(pair),
-            pair.solution,
-            pair.label or pair.workload,
-            env_text(pair),
-            status_text(pair),
-            ratio_text(pair),
-            pair.mode or "–",
+            f"[{style}]{row.verdict_text}[/]" if style else row.verdict_text,
+            row.solution,
+            row.workload,
+            row.env,
+            row.status,
+            row.ratio,
+            row.timing,
         )
     console.print(table)
     for note in result.notes:

@@ -3,8 +3,6 @@ upstreams) and images (build, base build). `envaudit.cli` adds them to the one a
 
 from __future__ import annotations
 
-import sys
-import time
 from pathlib import Path
 from typing import Annotated
 
@@ -20,15 +18,14 @@ from envaudit.cli_common import (
     evaluation_flags,
     finite_seconds,
     parse_path,
-    render,
     reported,
     slurm_flags,
     unique_names,
     usage_error,
 )
 from envaudit.errors import EXIT_FAILED, EXIT_OK, EnvauditError
-from envaudit.runtime.scheduling.slurm import SlurmSettings
 from envaudit.schema.options import EvalOptions
+from envaudit.schema.slurm import SlurmSettings
 
 NO_SLURM = SlurmSettings()
 """Stands for the `slurm` settings `bisect-env` gets from slurm_flags."""
@@ -106,45 +103,34 @@ def fetch(
 ) -> None:
     """Put every artifact of a lock into the content-addressed store, sha256-verified; a bad
     store entry is quarantined and fetched again."""
+    from envaudit.commands.fetch import FetchRequest, fetch_artifacts, keep_base
     from envaudit.console import byte_progress
-    from envaudit.lock.config import FetchConfig
-    from envaudit.lock.fetch import fetch_lock
-    from envaudit.lock.files import LockError, env_dir
-    from envaudit.lock.resolve import current_lock
 
+    request = FetchRequest(
+        env, locks_dir=locks_dir, offline=offline, verify=verify, store=store, find_links=find_links
+    )
     with reported():
-        config = FetchConfig.from_environment(store, find_links, offline=offline)
-    try:
-        locked = current_lock(env_dir(env, locks_dir))
-        with byte_progress() as progress:
-            report = fetch_lock(locked, config, progress, verify=verify)
-    except LockError as exc:
-        render(exc)
-    for message in report.quarantined:
+        fetched = fetch_artifacts(request, byte_progress)
+    for message in fetched.quarantined:
         typer.echo(f"quarantined: {message}", err=True)
-    for filename, origin in report.fetched:
+    for filename, origin in fetched.fetched:
         typer.echo(f"fetched {filename} ({origin})")
-    for message in report.missing:
+    for message in fetched.missing:
         typer.echo(f"missing: {message}", err=True)
-    for message in report.notes:
+    for message in fetched.notes:
         typer.echo(f"note: {message}")
     typer.echo(
-        f"{env}: {len(report.present)} already in the store, {len(report.fetched)} fetched,"
-        f" {len(report.quarantined)} quarantined, {len(report.missing)} missing;"
-        f" store {config.store}"
+        f"{env}: {fetched.present} already in the store, {len(fetched.fetched)} fetched,"
+        f" {len(fetched.quarantined)} quarantined, {len(fetched.missing)} missing;"
+        f" store {fetched.store}"
     )
     base_kept = True
     if bases:
-        from envaudit.image.engine import Engine
-        from envaudit.image.registry_base import keep_archive
-        from envaudit.lock.store import Store
-
         with reported():
-            line, base_kept = keep_archive(
-                Engine.connect(), locked, Store(config.store), config.offline, verify
-            )
-        typer.echo(line, err=not base_kept)
-    raise typer.Exit(EXIT_OK if report.complete and base_kept else EXIT_FAILED)
+            kept = keep_base(fetched, verify)
+        typer.echo(kept.line, err=not kept.kept)
+        base_kept = kept.kept
+    raise typer.Exit(EXIT_OK if fetched.complete and base_kept else EXIT_FAILED)
 
 
 @envs_app.command("verify-env")
@@ -174,22 +160,16 @@ def verify_env(
     ] = None,
 ) -> None:
     """Compare an installed environment with a lock; exit 1 on drift."""
-    from envaudit.lock.config import FetchConfig
-    from envaudit.lock.files import env_dir, load_lock
-    from envaudit.lock.verify import compare, installed_distributions, python_version, render
+    from envaudit.commands.verify_env import VerifyRequest, verify_environment
 
     with reported():
-        locked = load_lock(env_dir(env, locks_dir))
-        if image is not None:
-            from envaudit.image.build import image_distributions
-
-            installed, version = image_distributions(image, python)
-        else:
-            interpreter = python or sys.executable
-            installed, version = installed_distributions(interpreter), python_version(interpreter)
-        drift = compare(locked, installed, store or FetchConfig.from_environment().store, version)
-    typer.echo(render(drift, exact=exact))
-    raise typer.Exit(EXIT_FAILED if drift.failed(exact) else EXIT_OK)
+        result = verify_environment(
+            VerifyRequest(
+                env, python=python, image=image, exact=exact, locks_dir=locks_dir, store=store
+            )
+        )
+    typer.echo(result.text())
+    raise typer.Exit(EXIT_FAILED if result.failed else EXIT_OK)
 
 
 @envs_app.command("diff-env")
@@ -202,15 +182,11 @@ def diff_env(
     """What differs between two locks, most likely to matter for a kernel first (Python, CUDA
     toolchain, torch stack, the env's own packages, source builds, build flags, base, the rest);
     a closure hash is looked up in git history too. Exit 0 identical, 1 different."""
-    import json
-
-    from envaudit.lock.diff import diff_locks, render_diff
-    from envaudit.lock.history import find_lock
+    from envaudit.commands.diff_env import DiffRequest, diff_envs
 
     with reported():
-        result = diff_locks(find_lock(a, locks_dir), find_lock(b, locks_dir))
-    text = json.dumps(result.as_dict(), indent=1) + "\n" if as_json else render_diff(result)
-    typer.echo(text, nl=False)
+        result = diff_envs(DiffRequest(a, b, locks_dir=locks_dir))
+    typer.echo(result.json_text() if as_json else result.text(), nl=False)
     raise typer.Exit(EXIT_OK if result.identical else EXIT_FAILED)
 
 
@@ -304,19 +280,15 @@ def base_build(
     rebuild: Annotated[bool, typer.Option("--rebuild", help="Build it even if it exists.")] = False,
 ) -> None:
     """Build an offline base image (debootstrap rootfs + docker import)."""
+    from envaudit.commands.base import BaseBuildRequest, build_base_image
     from envaudit.console import status_line
-    from envaudit.image.base import build_base, load_recipe
-    from envaudit.image.engine import Engine
 
-    started = time.monotonic()
     with reported(), status_line(f"debootstrap of {name}") as status:
-        recipe = load_recipe(name)
-        image, built = build_base(Engine.connect(), recipe, status, rebuild=rebuild)
-    verb = "built" if built else "already built"
-    manifest = image.labels.get("dev.envaudit.base-manifest-sha256", "?")
+        done = build_base_image(BaseBuildRequest(name, rebuild=rebuild), status)
+    verb = "built" if done.built else "already built"
     typer.echo(
-        f"{recipe.tag}: {verb} in {time.monotonic() - started:.1f} s; image {image.id[:19]},"
-        f" {image.size / 1e6:.0f} MB, package manifest sha256 {manifest}"
+        f"{done.tag}: {verb} in {done.seconds:.1f} s; image {done.image_id[:19]},"
+        f" {done.size_bytes / 1e6:.0f} MB, package manifest sha256 {done.manifest}"
     )
 
 
@@ -390,14 +362,13 @@ def upstreams(
     ] = Path("results/upstreams.json"),
 ) -> None:
     """Pinned versions and commits vs what registries and remotes have now."""
+    from envaudit.commands.upstreams import UpstreamsRequest, check_pins
     from envaudit.console import progress_bar
-    from envaudit.lock.config import FetchConfig
-    from envaudit.lock.upstreams import check_upstreams, render, write_upstreams
 
+    request = UpstreamsRequest(locks_dir=locks_dir, out=out, offline=offline)
     with reported():
-        config = FetchConfig.from_environment(offline=offline)
-        with progress_bar("asking the index and git remotes", quiet=offline) as progress:
-            report = check_upstreams(locks_dir, config, offline, progress)
-        write_upstreams(report, out)
-    typer.echo(render(report))
-    typer.echo(f"written to {out}")
+        result = check_pins(
+            request, lambda: progress_bar("asking the index and git remotes", quiet=offline)
+        )
+    typer.echo(result.text())
+    typer.echo(f"written to {result.written}")

@@ -20,10 +20,8 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from envaudit.errors import EnvauditError
 from envaudit.runtime.base import Progress as PrepareProgress
 from envaudit.runtime.base import RunOptions, Runtime
-from envaudit.runtime.registry import get_runtime
 from envaudit.runtime.scheduling.steps import ensure_env
 
 if TYPE_CHECKING:  # the image layer brings the Docker SDK, the line's models pydantic: a command's
@@ -150,21 +148,6 @@ def planned_build(plan: BuildPlan) -> str:
         size = f"{item.size:>12,}" if item.size is not None else f"{'':>12}"
         lines.append(f"#  {size}  {item.path}  ({item.what})")
     return "\n".join(lines)
-
-
-def env_preparer(runtime_name: str, options: RunOptions) -> Callable[[str], str | None]:
-    """A hook that makes an env ready in this runtime, returning why it cannot be had, or
-    None."""
-    runtime = get_runtime(runtime_name, options.env, options.over)
-
-    def prepare(env: str) -> str | None:
-        try:
-            make_env(runtime, options, env)
-        except EnvauditError as exc:
-            return exc.one_line()
-        return None
-
-    return prepare
 
 
 def make_env(runtime: Runtime, options: RunOptions, env: str) -> None:

@@ -4,11 +4,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from envaudit.commands.candidate import stage_beside
+from envaudit.commands.run import MakeEnv
 from envaudit.errors import EnvauditError
+from envaudit.runtime.base import RunOptions
 from envaudit.runtime.jobs import appending_to
+from envaudit.runtime.registry import get_runtime, pick_runtime
 from envaudit.runtime.scheduling.audit import (
     AuditPlan,
     AuditResult,
@@ -18,7 +22,8 @@ from envaudit.runtime.scheduling.audit import (
     run_slurm_audit,
     solutions_of,
 )
-from envaudit.runtime.scheduling.slurm import SlurmSettings
+from envaudit.schema.options import EvalOptions
+from envaudit.schema.slurm import SlurmSettings
 
 
 def check_audit_flags(
@@ -87,3 +92,94 @@ def execute_audit(
         if slurm is not None:
             return run_slurm_audit(plan, slurm, echo, prepare_env)
         return run_audit(plan, lambda name, where: echo(f"audit: {name} on {where}"), prepare_env)
+
+
+def audit_runtime(asked: str | None) -> tuple[str, str | None]:
+    """(the runtime an audit runs in, why it was picked): the one asked for as it is, else the
+    best one this machine has (runtime.registry.pick_runtime) with its reason, for the user to
+    see which runtime the lines will record."""
+    if asked is not None:
+        return asked, None
+    return pick_runtime()
+
+
+@dataclass(frozen=True)
+class AuditRequest:
+    """What `envaudit audit` was asked, its flags checked (check_audit_flags) and its runtime
+    chosen (audit_runtime): the audit's plan and its runtime options are made from it here, so
+    the command line never builds either."""
+
+    solutions: list[str]
+    runtime: str
+    out: Path
+    candidate: Path | None = None
+    definition: str | None = None
+    gpus: list[str] | None = None
+    device: str | None = None
+    env: str | None = None
+    over: str | None = None
+    workload_timeout_s: float = 300.0
+    resume: bool = False
+    gpu_wait_s: float = 0.0
+    suite: str | None = None
+    each_gpu: bool = False
+    cpu_jobs: int = 1
+    data_root: Path = Path("workloads")
+    solutions_root: Path = Path("solutions")
+    locks_dir: Path = Path("locks")
+    evaluation: EvalOptions = field(default_factory=EvalOptions)
+    slurm: SlurmSettings | None = None
+    """Run it as one Slurm job array with these settings (None: on this machine)."""
+
+
+def audit(request: AuditRequest, echo: Callable[[str], None], make_env: MakeEnv) -> AuditResult:
+    """The whole audit: its options, the solutions it names (a --candidate staged beside
+    --definition's), its plan, then the executor; `make_env` makes each env ready (with the
+    caller's progress display) before its jobs run."""
+    options = RunOptions(
+        request.env,
+        request.over,
+        request.workload_timeout_s,
+        request.resume,
+        locks_dir=request.locks_dir,
+        gpu_wait_s=request.gpu_wait_s,
+    )
+    names, solutions_root = solutions_to_audit(
+        request.solutions,
+        request.candidate,
+        request.definition,
+        request.data_root,
+        request.solutions_root,
+        request.env,
+    )
+    plan = AuditPlan(
+        solutions=names,
+        devices=audit_devices(request.gpus, request.device),
+        out=request.out,
+        runtime=request.runtime,
+        options=options,
+        data_root=request.data_root,
+        solutions_root=solutions_root,
+        suite=request.suite,
+        evaluation=request.evaluation,
+        each_gpu=request.each_gpu,
+        cpu_jobs=request.cpu_jobs,
+    )
+    prepare = env_preparer(request.runtime, options, make_env)
+    return execute_audit(plan, request.slurm, echo, prepare)
+
+
+def env_preparer(runtime_name: str, options: RunOptions, make_env: MakeEnv) -> BuildHook:
+    """A hook that makes an env ready in this runtime, returning why it cannot be had (one
+    line, kept on the jobs that needed it) or None: one env that cannot be made does not stop
+    the audit's other envs."""
+    runtime = get_runtime(runtime_name, options.env, options.over)
+
+    def prepare(env: str) -> str | None:
+        try:
+            make_env(runtime, options, env)
+        except EnvauditError as exc:
+            return exc.one_line()
+        return None
+
+    return prepare

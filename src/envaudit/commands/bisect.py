@@ -37,10 +37,11 @@ from envaudit.report.intervals import geomean_interval, log_median_variance
 from envaudit.runtime.base import RunOptions
 from envaudit.runtime.jobs import RunRequest, find_solution
 from envaudit.runtime.registry import get_runtime
-from envaudit.runtime.scheduling.slurm import SlurmSettings, Task, run_tasks, task_report
+from envaudit.runtime.scheduling.slurm import Task, run_tasks, task_report
 from envaudit.schema.models import solution_source_hash
 from envaudit.schema.options import EvalOptions
 from envaudit.schema.result_line import ResultLine, TimingStats, result_lines
+from envaudit.schema.slurm import SlurmSettings
 from envaudit.schema.writes import replace_text
 from envaudit.settings import cache_root
 

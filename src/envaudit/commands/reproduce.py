@@ -14,6 +14,7 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from envaudit.commands.run import MakeEnv
 from envaudit.dataset.solutions import (
@@ -33,6 +34,13 @@ from envaudit.lock.history import (
     git_root,
     git_show,
     run_git,
+)
+from envaudit.report.side_by_side import (
+    as_json,
+    compare_runs,
+    read_recorded,
+    render_comparison,
+    reproduced,
 )
 from envaudit.runtime.base import RunOptions, Runtime
 from envaudit.runtime.devices import gpus
@@ -341,3 +349,42 @@ def reproduce_recorded(
         make_env(runtime, replace(options, env=plan.env), plan.env)
     ask.out.mkdir(parents=True, exist_ok=True)
     return plan, run_reproduction(plan, runtime, options, ask.out / "reproduce.jsonl")
+
+
+@dataclass(frozen=True)
+class RecordedLine:
+    """Which recorded line `envaudit reproduce` runs again: FILE:N, or a file and the
+    selectors that pick its newest line of that solution and workload (uuid or label)."""
+
+    spec: str
+    solution: str | None = None
+    workload: str | None = None
+
+
+@dataclass(frozen=True)
+class ReproduceOutcome:
+    """The recorded line beside the new one (report.side_by_side's comparison) and the notes
+    that say where each part of the rerun came from; it renders as text or JSON and gives the
+    exit code (0 reproduced within noise, 1 not)."""
+
+    comparison: dict[str, Any]
+    notes: list[str]
+
+    @property
+    def exit_code(self) -> int:
+        return reproduced(self.comparison)
+
+    def text(self) -> str:
+        return render_comparison(self.comparison, self.notes)
+
+    def json_text(self) -> str:
+        return as_json(self.comparison, self.notes)
+
+
+def reproduce_line(
+    which: RecordedLine, ask: ReproduceRequest, make_env: MakeEnv
+) -> ReproduceOutcome:
+    """`envaudit reproduce` whole: the line read, run again in what it records, compared."""
+    recorded, where = read_recorded(which.spec, which.solution, which.workload)
+    plan, now = reproduce_recorded(recorded, ask, make_env)
+    return ReproduceOutcome(compare_runs(recorded, now), [f"recorded: {where}", *plan.notes])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from envaudit.commands.candidate import stage_candidate
@@ -13,6 +14,7 @@ from envaudit.runtime.jobs import Job, RunRequest, appending_to
 from envaudit.runtime.registry import get_runtime
 from envaudit.runtime.scheduling.steps import plan_run, prepare, supervise
 from envaudit.runtime.supervision.supervisor import BatchResult
+from envaudit.schema.options import EvalOptions
 
 MakeEnv = Callable[[Runtime, RunOptions, str], None]
 """(runtime, options, env): make the env ready in the runtime, showing progress (the command
@@ -64,3 +66,63 @@ def run_solution(
         make_env(runtime, options, env)
     with appending_to(job.report.parent):
         return supervise(prepare(runtime, job, options), options)
+
+
+@dataclass(frozen=True)
+class SolutionRunRequest:
+    """What `envaudit run` was asked, its solution resolved (solution_to_run): the job's request
+    (runtime.jobs.RunRequest) and its runtime's options (runtime.base.RunOptions) are made from
+    it here, so the command line builds neither."""
+
+    solution: str
+    solutions_root: Path
+    runtime: str
+    data_root: Path = Path("workloads")
+    locks_dir: Path = Path("locks")
+    workloads: list[str] = field(default_factory=list)
+    suite: str | None = None
+    device: str | None = None
+    gpu: str | None = None
+    env: str | None = None
+    over: str | None = None
+    evaluation: EvalOptions = field(default_factory=EvalOptions)
+    reference_cache: Path | None = None
+    report: Path | None = None
+    resume: bool = False
+    workload_timeout_s: float = 300.0
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What a run did, for its summary: the report it appended to, the solution it ran, the
+    workloads that got a line and those --resume skipped."""
+
+    report: Path
+    solution: str
+    written: set[str]
+    skipped: list[str]
+
+
+def run_requested(ask: SolutionRunRequest, make_env: MakeEnv) -> RunOutcome:
+    """`envaudit run` whole: the job's request and options made, then run_solution."""
+    request = RunRequest(
+        solution=ask.solution,
+        data_root=ask.data_root,
+        solutions_root=ask.solutions_root,
+        workloads=list(ask.workloads),
+        suite=ask.suite,
+        device=ask.device,
+        gpu=ask.gpu,
+        evaluation=ask.evaluation,
+        reference_cache=ask.reference_cache,
+        report=ask.report,
+    )
+    options = RunOptions(
+        env=ask.env,
+        over=ask.over,
+        workload_timeout_s=ask.workload_timeout_s,
+        resume=ask.resume,
+        locks_dir=ask.locks_dir,
+    )
+    job, result = run_solution(request, ask.runtime, options, make_env)
+    return RunOutcome(job.report, job.solution, result.written, result.skipped)

@@ -48,7 +48,6 @@ from envaudit.runtime.jobs import (
 )
 from envaudit.runtime.registry import get_runtime
 from envaudit.runtime.scheduling.slurm import (
-    SlurmSettings,
     Task,
     array_record,
     check_slurm,
@@ -70,6 +69,7 @@ from envaudit.schema.models import Solution
 from envaudit.schema.names import shown
 from envaudit.schema.options import EvalOptions
 from envaudit.schema.result_line import kept_result_lines, result_lines
+from envaudit.schema.slurm import SlurmSettings
 from envaudit.schema.sources import imports_libraries_first, names_compiler
 from envaudit.settings import STAGE_NEXT, read
 

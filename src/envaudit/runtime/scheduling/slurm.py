@@ -24,10 +24,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from envaudit.errors import EXIT_USAGE, EnvauditError
 from envaudit.schema.results import append_line, read_lines
+from envaudit.schema.slurm import SlurmSettings
 
 RETRYABLE = {"FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "PREEMPTED"}
 FINISHED = RETRYABLE | {"COMPLETED", "CANCELLED", "DEADLINE"}
@@ -54,31 +54,6 @@ exit "$rc"
 class SlurmError(EnvauditError):
     def __init__(self, message: str, hint: str | None = None) -> None:
         super().__init__(message, EXIT_USAGE, hint=hint)
-
-
-def _flag(flag: str, help: str, **typer_options: Any) -> dict[str, Any]:
-    return {"flag": flag, "help": help, "typer": typer_options}
-
-
-@dataclass(frozen=True)
-class SlurmSettings:
-    """How an audit runs as a Slurm job array; a field's metadata is its `audit` flag."""
-
-    partition: str | None = field(default=None, metadata=_flag("--partition", "slurm."))
-    account: str | None = field(default=None, metadata=_flag("--account", "slurm."))
-    time_limit: str | None = field(
-        default=None, metadata=_flag("--time-limit", "slurm: per task (`30`, `1:00:00`).")
-    )
-    """Per task, in Slurm's format (`30`, `1:00:00`)."""
-    retries: int = field(
-        default=2, metadata=_flag("--retries", "slurm: resubmissions of a failed task.", min=0)
-    )
-    poll_s: float = 2.0
-    shard: int = field(
-        default=0,
-        metadata=_flag("--shard", "slurm: workloads per task (0: a solution's all).", min=0),
-    )
-    """Workloads per task (0: all of a solution's workloads in one task)."""
 
 
 @dataclass(frozen=True)
