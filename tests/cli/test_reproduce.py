@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,19 @@ def test_a_cpu_line_runs_again_side_by_side(recorded: Path) -> None:
     assert (result.exit_code == 0) == (verdict == "verdict: same")
     [again] = (recorded / "again" / "reproduce.jsonl").read_text().splitlines()
     assert json.loads(again)["solution"] == "correct"
+
+
+def test_the_rerun_leaves_no_scratch_folder_behind(
+    recorded: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The revisions and locks rebuilt for the rerun go with it (152 staging folders were left
+    in the temp folder after one session of probes)."""
+    temp = recorded / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    result = reproduce(recorded, f"{recorded / 'r.jsonl'}:1")
+    assert result.exit_code in (0, 1), result.output
+    assert not list(temp.glob("envaudit-reproduce-*"))
 
 
 def test_an_old_revision_comes_from_git_history(recorded: Path) -> None:

@@ -11,6 +11,7 @@ declared env instead, and the plan says so.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -325,6 +326,16 @@ def reproduce_recorded(
 ) -> tuple[Reproduction, ResultLine]:
     """The plan and the new line of a recorded line run again: in the runtime asked for, else
     the one it ran in (the host runtime for a trace), over the stack it ran over."""
+    scratch = scratch_folder()
+    try:
+        return _reproduce_in(recorded, ask, make_env, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)  # the revisions and locks it rebuilt
+
+
+def _reproduce_in(
+    recorded: ResultLine, ask: ReproduceRequest, make_env: MakeEnv, scratch: Path
+) -> tuple[Reproduction, ResultLine]:
     ran_in = str(recorded.context.runtime or "")  # a trace's is "flashinfer-bench"
     chosen = ask.runtime or (ran_in if ran_in in RUNTIME_NAMES else "host")
     plan = plan_reproduction(
@@ -332,7 +343,7 @@ def reproduce_recorded(
         ask.data_root,
         ask.solutions_root,
         ask.locks_dir,
-        scratch_folder(),
+        scratch,
         ask.gpu,
         ask.other_driver,
     )

@@ -123,7 +123,7 @@ def load_solution(
     (the worker's job folder, which the supervisor removes however the worker ended: a worker
     killed or ended with os._exit runs no atexit hook) or, without one, the temp folder."""
     if str(solution["spec"].get("language", "")).lower() in NATIVE_LANGUAGES:
-        return build_native(solution, files)
+        return build_native(solution, files, workroot)
     entry_file, func_name = solution["spec"]["entry_point"].split("::")
     if entry_file not in files:
         raise SolutionLoadError(f"entry file {entry_file} is not among the sources")
@@ -178,10 +178,13 @@ def native_binding(spec: Mapping[str, Any]) -> str:
     return str(spec.get("binding") or TVM_FFI_BINDING).lower()
 
 
-def build_native(solution: Mapping[str, Any], files: Mapping[str, bytes]) -> LoadedSolution:
+def build_native(
+    solution: Mapping[str, Any], files: Mapping[str, bytes], workroot: Path | None = None
+) -> LoadedSolution:
     """Compile a cuda/cpp solution and take its entry symbol: with torch's extension builder
     (binding `torch`: a pybind module) or TVM-FFI's (binding `tvm-ffi`: a function exported with
-    TVM_FFI_DLL_EXPORT_TYPED_FUNC, called with the tensors through DLPack)."""
+    TVM_FFI_DLL_EXPORT_TYPED_FUNC, called with the tensors through DLPack). The build's log
+    goes under `workroot` (the job folder) where there is one."""
     spec = solution["spec"]
     binding = native_binding(spec)
     if binding not in BINDINGS:
@@ -208,7 +211,7 @@ def build_native(solution: Mapping[str, Any], files: Mapping[str, bytes]) -> Loa
     cached = any(build_dir.glob(f"{module}*.so"))
     load = _load_extension if binding == TORCH_BINDING else _load_tvm_ffi
     began = time.perf_counter()
-    with _captured_output() as log:
+    with _captured_output(workroot) as log:
         try:
             extension = load(module, compiled, sources_dir, build_dir, with_cuda)
         except Exception as exc:  # the compiler's or the linker's failure, any exception type
@@ -392,10 +395,12 @@ class _Log:
 
 
 @contextlib.contextmanager
-def _captured_output() -> Iterator[_Log]:
+def _captured_output(workroot: Path | None = None) -> Iterator[_Log]:
     """The process's stdout and stderr (file descriptors 1 and 2, which the compiler's
-    subprocesses inherit) into a file for the duration, then back."""
-    folder = Path(tempfile.mkdtemp(prefix="envaudit-build-log-"))
+    subprocesses inherit) into a file for the duration, then back. The file's folder goes
+    under `workroot`, which the supervisor removes however the worker ends (a worker leaves
+    with os._exit: no atexit hook runs), else in the temp folder."""
+    folder = Path(tempfile.mkdtemp(prefix="envaudit-build-log-", dir=workroot))
     log = _Log(folder / "build.log")
     sys.stdout.flush()
     sys.stderr.flush()
