@@ -180,3 +180,37 @@ def test_nothing_a_job_started_outlives_its_timeout(tmp_path: Path) -> None:
             break
         time.sleep(0.1)
     assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_nothing_a_reference_started_outlives_the_job(tmp_path: Path) -> None:
+    """A reference runs in the judge: a child it starts in a session of its own, and a fork of
+    the judge itself (a copy holding the judge's keys) in a group of its own, both outliving
+    the call, are ended with the job."""
+    root = write_toy_root(tmp_path / "data")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    leaving = (
+        "    import os, subprocess, pathlib, time\n"
+        f"    marks = pathlib.Path({str(marks)!r})\n"
+        "    if not list(marks.iterdir()):\n"
+        "        child = subprocess.Popen(['sleep', '300'], start_new_session=True)\n"
+        "        (marks / 'child').write_text(str(child.pid))\n"
+        "        pid = os.fork()\n"
+        "        if pid == 0:\n"
+        "            os.setpgid(0, 0)\n"
+        "            time.sleep(300)\n"
+        "            os._exit(0)\n"
+        "        (marks / 'fork').write_text(str(pid))\n"
+        "    out = torch.zeros_like(x)"
+    )
+    path = root / "definitions/toy/toy_scale.json"
+    definition = json.loads(path.read_text())
+    source = REFERENCE.replace("    out = torch.zeros_like(x)", leaving)
+    path.write_text(json.dumps({**definition, "reference": source}))
+    solutions = tmp_path / "solutions"
+    write_solution(solutions, "correct")
+    report = tmp_path / "results.jsonl"
+    assert run_one(root, solutions, "correct", report) == 0
+    for name in ("child", "fork"):
+        stat = Path(f"/proc/{int((marks / name).read_text())}/stat")
+        assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z", name
