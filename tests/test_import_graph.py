@@ -134,18 +134,19 @@ CLI_MAY_NOT_IMPORT = (
     "envaudit.runtime",
     "envaudit.report",
 )
-"""What the command line reaches only through envaudit.commands: a cli*.py module parses flags,
-calls one use case and renders its answer (docs/architecture.md, layer 9). It may import
-commands, console, errors, settings and schema (the option models)."""
+"""What the command line reaches only through envaudit.commands: a cli*.py module or console.py
+parses flags, calls one use case and renders its answer (docs/architecture.md, layer 9). It may
+import commands, console, errors, settings and schema (the option models)."""
 
 
 def _is_cli(module: str) -> bool:
-    return module == "envaudit.cli" or module.startswith("envaudit.cli_")
+    """The command line's modules: the commands, their options and their terminal output."""
+    return module in ("envaudit.cli", "envaudit.console") or module.startswith("envaudit.cli_")
 
 
 def cli_bypasses(src: Path) -> list[str]:
-    """Every import in a cli*.py module (at module level, inside a function, or for type hints
-    only under TYPE_CHECKING) of a layer below the commands."""
+    """Every import in a cli*.py module or console.py (at module level, inside a function, or
+    for type hints only under TYPE_CHECKING) of a layer below the commands."""
     modules = _modules(src)
     known = set(modules)
     found = []

@@ -20,14 +20,12 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from envaudit.runtime.base import Progress as PrepareProgress
-from envaudit.runtime.base import RunOptions, Runtime
-from envaudit.runtime.scheduling.steps import ensure_env
+from envaudit.commands.environments import OnFetch, OnLine, OnStep, env_maker
 
 if TYPE_CHECKING:  # the image layer brings the Docker SDK, the line's models pydantic: a command's
     # start pays for neither (a run on the host uses no image; its summary is read at the end)
-    from envaudit.image.build import BuildPlan, BuildResult
-    from envaudit.runtime.scheduling.audit import AuditResult
+    from envaudit.commands.audit import AuditResult
+    from envaudit.commands.build import BuildPlan, BuildResult
     from envaudit.schema.result_line import ResultLine
 
 
@@ -150,13 +148,16 @@ def planned_build(plan: BuildPlan) -> str:
     return "\n".join(lines)
 
 
-def make_env(runtime: Runtime, options: RunOptions, env: str) -> None:
-    """Make an env ready in this runtime (fetch, build) with progress on stderr; an
-    EnvauditError (exit 2) when it cannot be had."""
+@contextmanager
+def env_display(env: str) -> Iterator[tuple[OnFetch, OnStep, OnLine]]:
+    """An env's preparation on stderr: a bar per download, a bar over the build's steps."""
     with build_steps(env) as (on_step, on_line), byte_progress() as on_fetch:
-        note = ensure_env(runtime, env, options, PrepareProgress(on_fetch, on_step, on_line))
-    if note:
-        typer.echo(note, err=True)
+        yield on_fetch, on_step, on_line
+
+
+make_env = env_maker(env_display, lambda note: typer.echo(note, err=True))
+"""Make an env ready in a runtime (fetch, build) with progress on stderr; an EnvauditError
+(exit 2) when it cannot be had (commands/environments.py)."""
 
 
 def print_audit_summary(result: AuditResult) -> None:

@@ -8,19 +8,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from envaudit.commands.candidate import stage_beside
-from envaudit.commands.run import MakeEnv
+from envaudit.commands.environments import MakeEnv
 from envaudit.errors import EnvauditError
 from envaudit.runtime.base import RunOptions
 from envaudit.runtime.jobs import appending_to
 from envaudit.runtime.registry import get_runtime, pick_runtime
 from envaudit.runtime.scheduling.audit import (
     AuditPlan,
-    AuditResult,
     BuildHook,
     all_solutions,
     run_audit,
     run_slurm_audit,
     solutions_of,
+)
+from envaudit.runtime.scheduling.audit import (
+    AuditResult as AuditResult,
 )
 from envaudit.schema.options import EvalOptions
 from envaudit.schema.slurm import SlurmSettings

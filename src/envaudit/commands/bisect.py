@@ -24,7 +24,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from envaudit.commands.run import MakeEnv, run_solution
+from envaudit.commands.environments import MakeEnv
+from envaudit.commands.run import run_solution
 from envaudit.errors import EXIT_FAILED, EXIT_OK
 from envaudit.lock.bisect import CannotBisect, Change, Ends, Folded, ends_of, fold
 from envaudit.lock.bisect_locks import Place, end_place, intermediate, work_folder

@@ -10,7 +10,9 @@ from typing import Any
 
 from envaudit.dataset.solutions import index_solutions
 from envaudit.errors import EnvauditError
-from envaudit.image.build import BuildPlan, BuildResult, build_image, build_overlay, plan_build
+from envaudit.image.build import BuildPlan as BuildPlan
+from envaudit.image.build import BuildResult as BuildResult
+from envaudit.image.build import build_image, build_overlay, plan_build
 from envaudit.image.engine import Engine
 from envaudit.lock.config import FetchConfig
 from envaudit.runtime.jobs import find_solution

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from envaudit.commands.run import MakeEnv
+from envaudit.commands.environments import MakeEnv
 from envaudit.dataset.solutions import (
     OURS,
     SolutionFile,

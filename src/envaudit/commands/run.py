@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from envaudit.commands.candidate import stage_candidate
+from envaudit.commands.environments import MakeEnv
 from envaudit.errors import EnvauditError
 from envaudit.lock.dependencies import BuildTools, check_dependencies
-from envaudit.runtime.base import RunOptions, Runtime
+from envaudit.runtime.base import RunOptions
 from envaudit.runtime.jobs import Job, RunRequest, appending_to
 from envaudit.runtime.registry import get_runtime
 from envaudit.runtime.scheduling.steps import plan_run, prepare, supervise
 from envaudit.runtime.supervision.supervisor import BatchResult
 from envaudit.schema.options import EvalOptions
-
-MakeEnv = Callable[[Runtime, RunOptions, str], None]
-"""(runtime, options, env): make the env ready in the runtime, showing progress (the command
-line's, console.py), or raise an EnvauditError (exit 2)."""
 
 
 def solution_to_run(

@@ -43,13 +43,15 @@ def speedup_text(value: float, bounds: Sequence[float] | None) -> str:
 def choice_rows(
     definition: str, dblock: Mapping[str, Any], choice: Mapping[str, Any]
 ) -> list[dict[str, Any]]:
-    """One row per comparison (the first carries the definition's pass count)."""
+    """One row per comparison (the first carries the definition's pass count: the runs, one
+    per solution and workload, that passed, and how many workloads they cover)."""
     passed = sum(s["workloads"]["passed"] for s in dblock["solutions"])
     total = sum(s["workloads"]["total"] for s in dblock["solutions"])
+    workloads = len({r["uuid"] for s in dblock["solutions"] for r in s["per_workload"]})
     names = [s["solution"] for s in dblock["solutions"]]
     twice = {name for name in names if names.count(name) > 1}
     left = [_left(item, definition, twice) for item in choice["left_out"]]
-    base = {"definition": definition, "passed": passed, "total": total}
+    base = {"definition": definition, "passed": passed, "total": total, "workloads": workloads}
     if not choice["comparisons"]:
         return [base | _empty(f"none ({choice['reason']})") | {"left_out": left, "first": True}]
     rows = []
@@ -90,7 +92,7 @@ def _choice(comparison: Mapping[str, Any], definition: str) -> dict[str, Any]:
     runner_text = "–"
     if runner:
         runner_text = f"{short_name(runner['solution'], definition)}"
-        runner_text += f" {runner['geomean_speedup']:.2f}x" + (
+        runner_text += f" {speedup_text(runner['geomean_speedup'], runner.get('ci95'))}" + (
             f" ({runner['env']})" if same else ""
         )
         if comparison.get("indistinguishable"):

@@ -73,7 +73,8 @@ def _overview(summary: Mapping[str, Any], preferred: Mapping[str, Any]) -> str:
                 continue
             choice = preferred["choices"][name][model]
             for row in choice_rows(name, block["devices"][model], choice):
-                head = f"{name} | {row['passed']}/{row['total']}" if row["first"] else "″ | ″"
+                runs = f"{row['passed']}/{row['total']} runs, {row['workloads']} workloads"
+                head = f"{name} | {runs}" if row["first"] else "″ | ″"
                 best = row["preferred"] if row["speedup"] is None else f"`{row['preferred']}`"
                 rows.append(
                     f"| {head} | {row['compared']} | {best} | {row['speedup_text']}"
