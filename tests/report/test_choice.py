@@ -106,9 +106,9 @@ def test_the_overview_says_what_each_choice_was_made_on(tmp_path: Path) -> None:
     _, summary = summarize([write(tmp_path / "r.jsonl", lines)])
     text = render_markdown(summary, preferred_solutions(summary), [], "envaudit merge", "now")
     glance = text.split("## At a glance")[1].split("## Provenance")[0]
-    assert (
-        "| d | 5/5 | 2 (run by all) | `fast` | 10.00x [9.69, 10.32] | torch 1.00x | – |" in glance
-    )
+    # "passed" counts runs (one per solution and workload) and says how many workloads
+    head = "| d | 5/5 runs, 3 workloads | 2 (run by all) | `fast` | 10.00x [9.69, 10.32]"
+    assert f"{head} | torch 1.00x | – |" in glance
     assert "| ″ | ″ | 3 | `torch` | 1.00x | – | fast: not run on 1: w3 |" in glance
     assert glance.count(MODEL_A.split(",")[0]) == 1  # the GPU once, not once a row
 
@@ -138,3 +138,17 @@ def test_the_committed_reports_gdn_prefill_choice_is_made_where_both_ran() -> No
     assert full["suite"] == "all" and full["choice"]["solution"].endswith("-triton")
     [left] = full["left_out"]
     assert left["solution"].endswith("-flashinfer") and left["reason"].startswith("not run on 3:")
+
+
+def test_the_runner_up_carries_its_interval(tmp_path: Path) -> None:
+    lines = [
+        line(f"d-{name}", w, ms)
+        for name, ms in (("torch", 10.0), ("fast", 1.0), ("mid", 2.0))
+        for w in ("w1", "w2")
+    ]
+    _, summary = summarize([write(tmp_path / "r.jsonl", lines)])
+    text = render_markdown(summary, preferred_solutions(summary), [], "envaudit merge", "now")
+    glance = text.split("## At a glance")[1].split("## Provenance")[0]
+    [row] = [r for r in glance.splitlines() if r.startswith("| d |")]
+    runner = row.split(" | ")[5]
+    assert runner.startswith("mid 5.00x [") and runner.endswith("]"), row
