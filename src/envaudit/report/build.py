@@ -160,6 +160,11 @@ def render_report(
     workloads = {w.uuid: w.trace.workload.model_dump(mode="json") for w in traceset.workloads}
     interfaces = [i.model_dump(mode="json") for _, i in sorted(load_interfaces(data_root).items())]
     summary = build_summary(merged, solutions, definitions)
+    summary["reproduce_from"] = {
+        "results": _as_given(out / "results.jsonl"),
+        "data_root": _as_given(data_root),
+        "solutions_root": _as_given(solutions_root),
+    }
     closures = {str(env["closure_hash"]) for env in summary["environments"]}
     notes = stand_ins(closures) if stand_ins is not None else {}
     for env in summary["environments"]:
@@ -263,3 +268,14 @@ def _require_names(path: Path, raw: Mapping[str, Any]) -> None:
                 hint=f"fix the solution's {field} (it names a folder of the report) and merge"
                 " again; nothing was written",
             )
+
+
+def _as_given(path: Path) -> str:
+    """A path as a command run from this folder takes it: relative where it lies under the
+    working folder (so a committed report names no folder of this machine), else absolute."""
+    if not path.is_absolute():
+        return path.as_posix()
+    try:
+        return path.relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        return path.as_posix()

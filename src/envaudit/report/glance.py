@@ -113,3 +113,15 @@ def _left(item: Mapping[str, Any], definition: str, twice: set[str]) -> str:
     if item["solution"] in twice and item.get("env"):
         name += f" ({item['env']})"
     return f"{name}: {item['reason']}"
+
+
+def reproduce_command(summary: Mapping[str, Any], number: int) -> str:
+    """The `envaudit reproduce` command for results line `number`, runnable as printed from
+    the folder `envaudit merge` ran in (`summary["reproduce_from"]`: the report's results file,
+    data root and solutions root as merge was given them, relative where they were)."""
+    where = summary.get("reproduce_from") or {}
+    command = f"envaudit reproduce {where.get('results', 'results.jsonl')}:{number}"
+    for flag in ("data_root", "solutions_root"):
+        if where.get(flag):
+            command += f" --{flag.replace('_', '-')} {where[flag]}"
+    return command

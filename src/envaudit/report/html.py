@@ -12,7 +12,7 @@ be linked (and tested in a headless browser).
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from envaudit.report.glance import (
     choice_rows,
     interval_text,
     plain_text,
+    reproduce_command,
     short_name,
     speedup_text,
 )
@@ -51,7 +52,10 @@ def render_html(
         command=command,
         lines=summary["lines"],
         models=_models(summary, preferred),
-        definitions=[_definition(n, b, plots, out) for n, b in summary["definitions"].items()],
+        definitions=[
+            _definition(n, b, plots, out, lambda number: reproduce_command(summary, number))
+            for n, b in summary["definitions"].items()
+        ],
         devices=summary["devices"],
         environments=summary["environments"],
         harness_hashes=summary["harness_hashes"],
@@ -80,7 +84,11 @@ def _models(summary: Mapping[str, Any], preferred: Mapping[str, Any]) -> list[di
 
 
 def _definition(
-    name: str, block: Mapping[str, Any], plots: Mapping[Path, bytes], out: Path
+    name: str,
+    block: Mapping[str, Any],
+    plots: Mapping[Path, bytes],
+    out: Path,
+    reproduce: Callable[[int], str],
 ) -> dict[str, Any]:
     devices = []
     for model, dblock in block["devices"].items():
@@ -90,7 +98,7 @@ def _definition(
                 "plot": _inline_svg(plots, out, speedup_plot(name, model, dblock["solutions"])),
                 "solutions": [_solution(name, entry) for entry in dblock["solutions"]],
                 "rows": [
-                    _row(name, entry, row)
+                    _row(name, entry, row, reproduce)
                     for entry in dblock["solutions"]
                     for row in entry["per_workload"]
                 ],
@@ -130,7 +138,12 @@ def _solution(definition: str, entry: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _row(definition: str, entry: Mapping[str, Any], row: Mapping[str, Any]) -> dict[str, Any]:
+def _row(
+    definition: str,
+    entry: Mapping[str, Any],
+    row: Mapping[str, Any],
+    reproduce: Callable[[int], str],
+) -> dict[str, Any]:
     number = row.get("results_line")
     return {
         "workload": plain_text(str(row["label"] or row["uuid"][:8])),
@@ -145,7 +158,7 @@ def _row(definition: str, entry: Mapping[str, Any], row: Mapping[str, Any]) -> d
         "modes": row.get("primary_timing") if not entry["baseline"] else None,
         "caveats": "; ".join(row.get("speedup_caveats") or []) if not entry["baseline"] else "",
         "provenance": _provenance(entry, row),
-        "reproduce": f"envaudit reproduce results.jsonl:{number}" if number else "",
+        "reproduce": reproduce(int(number)) if number else "",
     }
 
 

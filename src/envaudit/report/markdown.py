@@ -7,7 +7,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from envaudit.report.env_compare import INTERVAL_METHOD, table
-from envaudit.report.glance import cell_text, choice_rows, interval_text, short_name
+from envaudit.report.glance import (
+    cell_text,
+    choice_rows,
+    interval_text,
+    reproduce_command,
+    short_name,
+)
 from envaudit.report.intervals import CARD_TO_CARD_SD, RUN_TO_RUN_SD, Z95
 from envaudit.report.plots import short_gpu, speedup_plot
 
@@ -125,10 +131,12 @@ def _reproduce(summary: Mapping[str, Any]) -> str:
     command cannot drift from what was run. Every row of report.html carries its own."""
     rows = [
         "## How to reproduce\n",
-        "`envaudit reproduce results.jsonl:N` runs line N of this folder's results.jsonl again in",
+        "`envaudit reproduce RESULTS:N` runs line N of this report's results.jsonl again in",
         "what it records (its lock by closure hash, its solution revision by hash, a GPU of its",
-        "model) and prints both side by side with the ratio's interval; report.html gives N for",
-        "every row. One line per environment and GPU model:\n",
+        "model) and prints both side by side with the ratio's interval; report.html gives the",
+        "command for every row. Each runs as printed from the folder `envaudit merge` ran in",
+        "(for a report committed to a repository, its root). One line per environment and GPU",
+        "model:\n",
     ]
     first: dict[tuple[str, str], tuple[int, str]] = {}
     imported: set[str] = set()
@@ -144,7 +152,7 @@ def _reproduce(summary: Mapping[str, Any]) -> str:
                     if number and (key not in first or number < first[key][0]):
                         first[key] = (number, f"{entry['solution']}, {row['label'] or name}")
     for (env, model), (number, what) in sorted(first.items()):
-        rows.append(f"- {env} on {model}: `envaudit reproduce results.jsonl:{number}` ({what})")
+        rows.append(f"- {env} on {model}: `{reproduce_command(summary, number)}` ({what})")
     for env in sorted(imported):  # imported traces: no runtime of ours made them
         rows.append(
             f"- {env}: measured by FlashInfer-Bench (imported traces); envaudit cannot repeat"
