@@ -42,8 +42,9 @@ def render_markdown(
     parts = [
         "# Performance report\n",
         f"Generated {generated_at} by `{command}` from {summary['lines']} result lines.",
-        "Speedups compare each solution with its definition's baseline on the same GPU, each in",
-        "its own environment (graph-replay medians where both have them, else eager medians);",
+        "Speedups compare each solution with its definition's baseline's newest line on the",
+        "same GPU model, each in its own environment, each line by its graph-replay median where",
+        "it has one, else its eager median (the modes are named beside every speedup);",
         "aggregates are geometric means over the workloads both passed. Roofline fraction:",
         "achieved over attainable at the GPU's dense BF16 peak and HBM bandwidth.\n",
         _overview(summary, preferred),
