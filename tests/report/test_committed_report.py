@@ -96,3 +96,13 @@ def test_the_report_s_reproduce_commands_run_as_printed(monkeypatch) -> None:
             command,
             result.output,
         )
+
+
+def test_an_environment_comparison_says_what_its_locks_differ_in() -> None:
+    """FlashMLA 13.1 against 13.3: the report states what the two locks differ in (read from
+    locks/ by `envaudit merge`, as diff-env reads them), so the comparison says what it is of."""
+    text = (DOCS / "performance.md").read_text()
+    section = text.split("## Environment comparisons")[1]
+    said = [line for line in section.splitlines() if "their locks differ" in line]
+    assert said and all(line.startswith("flashmla-13.1 and flashmla-13.3") for line in said)
+    assert "nvidia-cuda-nvcc: 13.1.115" in said[0] and "-> 13.3.73" in said[0]

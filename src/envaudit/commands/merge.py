@@ -6,8 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from envaudit.lock.history import stand_in_notes
-from envaudit.report.build import build_report
+from envaudit.errors import EnvauditError
+from envaudit.lock.diff import diff_locks
+from envaudit.lock.history import find_lock, stand_in_notes
+from envaudit.report.build import LockNotes, build_report
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,7 @@ def merge_results(request: MergeRequest) -> MergeSummary:
         request.data_root,
         request.solutions_root,
         request.command_line(),
-        stand_in_notes,
+        LockNotes(stand_in_notes, lock_differences),
         request.accept_newer,
     )
     merged = outcome.merged
@@ -59,3 +61,14 @@ def merge_results(request: MergeRequest) -> MergeSummary:
         conflicts=[conflict.render() for conflict in merged.conflicts],
         written=list(outcome.written),
     )
+
+
+def lock_differences(a: str, b: str) -> list[str] | None:
+    """What the locks of closures `a` and `b` differ in, one item each ("source flashmla: ..."),
+    read as `envaudit diff-env` reads them (from locks/, or git history for a closure the locks
+    have moved on from); None where either cannot be found or read."""
+    try:
+        diff = diff_locks(find_lock(a), find_lock(b))
+    except EnvauditError:
+        return None
+    return [f"{c.group} {c.item}: {c.a or '(absent)'} -> {c.b or '(absent)'}" for c in diff.changes]

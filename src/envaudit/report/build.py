@@ -67,6 +67,18 @@ class ReportOutcome:
 StandIns = Callable[[Iterable[str]], Mapping[str, list[str]]]
 """closure hashes -> what each one's lock builds in place of unreachable pins (the caller reads
 the locks: lock.history.stand_in_notes)."""
+LockDifferences = Callable[[str, str], list[str] | None]
+"""(closure A, closure B) -> every item their locks differ in, in words; None where either lock
+cannot be found."""
+
+
+@dataclass(frozen=True)
+class LockNotes:
+    """What the report says of the locks behind its closures. The report layer reads no lock:
+    the command that makes the report reads them (commands/merge.py)."""
+
+    stand_ins: StandIns
+    differences: LockDifferences
 
 
 def build_report(
@@ -75,7 +87,7 @@ def build_report(
     data_root: Path,
     solutions_root: Path,
     command: str,
-    stand_ins: StandIns | None = None,
+    locks: LockNotes | None = None,
     accept_newer: bool = False,
 ) -> ReportOutcome:
     """The report of `inputs` written into `out`, holding `out` against every other writer
@@ -87,7 +99,7 @@ def build_report(
     try:
         with folder_writers(out, exclusive=True):
             return _build_report(
-                inputs, out, data_root, solutions_root, command, stand_ins, accept_newer
+                inputs, out, data_root, solutions_root, command, locks, accept_newer
             )
     except ReportError:
         if made:
@@ -110,7 +122,7 @@ def _build_report(
     data_root: Path,
     solutions_root: Path,
     command: str,
-    stand_ins: StandIns | None,
+    locks: LockNotes | None,
     accept_newer: bool,
 ) -> ReportOutcome:
     try:
@@ -126,7 +138,7 @@ def _build_report(
             hint=INPUTS_HINT,
             findings=[f.render() for f in merged.findings],
         )
-    files = render_report(merged, out, data_root, solutions_root, command, stand_ins)
+    files = render_report(merged, out, data_root, solutions_root, command, locks)
     _confine(files, out)
     for path, content in files.items():
         try:
@@ -146,7 +158,7 @@ def render_report(
     data_root: Path,
     solutions_root: Path,
     command: str,
-    stand_ins: StandIns | None = None,
+    locks: LockNotes | None = None,
 ) -> dict[Path, str | bytes]:
     """Every file of the report by its path under `out`, in the order they are written."""
     solutions = load_solutions(solutions_root, data_root)
@@ -166,9 +178,11 @@ def render_report(
         "solutions_root": _as_given(solutions_root),
     }
     closures = {str(env["closure_hash"]) for env in summary["environments"]}
-    notes = stand_ins(closures) if stand_ins is not None else {}
+    notes = locks.stand_ins(closures) if locks is not None else {}
     for env in summary["environments"]:
         env["stand_in"] = list(notes.get(str(env["closure_hash"]), []))
+    if locks is not None:
+        _lock_differences(summary, locks.differences)
     suites = {name: suite.workloads for name, suite in traceset.suites.items()}
     preferred = preferred_solutions(summary, suites)
     try:
@@ -279,3 +293,18 @@ def _as_given(path: Path) -> str:
         return path.relative_to(Path.cwd()).as_posix()
     except ValueError:
         return path.as_posix()
+
+
+def _lock_differences(summary: dict[str, Any], differences: LockDifferences) -> None:
+    """Each environment comparison says what its two envs' locks differ in (`differ_in`), so
+    the report states what the comparison is of (FlashMLA 13.1 against 13.3: nvcc only)."""
+    closures: dict[str, set[str]] = {}
+    for env in summary["environments"]:
+        closures.setdefault(str(env["env"]), set()).add(str(env["closure_hash"]))
+    for item in summary["env_comparisons"]:
+        base, other = (
+            closures.get(str(item["base"]), set()),
+            closures.get(str(item["other"]), set()),
+        )
+        if len(base) == 1 and len(other) == 1:
+            item["differ_in"] = differences(next(iter(base)), next(iter(other)))

@@ -367,9 +367,22 @@ def _env_comparisons(comparisons: Sequence[Mapping[str, Any]]) -> str:
     for item in comparisons:
         names = (str(item["base"]), str(item["other"]))
         parts.append(f"### `{item['solution']}`: {names[1]} vs {names[0]}\n")
+        parts.append(_differ_in(item, names))
         parts.append(f"{item['gpu_model']}:\n")
         parts.append(table(item, names) + "\n")
     return "\n".join(parts)
+
+
+def _differ_in(item: Mapping[str, Any], names: tuple[str, str]) -> str:
+    """What the two envs' locks differ in, so the comparison says what it is of."""
+    found = item.get("differ_in")
+    if found is None:
+        return "Their locks could not both be read: what differs between them is not stated.\n"
+    if not found:
+        return "Their locks are identical.\n"
+    items = "; ".join(cell_text(str(x)) for x in found)
+    only = "only " if len(found) <= 3 else ""
+    return f"{names[0]} and {names[1]}: their locks differ {only}in {items}.\n"
 
 
 def _interfaces(interfaces: Sequence[Mapping[str, Any]]) -> str:
