@@ -86,6 +86,21 @@ CHEATS = {
             return out
         LAST = []
         """,
+    "early_check": """
+        # asks the judge to check its calls after the first batch, then goes on timing: what
+        # follows could serve anything, since the judge has let go of the slots it reads
+        from envaudit.harness import timed_calls
+        _close = timed_calls.JudgedCalls.close
+        def close(self, samples_ms):
+            _close(self, samples_ms)
+            if not getattr(self, "checked_early", False):
+                self.checked_early = True
+                self.finish()
+        timed_calls.JudgedCalls.close = close
+        timed_calls.JudgedCalls.batch_cap = lambda self: 2  # batches to come after the check
+        def run(x, lengths, scale):
+            return expensive(x, lengths, scale)
+        """,
     "slow_clocks": """
         import time
         _real = time.perf_counter
@@ -175,3 +190,15 @@ def test_slowed_clocks_are_flagged(timing_run: dict) -> None:
     flags = line.get("timing", {}).get("flags") or []
     assert line["status"] != "PASSED" or flags, line.get("timing")
     assert any("judge's clock" in flag for flag in flags), flags
+
+
+def test_timing_after_the_judge_s_check_is_flagged(timing_run: dict) -> None:
+    """Batches after the judge checked a mode's calls are batches it cannot read: the mode is
+    flagged, whatever they reported."""
+    line = timing_run["early_check"]
+    flags = line.get("timing", {}).get("flags") or []
+    assert any("went on after the judge had checked" in flag for flag in flags), (
+        line["status"],
+        line.get("message"),
+        flags,
+    )

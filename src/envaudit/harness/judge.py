@@ -372,6 +372,16 @@ class Judge:
                 torch.cuda.empty_cache()
         return answer
 
+    def _final_summaries(self, uuid: str) -> None:
+        """Each mode's account as it stands when the line is settled, not as it stood at its
+        check: batches the solution's process ran after it count (and flag it)."""
+        assert self.witness is not None
+        timing = self.verdicts.get(uuid, {}).get("timing") or {}
+        for mode, result in timing.items():
+            record = self.witness.record(uuid, mode)
+            if record is not None:
+                result["summary"] = record.summary()
+
     def _reference(self, workload: Mapping[str, Any], inputs: Mapping[str, Any]) -> tuple[Any, ...]:
         """The definition's reference on inputs no cache holds (a scale probe's, a timed
         call's fresh ones), its outputs checked against the definition (ReferenceFault)."""
@@ -517,8 +527,8 @@ class Judge:
             outcome["reference_cached"] = validation["reference_cached"]
         _settle_probe(outcome, {**record["scale"], "1.0": validation or {"status": "NONE"}})
         if self.witness is not None:
-            workload = self.workloads[uuid]
-            self._check_timed(uuid, workload)
+            self._check_timed(uuid, self.workloads[uuid])
+            self._final_summaries(uuid)
             self.witness.forget(uuid)
         _settle_timing(outcome, record.get("timing") or {})
         self._check_blame(uuid, outcome)

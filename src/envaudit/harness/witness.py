@@ -521,6 +521,8 @@ class TimingWitness:
         self, uuid: str, message: Mapping[str, Any], fresh: FreshInput | None
     ) -> dict[str, Any]:
         mode = str(message.get("mode"))
+        if self._after_judged(uuid, mode):
+            return {"ok": False}
         layout = dict(message.get("layout") or {})
         slots: MappedSlots | None = None
         error = None
@@ -534,7 +536,17 @@ class TimingWitness:
         self.modes[(uuid, mode)] = witness
         return {"ok": error is None}
 
+    def _after_judged(self, uuid: str, mode: str) -> bool:
+        """Whether this mode's calls were judged already: a batch (or a set-up) after that is
+        one the judge can no longer read, so the mode's figure is flagged, never trusted."""
+        witness = self.modes.get((uuid, mode))
+        if witness is None or not witness.judged:
+            return False
+        witness.error = "timed calls went on after the judge had checked this mode's calls"
+        return True
+
     def begin(self, uuid: str, mode: str, first: int) -> int:
+        self._after_judged(uuid, mode)
         witness = self.modes[(uuid, mode)]
         nonce = secrets.randbits(62)
         witness.open = Window(time.monotonic_ns(), nonce, first)
@@ -542,6 +554,7 @@ class TimingWitness:
 
     def end(self, uuid: str, mode: str, samples_ms: list[float]) -> None:
         ended = time.monotonic_ns()
+        self._after_judged(uuid, mode)
         witness = self.modes[(uuid, mode)]
         window, witness.open = witness.open, None
         if window is None:
