@@ -19,24 +19,23 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from envaudit.report.intervals import HOST_BOUND_RATIO, figure_mode
+from envaudit.report.intervals import figure_mode, noise_of
 from envaudit.schema.result_line import ResultLine, result_lines
+
+KINDS = {
+    "cuda_graph": "graph",
+    "cuda_events": "eager, device-bound",
+    "host-bound": "eager, host-bound",
+    "eager only": "eager, no graph figure",
+    "wall_clock": "wall clock",
+}
 
 
 def kind_of(line: ResultLine, mode: str) -> str | None:
-    """The kind of figure `mode` is in this line (None without a median)."""
-    stats = line.stats("graph" if mode == "graph" else "eager")
-    median = stats.positive_median() if stats is not None else None
-    if stats is None or median is None:
-        return None
-    if stats.mode == "wall_clock":
-        return "wall clock"
-    if mode == "graph":
-        return "graph"
-    graph = line.median("graph")
-    if graph is None or graph <= 0:
-        return "eager, no graph figure"
-    return "eager, host-bound" if median > HOST_BOUND_RATIO * graph else "eager, device-bound"
+    """The kind of figure `mode` is in this line, as report/intervals.py's `noise_of` tells it
+    (None without a median)."""
+    noise = noise_of(line, "graph" if mode == "graph" else "eager")
+    return None if noise is None else KINDS.get(noise.kind, noise.kind)
 
 
 def scatter(paths: list[Path]) -> dict[str, dict[str, float]]:

@@ -28,6 +28,18 @@ def expensive(x, lengths, scale):
     time.sleep(0.004)
     return scaled(x, lengths, scale)
 """
+STALE_AFTER_SIX_CALLS = """
+        SEEN = []
+        def run(x, lengths, scale):
+            SEEN.append(1)
+            if len(SEEN) > 6 and LASTSTILL:
+                return LAST[-1].clone()
+            out = expensive(x, lengths, scale)
+            LAST[:] = [out]
+            return out
+        LAST = []
+        """
+"""Serves its last answer from the seventh call on (STILL: a further condition)."""
 CHEATS = {
     "storage_cache": """
         CACHE = {}
@@ -54,17 +66,7 @@ CHEATS = {
                 CACHE[key] = expensive(x, lengths, scale)
             return CACHE[key].clone()
         """,
-    "call_count": """
-        SEEN = []
-        def run(x, lengths, scale):
-            SEEN.append(1)
-            if len(SEEN) > 6 and LAST:
-                return LAST[-1].clone()
-            out = expensive(x, lengths, scale)
-            LAST[:] = [out]
-            return out
-        LAST = []
-        """,
+    "call_count": STALE_AFTER_SIX_CALLS.replace("STILL", ""),
     "deferred_check": """
         # stale answers while timed only, telling the judge at the end that another mode
         # follows (none does), so that the check of its timed calls would wait for a finish
@@ -76,16 +78,8 @@ CHEATS = {
             DONE.append(1)
             return _finish(self, defer=True)
         timed_calls.JudgedCalls.finish = finish
-        SEEN = []
-        def run(x, lengths, scale):
-            SEEN.append(1)
-            if len(SEEN) > 6 and LAST and not DONE:
-                return LAST[-1].clone()
-            out = expensive(x, lengths, scale)
-            LAST[:] = [out]
-            return out
-        LAST = []
-        """,
+        """
+    + STALE_AFTER_SIX_CALLS.replace("STILL", " and not DONE"),
     "early_check": """
         # asks the judge to check its calls after the first batch, then goes on timing: what
         # follows could serve anything, since the judge has let go of the slots it reads

@@ -287,9 +287,8 @@ class Judge:
                     smallest, draw_checked(self.definition, smallest, self.root, self.device, 0)
                 )
         finally:
-            if self.device.type == "cuda":
-                torch.cuda.synchronize(self.device)
-                torch.cuda.empty_cache()
+            torch.cuda.synchronize(self.device)
+            torch.cuda.empty_cache()
 
     def timing(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """One step of the timing handshake (envaudit.harness.witness): setup, begin (the
@@ -327,14 +326,13 @@ class Judge:
     def _finish_timing(
         self, uuid: str, mode: str, workload: Mapping[str, Any], defer: bool
     ) -> dict[str, Any]:
-        """A mode's measurement has ended: its summary now, its picked calls checked now or,
-        where the solution's process says another mode follows (`defer`), with that mode's, on
-        one draw of the workload's inputs. Whatever is still unchecked when the line is settled
-        is checked then (settle), so a deferral the process never follows up changes nothing."""
+        """A mode's measurement has ended: its picked calls are checked now or, where the
+        solution's process says another mode follows (`defer`), with that mode's, on one draw of
+        the workload's inputs; its account is summed up when the line is settled. Whatever is
+        still unchecked then is checked then (settle), so a deferral the process never follows
+        up changes nothing."""
         assert self.witness is not None
-        record = self.witness.record(uuid, mode)
-        result: dict[str, Any] = {"status": "PASSED", "message": ""}
-        result["summary"] = record.summary() if record is not None else None
+        result: dict[str, Any] = {"status": "PASSED", "message": "", "summary": None}
         self.verdicts.setdefault(uuid, {"scale": {}}).setdefault("timing", {})[mode] = result
         return dict(result) if defer else self._check_timed(uuid, workload)
 
@@ -361,7 +359,6 @@ class Judge:
                     record.error = f"out of memory judging the timed calls: {exc}"[:500]
                 except InputError as exc:
                     result.update(status="WORKLOAD_ERROR", message=f"workload inputs: {exc}")
-                result["summary"] = record.summary()
                 record.release()
                 if result["status"] != "PASSED" and answer["status"] == "PASSED":
                     message = f"a timed call ({mode}): {result['message']}"
@@ -373,8 +370,8 @@ class Judge:
         return answer
 
     def _final_summaries(self, uuid: str) -> None:
-        """Each mode's account as it stands when the line is settled, not as it stood at its
-        check: batches the solution's process ran after it count (and flag it)."""
+        """Each mode's account (`summary`) as it stands when the line is settled, the only time
+        it is read: batches the solution's process ran after the check count (and flag it)."""
         assert self.witness is not None
         timing = self.verdicts.get(uuid, {}).get("timing") or {}
         for mode, result in timing.items():

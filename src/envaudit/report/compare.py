@@ -275,9 +275,8 @@ def make_pair(before: ResultLine | None, after: ResultLine | None, threshold_pct
         pair.median_ms = [float(v) for v in timing["median_ms"]]
         pair.ratio = float(timing["ratio_now_then"])
         pair.ci95 = [float(v) for v in timing["ci95"]] if timing["ci95"] else None
-        modes = str(timing.get("modes") or "")
-        if "/" in modes and len(set(modes.split("/"))) > 1:
-            then, now = modes.split("/")
+        then, now = str(timing["modes"]).split("/")
+        if then != now:
             pair.notes.append(f"timed differently: {then} before, {now} after")
         pair.notes += list(timing.get("caveats") or [])
     if pair.gpu_differs:

@@ -186,17 +186,33 @@ def figure_mode(line: ResultLine) -> Mode | None:
     return None
 
 
+def figure_ms(line: ResultLine) -> float | None:
+    """The median of the figure a line is compared by (`figure_mode`)."""
+    mode = figure_mode(line)
+    return line.median(mode) if mode is not None else None
+
+
 @dataclass(frozen=True)
 class Speedup:
     """One line against another (a baseline, or the same solution before): base / line, by
     each line's own figure (`figure_mode`), with its interval and the caveats of its figures."""
 
-    value: float
-    modes: str
-    """The two figures divided, base's first: "graph/graph", "eager/graph", ..."""
+    base_mode: Mode
+    mode: Mode
+    base_ms: float
+    line_ms: float
     ci95: tuple[float, float]
     log_variance: float
     caveats: tuple[str, ...] = ()
+
+    @property
+    def value(self) -> float:
+        return self.base_ms / self.line_ms
+
+    @property
+    def modes(self) -> str:
+        """The two figures divided, base's first: "graph/graph", "eager/graph", ..."""
+        return f"{self.base_mode}/{self.mode}"
 
     @property
     def within_noise(self) -> bool:
@@ -220,19 +236,18 @@ def speedup_of(
     noise = (noise_of(line, ours, same_card), noise_of(base, theirs, same_card))
     if mine is None or other is None or noise[0] is None or noise[1] is None:
         return None
-    value = float(other.median_ms or 0.0) / float(mine.median_ms or 1.0)
     variances = (
         log_median_variance(mine, noise[0].floor, observed[0]),
         log_median_variance(other, noise[1].floor, observed[1]),
     )
-    if value <= 0 or variances[0] is None or variances[1] is None:
+    if variances[0] is None or variances[1] is None:
         return None
+    base_ms, line_ms = float(other.median_ms or 0.0), float(mine.median_ms or 0.0)
     variance = variances[0] + variances[1]
     caveats = tuple(
         f"{name}: {n.caveat}"
         for name, n in ((names[1], noise[1]), (names[0], noise[0]))
         if n.caveat
     )
-    return Speedup(
-        value, f"{theirs}/{ours}", interval(math.log(value), variance), variance, caveats
-    )
+    bounds = interval(math.log(base_ms / line_ms), variance)
+    return Speedup(theirs, ours, base_ms, line_ms, bounds, variance, caveats)

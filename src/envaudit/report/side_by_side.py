@@ -45,12 +45,11 @@ def compare_runs(then: ResultLine, now: ResultLine) -> dict[str, Any]:
         now, then, names=("now", "then")
     )  # the report's one comparison rule: then/now
     if found is not None:
-        then_mode, now_mode = found.modes.split("/")
         low, high = found.ci95
         result["timing"] = {
-            "mode": now_mode if then_mode == now_mode else found.modes,
+            "mode": found.mode if found.base_mode == found.mode else found.modes,
             "modes": found.modes,
-            "median_ms": [then.median(then_mode), now.median(now_mode)],  # type: ignore[arg-type]
+            "median_ms": [found.base_ms, found.line_ms],
             "ratio_now_then": 1 / found.value,
             "ci95": [1 / high, 1 / low],
             "caveats": list(found.caveats),

@@ -38,7 +38,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from envaudit.report.intervals import figure_mode
+from envaudit.report.intervals import figure_ms
 from envaudit.report.summary import SolutionInfo, device_of, env_of
 from envaudit.schema.models import Trace
 from envaudit.schema.names import named_path
@@ -306,15 +306,9 @@ def _their_relative_error(ours: Correctness) -> float:
     return float(ours.max_relative_error or 0.0)
 
 
-def _figure(line: ResultLine | None) -> float:
-    """The median a line is compared by (report/intervals.py `figure_mode`), 0 without one."""
-    mode = figure_mode(line) if line is not None else None
-    return float(line.median(mode) or 0.0) if line is not None and mode is not None else 0.0
-
-
 def _performance(line: ResultLine, baseline: ResultLine | None) -> dict[str, Any]:
-    latency = _figure(line)
-    reference = _figure(baseline) if baseline is not None and baseline.passed else 0.0
+    latency = figure_ms(line) or 0.0
+    reference = (figure_ms(baseline) or 0.0) if baseline is not None and baseline.passed else 0.0
     speedup = reference / latency if latency and reference else 0.0
     known = line.flashinfer_bench.performance if line.flashinfer_bench else None
     if not reference and known and known.reference_latency_ms:  # no baseline: the trace's own
