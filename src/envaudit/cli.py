@@ -306,7 +306,7 @@ def audit(
     GPUs of one model share the jobs, one at a time each, longest first (--each-gpu: every
     solution on every GPU). Container runtimes build the images that are missing first."""
     from envaudit.commands import audit as audit_command
-    from envaudit.console import make_env, print_audit_summary
+    from envaudit.console import audit_progress, make_env, print_audit_summary
 
     names = unique_names(solution, "--solution")
     with reported():
@@ -333,6 +333,7 @@ def audit(
             evaluation=evaluation,
             slurm=slurm if executor == "slurm" else None,
         )
-        result = audit_command.audit(request, typer.echo, make_env)
+        with audit_progress() as progress:
+            result = audit_command.audit(request, typer.echo, make_env, progress)
     print_audit_summary(result)
     raise typer.Exit(EXIT_FAILED if result.failed else EXIT_OK)

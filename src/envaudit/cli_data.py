@@ -102,6 +102,9 @@ def merge(
         f" {len(merged.conflicts)} conflicts, {len(merged.warnings)} findings);"
         f" {len(merged.written)} files under {out}"
     )
+    page = out / "report.html"
+    if page in merged.written or page.is_file():
+        typer.echo(f"the report: {page} (open it in a browser)")
 
 
 @data_app.command("export-solutions")

@@ -3,6 +3,9 @@ the transient progress bars and status lines of long steps (on stderr)."""
 
 from __future__ import annotations
 
+import threading
+import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,9 +16,12 @@ from rich.console import Console
 from rich.progress import (
     BarColumn,
     DownloadColumn,
+    MofNCompleteColumn,
     Progress,
     TaskID,
     TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
     TransferSpeedColumn,
 )
 from rich.table import Table
@@ -161,10 +167,88 @@ make_env = env_maker(env_display, lambda note: typer.echo(note, err=True))
 
 
 def print_audit_summary(result: AuditResult) -> None:
-    """The jobs that could not run (stderr), then the count of lines by status."""
+    """The jobs that could not run (stderr), the count of lines by status, then the command
+    that makes the report of them."""
     for error in result.errors:
         typer.echo(f"error: {error}", err=True)
     counts = ", ".join(f"{n} {status}" for status, n in sorted(result.statuses.items()))
     typer.echo(f"{sum(result.statuses.values())} result lines in {result.report}: {counts}")
     if result.superseded:
         typer.echo(f"({result.superseded} older lines of the same keys not counted)")
+    report = result.report.parent / "report"
+    typer.echo(f"the report: envaudit merge {result.report} --out {report}")
+
+
+def statuses_text(statuses: Counter[str]) -> str:
+    """ "4 PASSED, 1 INCORRECT_NUMERICAL", PASSED first; "no lines" for a job that wrote none."""
+    if not statuses:
+        return "no lines"
+    order = sorted(statuses, key=lambda status: (status != "PASSED", status))
+    return ", ".join(f"{statuses[status]} {status}" for status in order)
+
+
+def duration_text(seconds: float) -> str:
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s" if minutes else f"{rest} s"
+
+
+class AuditProgress:
+    """An audit's jobs as they go (runtime/scheduling/audit.py JobProgress): on a terminal, a
+    bar with the jobs done out of all and the time left, each job's outcome printed above it;
+    elsewhere (a log, CI), one plain line as each job starts and one as it ends, with the
+    count and an estimate of the time left (the mean job time so far over the jobs left)."""
+
+    def __init__(self, console: Console, bar: Progress | None) -> None:
+        self.console, self.bar = console, bar
+        self.total = self.started_jobs = self.done = 0
+        self.began = time.monotonic()
+        self.guard = threading.Lock()
+        self.task: TaskID | None = None
+
+    def planned(self, jobs: int) -> None:
+        with self.guard:
+            self.total, self.began = jobs, time.monotonic()
+            if self.bar is not None:
+                self.task = self.bar.add_task("audit", total=jobs)
+
+    def started(self, name: str, where: str) -> None:
+        with self.guard:
+            self.started_jobs += 1
+            if self.bar is not None and self.task is not None:
+                self.bar.update(self.task, description=f"audit: {name} on {where}")
+            else:
+                self.console.print(f"audit [{self.started_jobs}/{self.total}]: {name} on {where}")
+
+    def ended(self, name: str, where: str, statuses: Counter[str], seconds: float) -> None:
+        with self.guard:
+            self.done += 1
+            outcome = f"{statuses_text(statuses)} in {duration_text(seconds)}"
+            if self.bar is not None and self.task is not None:
+                self.bar.console.print(f"{name} on {where}: {outcome}")
+                self.bar.advance(self.task)
+                return
+            left = self.total - self.done
+            elapsed = time.monotonic() - self.began
+            eta = f"; about {duration_text(elapsed / self.done * left)} left" if left else ""
+            self.console.print(
+                f"audit [{self.done}/{self.total} done]: {name} on {where}: {outcome}{eta}"
+            )
+
+
+@contextmanager
+def audit_progress() -> Iterator[AuditProgress]:
+    """The audit's progress on stderr: a live bar on a terminal, plain lines otherwise."""
+    console = Console(stderr=True, highlight=False)
+    if not console.is_terminal:
+        yield AuditProgress(console, None)
+        return
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=console) as bar:
+        yield AuditProgress(console, bar)

@@ -111,7 +111,9 @@ def test_a_repeated_solution_is_audited_once(places: dict[str, Path]) -> None:
         "--solutions-root", str(places["solutions"]), "--out", str(out),
     )  # fmt: skip
     assert result.exit_code in (0, 1), result.output
-    assert result.output.count("audit: correct on") == 1, result.output
+    assert result.output.count(": correct on cpu") == 2, result.output  # its start, its end
+    assert "audit [1/1 done]: correct on cpu: 1 " in result.output, result.output
+    assert f"envaudit merge {out / 'results.jsonl'} --out {out / 'report'}" in result.output
     lines = (out / "results.jsonl").read_text().splitlines()
     assert len(lines) == 1, lines
 

@@ -4,7 +4,9 @@ eager and graph timing, beside an honest one that passes unflagged.
 Every solution spins the GPU for a fixed time per call (`torch.cuda._sleep`), the work a cheat
 would save. The cheats: device events that read a tenth of the time, no work recorded while a
 CUDA graph is captured (an answer computed before the capture, served from then on), the work
-left on a side stream the caller's stream never waits for, and an answer served by call count.
+left on a side stream the caller's stream never waits for, an answer served by call count, a
+cache keyed by storage and write counters, stale answers behind a forged deferral of the check,
+and a check asked for early with timing going on after it.
 Skipped where torch sees no CUDA device (CI); run on the GPU machine with `pytest -m gpu`
 (scripts/gpu/timing-integrity.sh).
 """
@@ -17,7 +19,7 @@ import pytest
 import torch
 
 from tests.harness.test_gpu_faults import gpu_uuid
-from tests.harness.test_timing_integrity import timed_lines
+from tests.harness.test_timing_integrity import EARLY_CHECK, timed_lines
 
 pytestmark = [
     pytest.mark.gpu,
@@ -66,6 +68,29 @@ CHEATS = {
             LAST[:] = [out]
             return out
         """,
+    "storage_cache": """
+        CACHE = {}
+        def run(x, lengths, scale):
+            key = (x.data_ptr(), x._version, lengths.data_ptr(), lengths._version)
+            if key not in CACHE:
+                CACHE[key] = work(x, lengths, scale)
+            return CACHE[key].clone()
+        """,
+    "forged_defer": """
+        # stale answers outside graph capture, and every finish turned into a deferral
+        from envaudit.harness import timed_calls
+        _finish = timed_calls.JudgedCalls.finish
+        timed_calls.JudgedCalls.finish = lambda self, defer=False: _finish(self, defer=True)
+        SEEN, LAST = [], []
+        def run(x, lengths, scale):
+            SEEN.append(1)
+            if len(SEEN) > 8 and LAST and not torch.cuda.is_current_stream_capturing():
+                return LAST[-1].clone()
+            out = work(x, lengths, scale)
+            LAST[:] = [out]
+            return out
+        """,
+    "early_check": EARLY_CHECK.replace("expensive(", "work("),
 }
 HONEST = """
     def run(x, lengths, scale):
@@ -91,8 +116,18 @@ def test_the_honest_solution_passes_unflagged_on_the_gpu(gpu_timing_run: dict) -
         assert line["timing"][mode]["median_ms"] >= 0.05, line["timing"][mode]
 
 
-@pytest.mark.parametrize("name", list(CHEATS))
+@pytest.mark.parametrize("name", [name for name in CHEATS if name != "storage_cache"])
 def test_no_cheat_passes_unflagged_on_the_gpu(gpu_timing_run: dict, name: str) -> None:
     line = gpu_timing_run[name]
     flags = (line.get("timing") or {}).get("flags") or []
     assert line["status"] != "PASSED" or flags, (line["status"], line.get("timing"))
+
+
+def test_a_storage_keyed_cache_never_hits_on_the_gpu(gpu_timing_run: dict) -> None:
+    """Every fresh draw writes the input, so a cache keyed by storage and write counter misses:
+    the solution passes at its true cost, in both modes, or fails."""
+    line = gpu_timing_run["storage_cache"]
+    if line["status"] == "PASSED":
+        assert "flags" not in line["timing"], line["timing"].get("flags")
+        for mode in ("eager", "graph"):
+            assert line["timing"][mode]["median_ms"] >= 0.05, line["timing"][mode]

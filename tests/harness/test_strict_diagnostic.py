@@ -57,4 +57,5 @@ def test_the_report_shows_the_missed_strict_bound(tmp_path: Path) -> None:
     argv += ["--data-root", str(tmp_path / "data"), "--solutions-root", str(tmp_path / "solutions")]
     result = CliRunner().invoke(app, argv)
     assert result.exit_code == 0, result.output
+    assert f"the report: {tmp_path / 'out' / 'report.html'}" in result.output
     assert "strict bound missed (100x)" in (tmp_path / "out" / "performance.md").read_text()

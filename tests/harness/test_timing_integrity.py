@@ -40,6 +40,22 @@ STALE_AFTER_SIX_CALLS = """
         LAST = []
         """
 """Serves its last answer from the seventh call on (STILL: a further condition)."""
+EARLY_CHECK = """
+        # asks the judge to check its calls after the first batch, then goes on timing: what
+        # follows could serve anything, since the judge has let go of the slots it reads
+        from envaudit.harness import timed_calls
+        _close = timed_calls.JudgedCalls.close
+        def close(self, samples_ms):
+            _close(self, samples_ms)
+            if not getattr(self, "checked_early", False):
+                self.checked_early = True
+                self.finish()
+        timed_calls.JudgedCalls.close = close
+        timed_calls.JudgedCalls.batch_cap = lambda self: 2  # batches to come after the check
+        def run(x, lengths, scale):
+            return expensive(x, lengths, scale)
+        """
+"""Asks for its check early, then goes on timing (the honest `expensive` each call)."""
 CHEATS = {
     "storage_cache": """
         CACHE = {}
@@ -68,33 +84,28 @@ CHEATS = {
         """,
     "call_count": STALE_AFTER_SIX_CALLS.replace("STILL", ""),
     "deferred_check": """
-        # stale answers while timed only, telling the judge at the end that another mode
-        # follows (none does), so that the check of its timed calls would wait for a finish
-        # that is never sent; honest again for the re-check
+        # stale answers from its first timed call on (the judge's set-up says timing began),
+        # telling the judge at the end that another mode follows (none does), so that the
+        # check of its timed calls would wait for a finish that is never sent; honest again
+        # for the re-check
         from envaudit.harness import timed_calls
-        _finish = timed_calls.JudgedCalls.finish
-        DONE = []
+        _finish, _setup = timed_calls.JudgedCalls.finish, timed_calls.JudgedCalls.setup
+        TIMING, DONE, LAST = [], [], []
+        def setup(self):
+            TIMING.append(1)
+            return _setup(self)
         def finish(self, defer=False):
             DONE.append(1)
             return _finish(self, defer=True)
-        timed_calls.JudgedCalls.finish = finish
-        """
-    + STALE_AFTER_SIX_CALLS.replace("STILL", " and not DONE"),
-    "early_check": """
-        # asks the judge to check its calls after the first batch, then goes on timing: what
-        # follows could serve anything, since the judge has let go of the slots it reads
-        from envaudit.harness import timed_calls
-        _close = timed_calls.JudgedCalls.close
-        def close(self, samples_ms):
-            _close(self, samples_ms)
-            if not getattr(self, "checked_early", False):
-                self.checked_early = True
-                self.finish()
-        timed_calls.JudgedCalls.close = close
-        timed_calls.JudgedCalls.batch_cap = lambda self: 2  # batches to come after the check
+        timed_calls.JudgedCalls.setup, timed_calls.JudgedCalls.finish = setup, finish
         def run(x, lengths, scale):
-            return expensive(x, lengths, scale)
+            if TIMING and LAST and not DONE:
+                return LAST[-1].clone()
+            out = expensive(x, lengths, scale)
+            LAST[:] = [out]
+            return out
         """,
+    "early_check": EARLY_CHECK,
     "slow_clocks": """
         import time
         _real = time.perf_counter

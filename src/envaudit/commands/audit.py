@@ -16,6 +16,7 @@ from envaudit.runtime.registry import get_runtime, pick_runtime
 from envaudit.runtime.scheduling.audit import (
     AuditPlan,
     BuildHook,
+    JobProgress,
     all_solutions,
     run_audit,
     run_slurm_audit,
@@ -86,14 +87,16 @@ def execute_audit(
     plan: AuditPlan,
     slurm: SlurmSettings | None,
     echo: Callable[[str], None],
+    progress: JobProgress | None,
     prepare_env: BuildHook,
 ) -> AuditResult:
-    """The audit on this machine, or (with `slurm`) as one Slurm job array, holding its --out
-    folder against a merge for the whole run (runtime.jobs.appending_to)."""
+    """The audit on this machine (its jobs told to `progress`), or (with `slurm`) as one
+    Slurm job array (its events to `echo`), holding its --out folder against a merge for the
+    whole run (runtime.jobs.appending_to)."""
     with appending_to(plan.out):
         if slurm is not None:
             return run_slurm_audit(plan, slurm, echo, prepare_env)
-        return run_audit(plan, lambda name, where: echo(f"audit: {name} on {where}"), prepare_env)
+        return run_audit(plan, progress, prepare_env)
 
 
 def audit_runtime(asked: str | None) -> tuple[str, str | None]:
@@ -134,10 +137,15 @@ class AuditRequest:
     """Run it as one Slurm job array with these settings (None: on this machine)."""
 
 
-def audit(request: AuditRequest, echo: Callable[[str], None], make_env: MakeEnv) -> AuditResult:
+def audit(
+    request: AuditRequest,
+    echo: Callable[[str], None],
+    make_env: MakeEnv,
+    progress: JobProgress | None = None,
+) -> AuditResult:
     """The whole audit: its options, the solutions it names (a --candidate staged beside
     --definition's), its plan, then the executor; `make_env` makes each env ready (with the
-    caller's progress display) before its jobs run."""
+    caller's progress display) before its jobs run, `progress` is told of each job."""
     options = RunOptions(
         request.env,
         request.over,
@@ -168,7 +176,7 @@ def audit(request: AuditRequest, echo: Callable[[str], None], make_env: MakeEnv)
         cpu_jobs=request.cpu_jobs,
     )
     prepare = env_preparer(request.runtime, options, make_env)
-    return execute_audit(plan, request.slurm, echo, prepare)
+    return execute_audit(plan, request.slurm, echo, progress, prepare)
 
 
 def env_preparer(runtime_name: str, options: RunOptions, make_env: MakeEnv) -> BuildHook:

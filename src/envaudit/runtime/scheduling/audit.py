@@ -18,6 +18,7 @@ does.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import queue
 import threading
@@ -27,6 +28,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Protocol
 
 from envaudit.dataset.solutions import SolutionIndex, index_solutions, solution_roots
 from envaudit.dataset.traceset import DatasetRootError, TraceSet, load_traceset
@@ -69,6 +71,7 @@ from envaudit.schema.models import Solution
 from envaudit.schema.names import shown
 from envaudit.schema.options import EvalOptions
 from envaudit.schema.result_line import kept_result_lines, result_lines
+from envaudit.schema.results import CPU, line_key
 from envaudit.schema.slurm import SlurmSettings
 from envaudit.schema.sources import imports_libraries_first, names_compiler
 from envaudit.settings import STAGE_NEXT, read
@@ -93,6 +96,20 @@ for the controller."""
 
 BuildHook = Callable[[str], str | None]
 """Called with an env name before its first job; returns why its image cannot be had, or None."""
+
+
+class JobProgress(Protocol):
+    """What an audit tells its caller as it goes (the terminal shows a count, an ETA and each
+    job's outcome from it); called from the device slots' threads."""
+
+    def planned(self, jobs: int) -> None:
+        """The number of jobs the audit will run (once, before the first)."""
+
+    def started(self, name: str, where: str) -> None:
+        """A job of solution `name` begins on `where` (a GPU's UUID, or `cpu`)."""
+
+    def ended(self, name: str, where: str, statuses: Counter[str], seconds: float) -> None:
+        """That job ended: the statuses of the lines it wrote (none when it wrote none)."""
 
 
 @dataclass
@@ -358,7 +375,7 @@ def stage_ahead(runtime: Runtime, libraries_first: bool = False) -> int:
 
 def run_audit(
     plan: AuditPlan,
-    on_job: Callable[[str, str], None] | None = None,
+    progress: JobProgress | None = None,
     prepare_env: BuildHook | None = None,
 ) -> AuditResult:
     """Every solution once per pool of devices (GPUs of one model; each GPU its own pool with
@@ -380,12 +397,15 @@ def run_audit(
     guard = threading.Lock()
     runtime = plan.made_runtime()
     threads = []
-    for slots in device_pools(plan):
+    pools = device_pools(plan)
+    if progress is not None:
+        progress.planned(len(ordered) * len(pools))
+    for slots in pools:
         pool: queue.SimpleQueue[str] = queue.SimpleQueue()
         for name in ordered:
             pool.put(name)
         for gpu, device in slots:
-            slot = DeviceSlot(plan, runtime, report, result, guard, depth, on_job, gpu, device)
+            slot = DeviceSlot(plan, runtime, report, result, guard, depth, progress, gpu, device)
             threads.append(threading.Thread(target=slot.work, args=(pool,)))
     for thread in threads:
         thread.start()
@@ -410,7 +430,7 @@ class DeviceSlot:
     result: AuditResult
     guard: threading.Lock
     depth: int
-    on_job: Callable[[str, str], None] | None
+    progress: JobProgress | None
     gpu: str | None
     device: str | None
 
@@ -426,14 +446,19 @@ class DeviceSlot:
                         break
                     pending.append((taken, None))
                 name, current = pending.popleft()
-                if self.on_job:
-                    self.on_job(name, self.gpu or self.device or "")
+                where = self.gpu or self.device or CPU
+                began, offset = time.monotonic(), _size(self.report)
+                if self.progress:
+                    self.progress.started(name, where)
                 mark("job_begin", name)
                 if handoff is not None:
                     handoff.launched.clear()
                     self._stage_following(pool, pending, ahead, handoff)
                 self._run(name, current, pool, handoff)
                 mark("job_end", name)
+                if self.progress:
+                    statuses = _statuses_since(self.report, offset, name, where)
+                    self.progress.ended(name, where, statuses, time.monotonic() - began)
         finally:
             for _, staged in pending:
                 if staged is not None and not staged.cancel():
@@ -492,6 +517,34 @@ class DeviceSlot:
         finally:
             if handoff is not None:
                 handoff.launched.set()  # a job that never started its worker
+
+
+def _size(report: Path) -> int:
+    try:
+        return report.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _statuses_since(report: Path, offset: int, solution: str, where: str) -> Counter[str]:
+    """The statuses of the lines of `solution` on `where` appended to the report after
+    `offset` (other devices' jobs append to it meanwhile: their lines are not counted)."""
+    statuses: Counter[str] = Counter()
+    try:
+        with report.open("rb") as stream:
+            stream.seek(offset)
+            tail = stream.read()
+    except FileNotFoundError:
+        return statuses
+    for raw in tail.splitlines():
+        try:
+            line = json.loads(raw)
+        except ValueError:
+            continue
+        mine = isinstance(line, dict) and line.get("solution") == solution
+        if mine and line_key(line).device == where:
+            statuses[str(line.get("status"))] += 1
+    return statuses
 
 
 def _take(pool: queue.SimpleQueue[str]) -> str | None:
