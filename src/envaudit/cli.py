@@ -16,6 +16,7 @@ from envaudit.cli_common import (
     DataRoot,
     DefinitionOption,
     EnvOption,
+    JsonOption,
     LocksDir,
     OverOption,
     RunRuntimeOption,
@@ -24,6 +25,7 @@ from envaudit.cli_common import (
     TimeoutOption,
     evaluation_flags,
     finite_seconds,
+    json_text,
     parse_path,
     reported,
     runtime_choice,
@@ -72,7 +74,7 @@ def doctor(
     locks_dir: Annotated[Path, typer.Option("--locks-dir", help="Folder of lock dirs.")] = Path(
         "locks"
     ),
-    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """What is available here: engine, GPUs, runtimes, uv, store, images; which runtime
     `audit` picks."""
@@ -153,10 +155,11 @@ def run(
     solutions_root: SolutionsRoot = Path("solutions"),
     locks_dir: LocksDir = Path("locks"),
     evaluation: EvalOptions = FROM_FLAGS,
+    as_json: JsonOption = False,
 ) -> None:
     """Validate and time one solution on its definition's workloads (default runtime: host)."""
     from envaudit.commands.run import SolutionRunRequest, run_requested, solution_to_run
-    from envaudit.console import make_env, print_run_summary
+    from envaudit.console import make_env, print_run_summary, run_rows
 
     chosen = runtime_choice(runtime, "host")
     unique_names([solution] if solution is not None else [], "--solution")
@@ -185,7 +188,13 @@ def run(
     )
     with reported():
         done = run_requested(request, make_env)
-    failed = print_run_summary(done.report, done.solution, done.written, done.skipped)
+    rows = run_rows(done.report, done.solution, done.written, done.skipped)
+    failed = not all(row.passed for row in rows)
+    if as_json:
+        answer = {"report": done.report, "solution": done.solution, "failed": failed}
+        typer.echo(json_text({**answer, "workloads": rows, "skipped": done.skipped}))
+    else:
+        print_run_summary(done.report, rows, done.skipped)
     raise typer.Exit(EXIT_FAILED if failed else EXIT_OK)
 
 
@@ -214,7 +223,7 @@ def reproduce(
         Path,
         typer.Option("--out", help="Folder for the new line (reproduce.jsonl).", parser=parse_path),
     ] = Path("results/reproduce"),
-    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    as_json: JsonOption = False,
     timeout: TimeoutOption = 300.0,
     data_root: DataRoot = Path("workloads"),
     solutions_root: SolutionsRoot = Path("solutions"),
@@ -301,6 +310,7 @@ def audit(
     locks_dir: LocksDir = Path("locks"),
     evaluation: EvalOptions = FROM_FLAGS,
     slurm: SlurmSettings = NO_SLURM,
+    as_json: JsonOption = False,
 ) -> None:
     """Run every solution on the chosen GPUs (or the CPU); all lines go to OUT/results.jsonl.
     GPUs of one model share the jobs, one at a time each, longest first (--each-gpu: every
@@ -334,6 +344,11 @@ def audit(
             slurm=slurm if executor == "slurm" else None,
         )
         with audit_progress() as progress:
-            result = audit_command.audit(request, typer.echo, make_env, progress)
-    print_audit_summary(result)
+            echo = (lambda text: typer.echo(text, err=True)) if as_json else typer.echo
+            result = audit_command.audit(request, echo, make_env, progress)
+    if as_json:
+        fields = ("report", "statuses", "superseded", "errors", "failed")
+        typer.echo(json_text({name: getattr(result, name) for name in fields}))
+    else:
+        print_audit_summary(result)
     raise typer.Exit(EXIT_FAILED if result.failed else EXIT_OK)

@@ -185,6 +185,24 @@ EnvOption = Annotated[
 ]
 
 
+JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+
+def json_text(value: object) -> str:
+    """`value` (dataclasses, paths, counters, sets within) as indented JSON, for --json."""
+    import dataclasses
+    import json
+
+    def plain(item: object) -> object:
+        if dataclasses.is_dataclass(item) and not isinstance(item, type):
+            return {f.name: getattr(item, f.name) for f in dataclasses.fields(item)}
+        if isinstance(item, set | frozenset):
+            return sorted(item, key=str)
+        return str(item)
+
+    return json.dumps(value, indent=1, default=plain)
+
+
 TimeoutOption = Annotated[
     float, typer.Option("--timeout", help="Seconds per workload (> 0).", min=0.001)
 ]

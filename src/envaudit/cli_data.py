@@ -10,7 +10,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from envaudit.cli_common import DataRoot, SolutionsRoot, parse_path, reported, usage_error
+from envaudit.cli_common import (
+    DataRoot,
+    JsonOption,
+    SolutionsRoot,
+    json_text,
+    parse_path,
+    reported,
+    usage_error,
+)
 from envaudit.errors import EXIT_FAILED, EXIT_OK
 
 if TYPE_CHECKING:
@@ -29,7 +37,7 @@ def check_inputs(
         bool,
         typer.Option("--strict", help="Count warnings (no hash, no provenance, ...) as problems."),
     ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Check every definition, workload, tensor path and blob of a TraceSet root."""
     from envaudit.commands.check_inputs import CheckInputsRequest, check_data_root
@@ -79,6 +87,7 @@ def merge(
     data_root: DataRoot = Path("workloads"),
     solutions_root: SolutionsRoot = Path("solutions"),
     accept_newer: AcceptNewer = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Merge result files (ours or FlashInfer-Bench traces) into results.jsonl, summary.json,
     performance.md, preferred-solutions.json, interfaces.json, plots/ and traces/."""
@@ -93,6 +102,10 @@ def merge(
     )
     with reported():
         merged = merge_results(request)
+    page = out / "report.html"
+    if as_json:
+        typer.echo(json_text({**dataclasses.asdict(merged), "report_html": page}))
+        return
     for warning in merged.warnings:
         typer.echo(f"warning: {warning}", err=True)
     for conflict in merged.conflicts:
@@ -102,7 +115,6 @@ def merge(
         f" {len(merged.conflicts)} conflicts, {len(merged.warnings)} findings);"
         f" {len(merged.written)} files under {out}"
     )
-    page = out / "report.html"
     if page in merged.written or page.is_file():
         typer.echo(f"the report: {page} (open it in a browser)")
 
@@ -148,7 +160,7 @@ def compare(
     markdown: Annotated[
         bool, typer.Option("--markdown", help="A Markdown table (GitHub step summary, PR).")
     ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    as_json: JsonOption = False,
     junit: Annotated[
         Path | None,
         typer.Option("--junit", help="Also write JUnit XML here.", parser=parse_path),

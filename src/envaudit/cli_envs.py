@@ -11,12 +11,14 @@ import typer
 from envaudit.cli_common import (
     FROM_FLAGS,
     DataRoot,
+    JsonOption,
     LocksDir,
     OverOption,
     SolutionsRoot,
     TimeoutOption,
     evaluation_flags,
     finite_seconds,
+    json_text,
     parse_path,
     reported,
     slurm_flags,
@@ -158,6 +160,7 @@ def verify_env(
         Path | None,
         typer.Option("--store", help="Content-addressed store (default: ENVAUDIT_STORE)."),
     ] = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Compare an installed environment with a lock; exit 1 on drift."""
     from envaudit.commands.verify_env import VerifyRequest, verify_environment
@@ -168,7 +171,11 @@ def verify_env(
                 env, python=python, image=image, exact=exact, locks_dir=locks_dir, store=store
             )
         )
-    typer.echo(result.text())
+    if as_json:
+        answer = {"env": env, "exact": exact, "failed": result.failed, "drift": result.drift}
+        typer.echo(json_text(answer))
+    else:
+        typer.echo(result.text())
     raise typer.Exit(EXIT_FAILED if result.failed else EXIT_OK)
 
 
@@ -176,7 +183,7 @@ def verify_env(
 def diff_env(
     a: Annotated[str, typer.Argument(help="An env of locks/, a lock.json, or a closure hash.")],
     b: Annotated[str, typer.Argument(help="The same, for the other side.")],
-    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    as_json: JsonOption = False,
     locks_dir: LocksDir = Path("locks"),
 ) -> None:
     """What differs between two locks, most likely to matter for a kernel first (Python, CUDA

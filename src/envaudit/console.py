@@ -8,6 +8,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,15 +36,24 @@ if TYPE_CHECKING:  # the image layer brings the Docker SDK, the line's models py
     from envaudit.schema.result_line import ResultLine
 
 
-def print_run_summary(
-    report: Path,
-    solution: str,
-    written: set[str],
-    skipped: list[str],
-    console: Console | None = None,
-) -> bool:
-    """Print one row per workload of this run; return True when any workload failed."""
-    console = console or Console(highlight=False, width=120)
+@dataclass(frozen=True)
+class RunRow:
+    """One workload of a run, as its summary shows it (the newest line of that workload)."""
+
+    workload: str
+    label: str
+    status: str
+    eager_median_ms: float | None
+    graph_median_ms: float | None
+    message: str
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "PASSED"
+
+
+def run_rows(report: Path, solution: str, written: set[str], skipped: list[str]) -> list[RunRow]:
+    """The newest line of each workload this run wrote or --resume kept, in the report's order."""
     wanted = written | set(skipped)  # --resume: the kept lines count too
     from envaudit.schema.result_line import result_lines
 
@@ -51,26 +61,42 @@ def print_run_summary(
     for _, line in result_lines(report):
         if line is not None and line.solution == solution and line.workload.uuid in wanted:
             latest[line.workload.uuid] = line
-    table = Table(title=f"{len(latest)} workloads -> {report}")
+    return [
+        RunRow(
+            uuid,
+            line.workload.label or uuid[:8],
+            line.status,
+            line.median("eager"),
+            line.median("graph"),
+            line.message.splitlines()[0] if line.message else "",
+        )
+        for uuid, line in latest.items()
+    ]
+
+
+def print_run_summary(
+    report: Path,
+    rows: list[RunRow],
+    skipped: list[str],
+    console: Console | None = None,
+) -> None:
+    """Print one row per workload of this run."""
+    console = console or Console(highlight=False, width=120)
+    table = Table(title=f"{len(rows)} workloads -> {report}")
     for column in ("workload", "status", "eager median ms", "graph median ms", "message"):
         table.add_column(column)
-    failed = False
-    for uuid, line in latest.items():
-        eager, graph = line.median("eager"), line.median("graph")
-        failed |= not line.passed
-        label = line.workload.label or uuid[:8]
-        message = line.message.splitlines()[0][:60] if line.message else ""
+    for row in rows:
+        eager, graph = row.eager_median_ms, row.graph_median_ms
         table.add_row(
-            label,
-            line.status,
+            row.label,
+            row.status,
             f"{eager:.4f}" if eager is not None else "",
             f"{graph:.4f}" if graph is not None else "",
-            message,
+            row.message[:60],
         )
     console.print(table)
     if skipped:
         console.print(f"{len(skipped)} workloads skipped (--resume: already in the report)")
-    return failed
 
 
 @contextmanager
