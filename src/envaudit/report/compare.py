@@ -17,7 +17,11 @@ arithmetic in report/intervals.py, the report's one comparison rule): each line'
 where it has one, else its eager median (`mode` names both when they differ); each median's
 uncertainty is its within-run standard error plus the run-to-run floor of its kind of figure
 (1.6% for graph replays on one card, so one run per side gives about +-4.5%, and 6.3% across
-cards; far wider for a host-bound or eager-only figure, whose caveat the pair's notes carry).
+cards; far wider for a host-bound or eager-only figure, whose caveat the pair's notes carry),
+or the scatter of the side's repeated runs of the pair where that is wider. Per solution, the
+geometric mean of after/before over its timed pairs, with its interval (`geomeans`): with
+`--across-envs` on the same lines, the numbers and verdicts of the report's environment
+comparison.
 
 Verdicts, with T = threshold_pct / 100:
 - "slower": the interval lies wholly above 1 + T; "faster": wholly below 1 - T;

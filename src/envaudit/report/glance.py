@@ -109,7 +109,7 @@ def choice_rows(definition: str, dblock: DeviceBlock, choice: Choice) -> list[Gl
     for i, comparison in enumerate(choice.comparisons):
         out = left + [_left(item, definition, twice) for item in comparison.left_out]
         base = row(i == 0, compared_text(comparison), "none", out)
-        rows.append(_choice(base, comparison, definition))
+        rows.append(_choice(base, comparison, definition, choice.baseline))
     return rows
 
 
@@ -121,7 +121,11 @@ def compared_text(comparison: ChoiceComparison) -> str:
     return f"{len(comparison.workloads)}" + (f" ({', '.join(notes)})" if notes else "")
 
 
-def _choice(row: GlanceRow, comparison: ChoiceComparison, definition: str) -> GlanceRow:
+def _choice(
+    row: GlanceRow, comparison: ChoiceComparison, definition: str, baseline: str | None
+) -> GlanceRow:
+    """The choice and its runner-up; against a runner-up that is not the baseline (whose
+    comparison the choice's speedup already is), the runner-up's time over the choice's."""
     best, runner = comparison.choice, comparison.runner_up
     if best is None:
         return row
@@ -133,7 +137,7 @@ def _choice(row: GlanceRow, comparison: ChoiceComparison, definition: str) -> Gl
             f" ({runner.env})" if same else ""
         )
         ratio = comparison.ratio_to_runner_up
-        if ratio is not None:
+        if ratio is not None and runner.solution != baseline:
             same_time = ", indistinguishable" if ratio.within_noise else ""
             runner_text += f" (time vs the choice: {ratio_text(ratio)}{same_time})"
     return replace(
