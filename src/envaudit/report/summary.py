@@ -1,4 +1,6 @@
-"""summary.json and preferred-solutions.json from merged lines.
+"""The one typed summary (schema/summary.py `Summary`) built once from the merged lines:
+summary.json is its dump, and preferred-solutions.json (report/choice.py), performance.md,
+report.html and the plots render it, so they cannot disagree.
 
 Figures are grouped by definition, then by GPU model (name, memory and driver: never mixed
 across models), then by solution *in one environment* (env name and closure hash): a solution
