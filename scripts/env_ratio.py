@@ -4,8 +4,10 @@ repeated runs (e.g. FlashMLA built with nvcc 13.3 vs 13.1: same source, same har
     python scripts/env_ratio.py BASE.jsonl OTHER.jsonl [--solution S] [--json] [--seed N]
 
 Each file holds result lines of repeated runs (one line per workload per run, appended by
-`envaudit run --report`). `envaudit merge` puts the same comparison in the report for every
-solution run in several envs; this script compares any two files. The method is in
+`envaudit run --report`). `envaudit merge` compares every solution run in several envs by the
+report's one comparison rule (the newest line of each env, each figure's run-to-run floor); this
+script answers a finer question, a Welch t interval over all repeated runs of two files, for a
+difference below that floor. The method is in
 envaudit.report.env_compare.
 """
 

@@ -220,6 +220,8 @@ def _print_comparison(result: CompareResult) -> None:
             row.timing,
         )
     console.print(table)
+    for line in result.geomean_lines():
+        console.print(line, markup=False, soft_wrap=True)
     for note in result.notes:
         console.print(f"note: {note}", markup=False, soft_wrap=True)
     console.print(result.summary_line(), markup=False, soft_wrap=True)

@@ -4,6 +4,7 @@ and every solution left out of a choice is listed with its reason."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,10 @@ SOLUTIONS = {
 
 
 def choices(tmp_path: Path, lines: list[dict[str, Any]], suites: Any = None) -> dict[str, Any]:
+    """The choices of definition d per GPU model, as preferred-solutions.json has them."""
     _, summary = summarize([write(tmp_path / "r.jsonl", lines)])
-    return preferred_solutions(summary, suites)["choices"]["d"]
+    dumped = preferred_solutions(summary, suites).model_dump(mode="json")
+    return dict(dumped["choices"]["d"])
 
 
 def test_a_faster_solution_with_fewer_workloads_wins_only_where_both_ran(tmp_path: Path) -> None:
@@ -44,6 +47,9 @@ def test_a_faster_solution_with_fewer_workloads_wins_only_where_both_ran(tmp_pat
     assert full["left_out"] == [
         {"solution": "d-fast", "env": "torch-2.11-cu130", "reason": "not run on 1: w3"}
     ]
+    # the runner-up against the choice directly, by the one comparison rule
+    assert common["indistinguishable"] is False
+    assert math.isclose(common["ratio_to_runner_up"]["value"], 5.0)  # d-wide takes 5x the time
     assert choice["choice"]["solution"] == "d-fast" and choice["left_out"] == []
 
 
@@ -70,7 +76,7 @@ def test_a_flagged_solution_is_never_chosen_and_every_output_says_why(tmp_path: 
     fast[1]["timing"]["flags"] = ["eager: the judge's clock read 9.5 ms, 1.0 ms reported"]
     _, summary = summarize([write(tmp_path / "r.jsonl", lines + fast)])
     preferred = preferred_solutions(summary)
-    choice = preferred["choices"]["d"][MODEL_A]
+    choice = preferred.model_dump(mode="json")["choices"]["d"][MODEL_A]
     assert choice["choice"]["solution"] == "d-torch"
     assert choice["left_out"] == [
         {
@@ -79,7 +85,7 @@ def test_a_flagged_solution_is_never_chosen_and_every_output_says_why(tmp_path: 
             "reason": "timing flagged: w2 eager: the judge's clock read 9.5 ms, 1.0 ms reported",
         }
     ]
-    text = render_markdown(summary, preferred, [], "envaudit merge", "now")
+    text = render_markdown(summary, preferred, [], "envaudit merge")
     [row] = [r for r in text.splitlines() if "PASSED **timing flagged**" in r]
     assert "`fast`" in row and "the judge's clock read 9.5 ms, 1.0 ms reported" in row
 
@@ -97,18 +103,18 @@ def test_a_solution_measured_on_another_gpu_model_is_named_not_compared(tmp_path
 
 def test_no_baseline_no_choice(tmp_path: Path) -> None:
     choice = choices(tmp_path, [line("d-fast", "w1", 1.0)])[MODEL_A]
-    assert choice["choice"] == "none" and "no baseline" in choice["reason"]
+    assert choice["choice"] is None and "no baseline" in choice["reason"]
 
 
 def test_the_overview_says_what_each_choice_was_made_on(tmp_path: Path) -> None:
     lines = [line("d-torch", w, 10.0) for w in ("w1", "w2", "w3")]
     lines += [line("d-fast", w, 1.0) for w in ("w1", "w2")]
     _, summary = summarize([write(tmp_path / "r.jsonl", lines)])
-    text = render_markdown(summary, preferred_solutions(summary), [], "envaudit merge", "now")
+    text = render_markdown(summary, preferred_solutions(summary), [], "envaudit merge")
     glance = text.split("## At a glance")[1].split("## Provenance")[0]
     # "passed" counts runs (one per solution and workload) and says how many workloads
     head = "| d | 5/5 runs, 3 workloads | 2 (run by all) | `fast` | 10.00x [9.69, 10.32]"
-    assert f"{head} | torch 1.00x | – |" in glance
+    assert f"{head} | torch 1.00x | – |" in glance  # the speedup is the comparison
     assert "| ″ | ″ | 3 | `torch` | 1.00x | – | fast: not run on 1: w3 |" in glance
     assert glance.count(MODEL_A.split(",")[0]) == 1  # the GPU once, not once a row
 
@@ -119,7 +125,7 @@ def test_a_solution_left_out_in_two_envs_names_each_env(tmp_path: Path) -> None:
     lines = [line("d-torch", w, 10.0) for w in ("w1", "w2")]
     lines += [line("d-fast", "w1", 1.0, env=env, closure=env) for env in ("lock-a", "lock-b")]
     _, summary = summarize([write(tmp_path / "r.jsonl", lines)])
-    text = render_markdown(summary, preferred_solutions(summary), [], "envaudit merge", "now")
+    text = render_markdown(summary, preferred_solutions(summary), [], "envaudit merge")
     glance = text.split("## At a glance")[1].split("## Provenance")[0]
     assert "fast (lock-a): not run on 1: w2; fast (lock-b): not run on 1: w2 |" in glance
 
@@ -147,8 +153,10 @@ def test_the_runner_up_carries_its_interval(tmp_path: Path) -> None:
         for w in ("w1", "w2")
     ]
     _, summary = summarize([write(tmp_path / "r.jsonl", lines)])
-    text = render_markdown(summary, preferred_solutions(summary), [], "envaudit merge", "now")
+    text = render_markdown(summary, preferred_solutions(summary), [], "envaudit merge")
     glance = text.split("## At a glance")[1].split("## Provenance")[0]
     [row] = [r for r in glance.splitlines() if r.startswith("| d |")]
     runner = row.split(" | ")[5]
-    assert runner.startswith("mid 5.00x [") and runner.endswith("]"), row
+    assert runner.startswith("mid 5.00x [4.85, 5.16] "), row
+    # and the runner-up against the choice directly: twice its time, beyond noise
+    assert runner.endswith(" (time vs the choice: 2.0000 [1.9383, 2.0637])"), row

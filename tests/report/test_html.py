@@ -95,19 +95,15 @@ def test_the_page_is_self_contained() -> None:
 
 def test_names_from_data_are_escaped(tmp_path: Path) -> None:
     from envaudit.report.html import render_html
+    from envaudit.schema.summary import EnvironmentInfo, Preferred, Summary
 
     evil = "<script>alert(1)</script>"
-    summary = {
-        "lines": 0,
-        "definitions": {},
-        "devices": {},
-        "environments": [
-            {"env": evil, "closure_hash": None, "runtime": "host", "image_id": None}
-            | {"python": "3.12", "torch": "2.11"}
-        ],
-        "harness_hashes": [],
-    }
-    text = render_html(summary, {"rule": "r", "choices": {}}, {}, tmp_path, evil, "now")
+    summary = Summary(
+        lines=0,
+        definitions={},
+        environments=[EnvironmentInfo(env=evil, runtime="host", python="3.12", torch="2.11")],
+    )
+    text = render_html(summary, Preferred(rule="r", choices={}), {}, tmp_path, evil)
     assert evil not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
 
 

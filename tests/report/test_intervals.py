@@ -76,10 +76,10 @@ def test_a_win_within_noise_does_not_beat_the_baseline(tmp_path: Path) -> None:
     lines = [with_iqr(line("d-torch", w, 1.0)) for w in ("w1", "w2")]
     lines += [with_iqr(line("d-fast", w, 0.99, env="fast-env")) for w in ("w1", "w2")]
     _, summary = summarize([write(tmp_path / "r.jsonl", lines)])
-    choice = preferred_solutions(summary)["choices"]["d"]
-    [device] = choice.values()
-    assert device["choice"]["solution"] == "d-torch"  # 1.01x, within noise
-    assert device["runner_up"]["within_noise"] is True and device["indistinguishable"] is True
+    [device] = preferred_solutions(summary).choices["d"].values()
+    assert device.choice is not None and device.choice.solution == "d-torch"  # 1.01x, in noise
+    assert device.runner_up is not None and device.runner_up.within_noise is True
+    assert device.indistinguishable is True
 
 
 def test_a_clear_win_is_chosen_with_its_interval(tmp_path: Path) -> None:
@@ -88,8 +88,9 @@ def test_a_clear_win_is_chosen_with_its_interval(tmp_path: Path) -> None:
     lines = [with_iqr(line("d-torch", w, 1.0)) for w in ("w1", "w2")]
     lines += [with_iqr(line("d-fast", w, 0.5, env="fast-env")) for w in ("w1", "w2")]
     _, summary = summarize([write(tmp_path / "r.jsonl", lines)])
-    [device] = preferred_solutions(summary)["choices"]["d"].values()
-    best = device["choice"]
-    assert best["solution"] == "d-fast" and best["within_noise"] is False
-    low, high = best["ci95"]
-    assert low < 2.0 < high and device["indistinguishable"] is False
+    [device] = preferred_solutions(summary).choices["d"].values()
+    best = device.choice
+    assert best is not None and best.solution == "d-fast" and best.within_noise is False
+    assert best.ci95 is not None
+    low, high = best.ci95
+    assert low < 2.0 < high and device.indistinguishable is False

@@ -7,18 +7,18 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any
 
 from envaudit.report.choice import preferred_solutions
 from envaudit.report.intervals import CARD_TO_CARD_SD, RUN_TO_RUN_SD, Z95
 from envaudit.report.markdown import render_markdown
 from envaudit.report.plots import render_plots, short_gpu
+from envaudit.schema.summary import ProbeCell, Summary
 from tests.report.test_merge import GPU_B, MODEL_A, MODEL_B, line, summarize, write
 
 LINK = re.compile(r"!\[[^\]]*\]\(([^)]+)\)")
 
 
-def two_gpu_summary(tmp_path: Path) -> dict[str, Any]:
+def two_gpu_summary(tmp_path: Path) -> Summary:
     """GPU A: the baseline on w1 and w2, d-fast 2x on w1 and failing w2, d-fast again in another
     env. GPU B: the baseline alone (no speedup to draw, so no figure)."""
     lines = [
@@ -52,8 +52,8 @@ def table_rows(text: str, header: str) -> list[list[str]]:
     return [[cell.strip() for cell in ln.strip("|").split("|")] for ln in rows]
 
 
-def rendered(summary: dict[str, Any]) -> str:
-    return render_markdown(summary, preferred_solutions(summary), [], "envaudit merge", "now")
+def rendered(summary: Summary) -> str:
+    return render_markdown(summary, preferred_solutions(summary), [], "envaudit merge")
 
 
 def test_no_cell_packs_several_figures(tmp_path: Path) -> None:
@@ -88,8 +88,8 @@ def test_workloads_are_long_form_one_row_per_workload_and_solution(tmp_path: Pat
     summary = two_gpu_summary(tmp_path)
     part = section(rendered(summary), "d")
     rows = table_rows(part, "| workload | solution | status |")[1:]
-    on_a = summary["definitions"]["d"]["devices"][MODEL_A]["solutions"]
-    assert len(rows) == sum(len(e["per_workload"]) for e in on_a)
+    on_a = summary.definitions["d"].devices[MODEL_A].solutions
+    assert len(rows) == sum(len(e.per_workload) for e in on_a)
     assert [r[:3] for r in rows] == [  # by workload, then in the summary's solution order
         ["w1", "`fast` (other-env)", "PASSED"],
         ["″", "`fast` (torch-2.11-cu130)", "PASSED"],
@@ -127,12 +127,12 @@ def test_the_plot_link_points_at_a_figure_render_plots_writes(tmp_path: Path) ->
 
 def test_strict_bound_and_scale_probe_go_to_the_notes_column(tmp_path: Path) -> None:
     summary = two_gpu_summary(tmp_path)
-    baseline = summary["definitions"]["d"]["devices"][MODEL_B]["solutions"][0]
-    [row] = baseline["per_workload"]
-    row.update(strict_holds=False, strict_factor=1.79)
-    row["scale_probe"] = [
-        {"factor": 0.1, "status": "PASSED", "max_absolute_error": 2e-05},
-        {"factor": 10, "status": "skipped", "max_absolute_error": None},
+    baseline = summary.definitions["d"].devices[MODEL_B].solutions[0]
+    [row] = baseline.per_workload
+    row.strict_holds, row.strict_factor = False, 1.79
+    row.scale_probe = [
+        ProbeCell(factor=0.1, status="PASSED", max_absolute_error=2e-05),
+        ProbeCell(factor=10, status="skipped", max_absolute_error=None),
     ]
     part = section(rendered(summary), "d")
     rows = table_rows(part[part.index(MODEL_B) :], "| workload |")

@@ -11,6 +11,7 @@ from envaudit.report.choice import preferred_solutions
 from envaudit.report.intervals import CARD_TO_CARD_SD, Z95
 from envaudit.report.merge import merge_files
 from envaudit.report.summary import SolutionInfo, build_summary
+from envaudit.schema.summary import SolutionBlock, Summary
 
 GPU_A, GPU_A2, GPU_B = (
     "GPU-aaaaaaaa-0000-0000-0000-000000000000",
@@ -63,9 +64,15 @@ def write(path: Path, lines: list[dict[str, Any]], tail: str = "") -> Path:
     return path
 
 
-def summarize(paths: list[Path]) -> tuple[Any, dict[str, Any]]:
+def summarize(paths: list[Path]) -> tuple[Any, Summary]:
     merged = merge_files(paths)
     return merged, build_summary(merged, SOLUTIONS, {"d": {"op_type": "t"}})
+
+
+def entry(summary: Summary, solution: str, model: str = MODEL_A) -> SolutionBlock:
+    """The first block of `solution` on `model`."""
+    blocks = summary.definitions["d"].devices[model].solutions
+    return next(s for s in blocks if s.solution == solution)
 
 
 def test_repeats_keep_the_newest_and_are_counted(tmp_path: Path) -> None:
@@ -88,10 +95,10 @@ def test_conflicts_are_reported_never_silently_dropped(tmp_path: Path) -> None:
     )
     merged, summary = summarize([a, b])
     assert len(merged.conflicts) == 1
-    conflict = summary["conflicts"][0]
-    assert conflict["kept"]["status"] == "INCORRECT_NUMERICAL"
-    assert conflict["dropped"]["status"] == "PASSED"
-    assert f"{a}:1" in conflict["text"] and f"{b}:1" in conflict["text"]
+    conflict = summary.conflicts[0]
+    assert conflict.kept.status == "INCORRECT_NUMERICAL"
+    assert conflict.dropped.status == "PASSED"
+    assert f"{a}:1" in conflict.text and f"{b}:1" in conflict.text
 
 
 def test_gpus_and_environments_are_never_mixed(tmp_path: Path) -> None:
@@ -104,21 +111,22 @@ def test_gpus_and_environments_are_never_mixed(tmp_path: Path) -> None:
     ]
     merged, summary = summarize([write(tmp_path / "r.jsonl", lines)])
     assert len(merged.lines) == 5
-    devices = summary["definitions"]["d"]["devices"]
+    devices = summary.definitions["d"].devices
     assert set(devices) == {MODEL_A, MODEL_B}
-    on_a = {(s["solution"], s["env"]): s for s in devices[MODEL_A]["solutions"]}
+    on_a = {(s.solution, s.env): s for s in devices[MODEL_A].solutions}
     assert set(on_a) == {
         ("d-torch", "torch-2.11-cu130"),
         ("d-fast", "torch-2.11-cu130"),
         ("d-fast", "other-env"),
     }
-    assert on_a[("d-fast", "torch-2.11-cu130")]["geomean_speedup"]["primary"] == 2.0
-    assert on_a[("d-fast", "other-env")]["geomean_speedup"]["primary"] == 4.0
-    on_b = {s["solution"]: s for s in devices[MODEL_B]["solutions"]}
-    assert on_b["d-fast"]["geomean_speedup"]["primary"] == 4.0
-    preferred = preferred_solutions(summary)["choices"]["d"]
-    assert preferred[MODEL_A]["choice"]["env"] == "other-env"
-    assert preferred[MODEL_A]["runner_up"]["solution"] == "d-fast"
+    assert on_a[("d-fast", "torch-2.11-cu130")].geomean_speedup.primary == 2.0
+    assert on_a[("d-fast", "other-env")].geomean_speedup.primary == 4.0
+    on_b = {s.solution: s for s in devices[MODEL_B].solutions}
+    assert on_b["d-fast"].geomean_speedup.primary == 4.0
+    preferred = preferred_solutions(summary).choices["d"]
+    choice, runner_up = preferred[MODEL_A].choice, preferred[MODEL_A].runner_up
+    assert choice is not None and choice.env == "other-env"
+    assert runner_up is not None and runner_up.solution == "d-fast"
 
 
 def test_cards_of_one_model_are_one_group_naming_each_card(tmp_path: Path) -> None:
@@ -131,17 +139,13 @@ def test_cards_of_one_model_are_one_group_naming_each_card(tmp_path: Path) -> No
         line("d-fast", "w1", 0.5, gpu=GPU_A2, stamp=later),  # and the newest w1 counts
     ]
     _, summary = summarize([write(tmp_path / "r.jsonl", lines)])
-    assert set(summary["definitions"]["d"]["devices"]) == {MODEL_A}
-    assert summary["devices"][MODEL_A]["uuids"] == [GPU_A2, GPU_A]
-    fast = next(
-        s
-        for s in summary["definitions"]["d"]["devices"][MODEL_A]["solutions"]
-        if s["solution"] == "d-fast"
-    )
-    assert fast["gpus"] == [GPU_A2]
-    rows = {r["uuid"]: r for r in fast["per_workload"]}
-    assert rows["w1"]["device"] == GPU_A2 and rows["w1"]["speedup_eager"] == 4.0
-    assert rows["w2"]["speedup_eager"] == 2.0 and fast["workloads"]["total"] == 2
+    assert set(summary.definitions["d"].devices) == {MODEL_A}
+    assert summary.devices[MODEL_A].uuids == [GPU_A2, GPU_A]
+    fast = entry(summary, "d-fast")
+    assert fast.gpus == [GPU_A2]
+    rows = {r.uuid: r for r in fast.per_workload}
+    assert rows["w1"].device == GPU_A2 and rows["w1"].speedup_eager == 4.0
+    assert rows["w2"].speedup_eager == 2.0 and fast.workloads.total == 2
 
 
 def test_a_line_is_compared_with_the_baseline_line_the_report_prints(tmp_path: Path) -> None:
@@ -159,22 +163,22 @@ def test_a_line_is_compared_with_the_baseline_line_the_report_prints(tmp_path: P
     ]
     path = write(tmp_path / "r.jsonl", lines)
     _, summary = summarize([path])
-    blocks = summary["definitions"]["d"]["devices"][MODEL_A]["solutions"]
-    fast = next(s for s in blocks if s["solution"] == "d-fast")
-    rows = {r["uuid"]: r for r in fast["per_workload"]}
-    assert rows["w1"]["speedup_eager"] == 2.0 and rows["w2"]["speedup_eager"] == 2.0
-    torch = next(s for s in blocks if s["solution"] == "d-torch")
-    printed = {r["uuid"]: r["results_line"] for r in torch["per_workload"]}
-    assert rows["w1"]["baseline_results_line"] == printed["w1"]
-    assert rows["w1"]["baseline_device"] != rows["w1"]["device"]
-    low, high = rows["w1"]["speedup_ci95"]
+    fast = entry(summary, "d-fast")
+    rows = {r.uuid: r for r in fast.per_workload}
+    assert rows["w1"].speedup_eager == 2.0 and rows["w2"].speedup_eager == 2.0
+    torch = entry(summary, "d-torch")
+    printed = {r.uuid: r.results_line for r in torch.per_workload}
+    assert rows["w1"].baseline_results_line == printed["w1"]
+    assert rows["w1"].baseline_device != rows["w1"].device
+    assert rows["w1"].speedup_ci95 is not None
+    low, high = rows["w1"].speedup_ci95
     # graph figures of two cards: the card-to-card floor for the solution's one run, and for
     # the baseline the wider scatter of its two runs (3.0 and 2.0 ms: log 1.5 apart)
     floor = CARD_TO_CARD_SD["cuda_graph"]
     observed = math.log(1.5) ** 2 / 2
     half = Z95 * math.sqrt(floor**2 + max(floor**2, observed))
     assert math.isclose(math.log(high / low) / 2, half, rel_tol=1e-3)
-    assert [r["speedup_eager"] for r in torch["per_workload"]] == [1.0, 1.0]
+    assert [r.speedup_eager for r in torch.per_workload] == [1.0, 1.0]
 
 
 def test_preference_needs_every_workload_passed(tmp_path: Path) -> None:
@@ -185,17 +189,14 @@ def test_preference_needs_every_workload_passed(tmp_path: Path) -> None:
         line("d-fast", "w2", 0.1, status="TIMEOUT"),
     ]
     _, summary = summarize([write(tmp_path / "r.jsonl", lines)])
-    choice = preferred_solutions(summary)["choices"]["d"][MODEL_A]
-    assert choice["choice"]["solution"] == "d-torch" and choice["runner_up"] is None
-    fast = next(
-        s
-        for s in summary["definitions"]["d"]["devices"][MODEL_A]["solutions"]
-        if s["solution"] == "d-fast"
-    )
-    assert fast["workloads"] == {"total": 2, "passed": 1, "failed": {"TIMEOUT": 1}}
+    choice = preferred_solutions(summary).choices["d"][MODEL_A]
+    assert choice.choice is not None and choice.choice.solution == "d-torch"
+    assert choice.runner_up is None
+    fast = entry(summary, "d-fast")
+    assert fast.workloads.model_dump() == {"total": 2, "passed": 1, "failed": {"TIMEOUT": 1}}
     lines = [line("d-torch", "w1", 2.0, status="RUNTIME_ERROR")]
     _, summary = summarize([write(tmp_path / "none.jsonl", lines)])
-    assert preferred_solutions(summary)["choices"]["d"][MODEL_A]["choice"] == "none"
+    assert preferred_solutions(summary).choices["d"][MODEL_A].choice is None
 
 
 def test_truncated_last_line_is_reported_and_the_rest_merged(tmp_path: Path) -> None:
@@ -239,12 +240,7 @@ def test_empty_input_and_bad_lines_are_reported_with_line_numbers(tmp_path: Path
     assert rendered[4] == f"{mixed}:4: unknown status 'EXPLODED'; merged, counted as not passed"
     assert rendered[5] == f"{mixed}:5: not a JSON object; skipped"
     assert {ln.solution for ln in merged.lines} == {"d-torch", "d-fast"}
-    fast = next(
-        s
-        for s in summary["definitions"]["d"]["devices"][MODEL_A]["solutions"]
-        if s["solution"] == "d-fast"
-    )
-    assert fast["workloads"]["failed"] == {"EXPLODED": 1}
+    assert entry(summary, "d-fast").workloads.failed == {"EXPLODED": 1}
 
 
 def test_lines_measured_outside_the_declared_env_are_marked(tmp_path: Path) -> None:
@@ -260,12 +256,9 @@ def test_lines_measured_outside_the_declared_env_are_marked(tmp_path: Path) -> N
     inside = line("d-torch", "w1", 2.0)
     inside["context"]["env_check"] = {"matches": True, "missing": [], "different": []}
     _, summary = summarize([write(tmp_path / "r.jsonl", [outside, inside])])
-    entries = {
-        s["solution"]: s for s in summary["definitions"]["d"]["devices"][MODEL_A]["solutions"]
-    }
-    assert entries["d-fast"]["declared_env_check"]["matches"] is False
-    assert entries["d-torch"]["declared_env_check"]["matches"] is True
-    text = render_markdown(summary, preferred_solutions(summary), [], "envaudit merge", "now")
+    checks = [entry(summary, name).declared_env_check for name in ("d-fast", "d-torch")]
+    assert [c.matches if c is not None else None for c in checks] == [False, True]
+    text = render_markdown(summary, preferred_solutions(summary), [], "envaudit merge")
     assert "not the declared env: missing tilelang==0.1.15; tilelang 0.1.15 -> 0.1.12" in text
 
 
@@ -305,27 +298,33 @@ def test_equal_timestamps_keep_the_line_read_last(tmp_path: Path) -> None:
     assert [ln.source for ln in merged.lines] == [f"{both}:2"]
 
 
-def test_a_solution_run_in_two_envs_with_repeats_gets_a_ratio_with_an_interval(
-    tmp_path: Path,
-) -> None:
-    """The repeats merge drops from `lines` still feed the comparison; the declared env is the
-    numerator; a single run per env, or one env only, gives no comparison."""
+def test_a_solution_run_in_two_envs_is_compared_by_the_one_rule(tmp_path: Path) -> None:
+    """The newest line of each env per workload, by the one comparison rule (the floor,
+    widened by the repeats' scatter where it is wider: the repeats merge drops from `lines`
+    still count); the declared env is the numerator. One run per env is compared too (the
+    floor stands in for the scatter it cannot show); one env only is not."""
     from envaudit.report.markdown import render_markdown
 
     rounds = []
-    for i, (declared_ms, other_ms) in enumerate([(0.95, 1.0), (0.96, 1.01), (0.95, 0.99)]):
+    for i, (declared_ms, other_ms) in enumerate([(0.80, 1.0), (0.81, 1.01), (0.80, 0.99)]):
         stamp = f"2026-11-30T1{i}:00:00+00:00"
         rounds.append(line("d-fast", "w1", declared_ms, env="fast-env", stamp=stamp))
         rounds.append(line("d-fast", "w1", other_ms, env="slow-env", stamp=stamp))
-    rounds.append(line("d-torch", "w1", 2.0))  # one env only
+    rounds.append(line("d-fast", "w2", 1.0, env="fast-env"))  # one env only: not compared
+    rounds.append(line("d-torch", "w1", 2.0))
     rounds.append(line("d-torch", "w1", 2.0, env="other", stamp="2026-11-30T11:00:00+00:00"))
     merged, summary = summarize([write(tmp_path / "r.jsonl", rounds)])
-    assert merged.repeats == 4 and len(merged.runs) == 8
-    [found] = summary["env_comparisons"]
-    assert (found["solution"], found["base"], found["other"]) == ("d-fast", "slow-env", "fast-env")
-    [row] = found["workloads"]
-    assert row["runs"] == [3, 3] and 0.94 < row["ratio"] < 0.97 and not row["within_noise"]
-    text = render_markdown(summary, preferred_solutions(summary), [], "envaudit merge", "now")
+    assert merged.repeats == 4 and len(merged.runs) == 9
+    fast, torch = summary.env_comparisons
+    assert (fast.solution, fast.base, fast.other) == ("d-fast", "slow-env", "fast-env")
+    [row] = fast.workloads
+    assert row.runs == [3, 3] and row.modes == "graph/graph"
+    assert math.isclose(row.ratio.value, 0.80 / 0.99) and row.ratio.within_noise is False
+    assert fast.geomean.value == row.ratio.value and fast.geomean.ci95 == row.ratio.ci95
+    assert (torch.solution, torch.base, torch.other) == ("d-torch", "other", "torch-2.11-cu130")
+    assert torch.geomean.value == 1.0 and torch.geomean.within_noise is True
+    assert [r.runs for r in torch.workloads] == [[1, 1]]
+    text = render_markdown(summary, preferred_solutions(summary), [], "envaudit merge")
     assert "## Environment comparisons" in text and "fast-env faster" in text
 
 

@@ -16,6 +16,7 @@ import pytest
 from envaudit.report.merge import merge_files
 from envaudit.report.plots import FAIL_COLOUR, NOT_RUN_COLOUR, short_gpu, write_plots
 from envaudit.report.summary import SolutionInfo, build_summary
+from envaudit.schema.summary import Summary
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED_RESULTS = REPO / "docs" / "results" / "h100"
@@ -29,6 +30,7 @@ def row(label: str | None, uuid: str, status: str = "PASSED", **extra: Any) -> d
     return {
         "label": label,
         "uuid": uuid,
+        "device": "GPU-aaaaaaaa",
         "status": status,
         "eager_median_ms": 1.0,
         "graph_median_ms": None,
@@ -48,13 +50,19 @@ def entry(name: str, baseline: bool, rows: list[dict[str, Any]], **extra: Any) -
         "baseline": baseline,
         "env": extra.get("env", "torch-2.11-cu130"),
         "geomean_speedup": {"primary": extra.get("geomean")},
+        "workloads": {"total": len(rows), "passed": sum(r["status"] == "PASSED" for r in rows)},
         "roofline_fraction_median": fractions[len(fractions) // 2] if fractions else None,
         "per_workload": rows,
     }
 
 
-def hand_made_summary() -> dict[str, Any]:
-    """toy_op: a baseline and a candidate that fails one workload; solo_op: a baseline only."""
+def hand_made_summary() -> Summary:
+    return Summary.model_validate(hand_made())
+
+
+def hand_made() -> dict[str, Any]:
+    """toy_op: a baseline and a candidate that fails one workload; solo_op: a baseline only (as
+    summary.json holds it)."""
     base = entry(
         "toy_op-torch",
         True,
@@ -81,10 +89,11 @@ def hand_made_summary() -> dict[str, Any]:
             "solo_op": {"baseline": "solo_op-torch", "devices": {GPU: {"solutions": [solo]}}},
         },
         "devices": {GPU: {"name": "NVIDIA H100 80GB HBM3"}},
+        "lines": 7,
     }
 
 
-def shipped_summary() -> dict[str, Any]:
+def shipped_summary() -> Summary:
     """The summary of the shipped H100 lines, built the way the report builds it."""
     merged = merge_files(sorted(SHIPPED_RESULTS.glob("*.jsonl")))
     solutions = {}
@@ -100,13 +109,13 @@ def shipped_summary() -> dict[str, Any]:
     return build_summary(merged, solutions, definitions)
 
 
-def expected_speedup_stems(summary: dict[str, Any]) -> set[str]:
+def expected_speedup_stems(summary: Summary) -> set[str]:
     stems = set()
-    for definition, block in summary["definitions"].items():
-        for device, dblock in block["devices"].items():
+    for definition, block in summary.definitions.items():
+        for device, dblock in block.devices.items():
             if any(
-                not e["baseline"] and any(r["speedup_primary"] for r in e["per_workload"])
-                for e in dblock["solutions"]
+                not e.baseline and any(r.speedup_primary for r in e.per_workload)
+                for e in dblock.solutions
             ):
                 stems.add(f"{definition}.{short_gpu(device)}")
     return stems
@@ -148,14 +157,15 @@ def test_failed_workload_is_a_marked_gap(tmp_path: Path) -> None:
     assert "failed or not compared" in svg
 
 
-def with_a_partial_solution(summary: dict[str, Any]) -> dict[str, Any]:
+def with_a_partial_solution() -> Summary:
     """hand_made_summary plus toy_op-cuda, which ran "small" only (with an interval): the other
     two workloads are not run, not failed; and an interval on toy_op-triton's "small"."""
+    summary = hand_made()
     solutions = summary["definitions"]["toy_op"]["devices"][GPU]["solutions"]
     solutions[1]["per_workload"][0]["speedup_ci95"] = [3.3, 3.7]
     partial = row("small", "aaaaaaaa-1", speedup=2.0, ci=[1.9, 2.1])
     solutions.append(entry("toy_op-cuda", False, [partial], geomean=2.0))
-    return summary
+    return Summary.model_validate(summary)
 
 
 def drawn_style(svg: str, gid: str) -> str:
@@ -168,7 +178,7 @@ def drawn_style(svg: str, gid: str) -> str:
 
 
 def test_speedup_bars_carry_their_95_percent_interval(tmp_path: Path) -> None:
-    write_plots(with_a_partial_solution(hand_made_summary()), tmp_path)
+    write_plots(with_a_partial_solution(), tmp_path)
     svg = (tmp_path / "plots" / f"toy_op.{TAG}.svg").read_text()
     # workloads in (label, uuid) order: cccccccc-3 (no label), large, small
     assert 'id="ci-0-2"' in svg and 'id="ci-1-2"' in svg  # "small" has an interval, both bars
@@ -178,7 +188,7 @@ def test_speedup_bars_carry_their_95_percent_interval(tmp_path: Path) -> None:
 
 
 def test_not_run_is_drawn_neutral_and_apart_from_a_failure(tmp_path: Path) -> None:
-    write_plots(with_a_partial_solution(hand_made_summary()), tmp_path)
+    write_plots(with_a_partial_solution(), tmp_path)
     svg = (tmp_path / "plots" / f"toy_op.{TAG}.svg").read_text()
     assert svg.count('id="failed-') == 1 and 'id="failed-0-1"' in svg  # triton's RUNTIME_ERROR
     assert svg.count('id="notrun-') == 2  # cuda never ran cccccccc-3 nor large
@@ -202,8 +212,8 @@ def test_roofline_lists_every_solution_with_a_fraction(tmp_path: Path) -> None:
 
 def test_rerun_is_byte_identical_and_leaves_rcparams_alone(tmp_path: Path) -> None:
     before = dict(matplotlib.rcParams)
-    first = write_plots(with_a_partial_solution(hand_made_summary()), tmp_path / "a")
-    second = write_plots(with_a_partial_solution(hand_made_summary()), tmp_path / "b")
+    first = write_plots(with_a_partial_solution(), tmp_path / "a")
+    second = write_plots(with_a_partial_solution(), tmp_path / "b")
     assert [p.name for p in first] == [p.name for p in second]
     for a, b in zip(first, second, strict=True):
         assert a.read_bytes() == b.read_bytes(), a.name
@@ -222,7 +232,7 @@ def test_shipped_results_give_one_figure_per_definition_and_gpu(tmp_path: Path) 
     assert speedup_stems  # the shipped lines do carry non-baseline speedups
     assert not any(s.startswith("dense_attention_h16_d72.") for s in stems)  # baseline only
     assert {s for s in stems if s.startswith("roofline.")} == {
-        f"roofline.{short_gpu(model)}" for model in summary["devices"]
+        f"roofline.{short_gpu(model)}" for model in summary.devices
     }
     assert len(written) == 2 * len(stems)
     for path in written:

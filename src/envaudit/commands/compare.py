@@ -59,6 +59,10 @@ class CompareResult:
     def summary_line(self) -> str:
         return self.comparison.summary_line()
 
+    def geomean_lines(self) -> list[str]:
+        """Each solution's geometric mean of after/before with its interval and verdict."""
+        return [comparing.geomean_line(geo) for geo in self.comparison.geomeans]
+
     def markdown(self) -> str:
         return comparing.render_markdown(self.comparison)
 

@@ -9,7 +9,8 @@ from pathlib import Path
 from envaudit.errors import EnvauditError
 from envaudit.lock.diff import diff_locks
 from envaudit.lock.history import find_lock, stand_in_notes
-from envaudit.report.build import LockNotes, build_report
+from envaudit.report.build import build_report
+from envaudit.report.summary import LockNotes
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from envaudit.commands.environments import MakeEnv
 from envaudit.dataset.solutions import (
@@ -37,6 +36,7 @@ from envaudit.lock.history import (
     run_git,
 )
 from envaudit.report.side_by_side import (
+    RunComparison,
     as_json,
     compare_runs,
     read_recorded,
@@ -378,7 +378,7 @@ class ReproduceOutcome:
     that say where each part of the rerun came from; it renders as text or JSON and gives the
     exit code (0 reproduced within noise, 1 not)."""
 
-    comparison: dict[str, Any]
+    comparison: RunComparison
     notes: list[str]
 
     @property

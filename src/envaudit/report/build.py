@@ -15,10 +15,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel
 
 from envaudit.dataset.interfaces import load_interfaces
 from envaudit.dataset.solutions import SolutionIndexError, index_solutions, solution_roots
@@ -34,7 +36,7 @@ from envaudit.report.merge import (
     render_results,
 )
 from envaudit.report.plots import render_plots
-from envaudit.report.summary import SolutionInfo, build_summary
+from envaudit.report.summary import LockNotes, SolutionInfo, build_summary
 from envaudit.report.traces import render_traces, trace_to_line
 from envaudit.schema.names import check_under, name_problem, shown
 from envaudit.schema.paths import (
@@ -45,6 +47,7 @@ from envaudit.schema.paths import (
     write_text_atomically,
 )
 from envaudit.schema.results import now_iso
+from envaudit.schema.summary import ReproduceFrom
 
 INPUTS_HINT = (
     "merge takes the result files (.jsonl) that `envaudit run --report` and `envaudit audit"
@@ -62,23 +65,6 @@ class ReportError(EnvauditError):
 class ReportOutcome:
     merged: MergeResult
     written: list[Path]
-
-
-StandIns = Callable[[Iterable[str]], Mapping[str, list[str]]]
-"""closure hashes -> what each one's lock builds in place of unreachable pins (the caller reads
-the locks: lock.history.stand_in_notes)."""
-LockDifferences = Callable[[str, str], list[str] | None]
-"""(closure A, closure B) -> every item their locks differ in, in words; None where either lock
-cannot be found."""
-
-
-@dataclass(frozen=True)
-class LockNotes:
-    """What the report says of the locks behind its closures. The report layer reads no lock:
-    the command that makes the report reads them (commands/merge.py)."""
-
-    stand_ins: StandIns
-    differences: LockDifferences
 
 
 def build_report(
@@ -170,41 +156,43 @@ def render_report(
         name: d.definition.model_dump(mode="json") for name, d in traceset.definitions.items()
     }
     workloads = {w.uuid: w.trace.workload.model_dump(mode="json") for w in traceset.workloads}
-    interfaces = [i.model_dump(mode="json") for _, i in sorted(load_interfaces(data_root).items())]
-    summary = build_summary(merged, solutions, definitions)
-    summary["reproduce_from"] = {
-        "results": _as_given(out / "results.jsonl"),
-        "data_root": _as_given(data_root),
-        "solutions_root": _as_given(solutions_root),
-    }
-    closures = {str(env["closure_hash"]) for env in summary["environments"]}
-    notes = locks.stand_ins(closures) if locks is not None else {}
-    for env in summary["environments"]:
-        env["stand_in"] = list(notes.get(str(env["closure_hash"]), []))
-    if locks is not None:
-        _lock_differences(summary, locks.differences)
+    interfaces = [i for _, i in sorted(load_interfaces(data_root).items())]
+    generated_at = now_iso()
+    reproduce_from = ReproduceFrom(
+        results=_as_given(out / "results.jsonl"),
+        data_root=_as_given(data_root),
+        solutions_root=_as_given(solutions_root),
+    )
+    summary = build_summary(merged, solutions, definitions, locks, reproduce_from, generated_at)
     suites = {name: suite.workloads for name, suite in traceset.suites.items()}
-    preferred = preferred_solutions(summary, suites)
+    preferred = preferred_solutions(summary, suites, generated_at)
     try:
         traces = render_traces(merged.lines, solutions, definitions, workloads, out)
     except ValueError as exc:
         raise ReportError(str(exc), exit_code=1, hint="nothing was written") from exc
-    generated_at = now_iso()
     results = render_results(merged.lines, merged.runs)
     files: dict[Path, str | bytes] = {out / "results.jsonl": results}
-    for name, payload in (
-        ("summary.json", {"generated_at": generated_at, **summary}),
-        ("preferred-solutions.json", {"generated_at": generated_at, **preferred}),
-        ("interfaces.json", {"interfaces": interfaces}),
-    ):
-        files[out / name] = json.dumps(payload, indent=1, sort_keys=True) + "\n"
-    markdown = render_markdown(summary, preferred, interfaces, command, generated_at)
-    files[out / "performance.md"] = markdown
+    files[out / "summary.json"] = _json(summary)
+    files[out / "preferred-solutions.json"] = _json(preferred)
+    files[out / "interfaces.json"] = (
+        json.dumps(
+            {"interfaces": [i.model_dump(mode="json") for i in interfaces]},
+            indent=1,
+            sort_keys=True,
+        )
+        + "\n"
+    )
+    files[out / "performance.md"] = render_markdown(summary, preferred, interfaces, command)
     plots = render_plots(summary, out)
     files.update(plots)
-    files[out / "report.html"] = render_html(summary, preferred, plots, out, command, generated_at)
+    files[out / "report.html"] = render_html(summary, preferred, plots, out, command, interfaces)
     files.update(traces)
     return files
+
+
+def _json(model: BaseModel) -> str:
+    """A summary file as committed: every field, keys sorted, one space of indent."""
+    return json.dumps(model.model_dump(mode="json"), indent=1, sort_keys=True) + "\n"
 
 
 def _confine(files: Mapping[Path, object], out: Path) -> None:
@@ -293,18 +281,3 @@ def _as_given(path: Path) -> str:
         return path.relative_to(Path.cwd()).as_posix()
     except ValueError:
         return path.as_posix()
-
-
-def _lock_differences(summary: dict[str, Any], differences: LockDifferences) -> None:
-    """Each environment comparison says what its two envs' locks differ in (`differ_in`), so
-    the report states what the comparison is of (FlashMLA 13.1 against 13.3: nvcc only)."""
-    closures: dict[str, set[str]] = {}
-    for env in summary["environments"]:
-        closures.setdefault(str(env["env"]), set()).add(str(env["closure_hash"]))
-    for item in summary["env_comparisons"]:
-        base, other = (
-            closures.get(str(item["base"]), set()),
-            closures.get(str(item["other"]), set()),
-        )
-        if len(base) == 1 and len(other) == 1:
-            item["differ_in"] = differences(next(iter(base)), next(iter(other)))

@@ -17,7 +17,11 @@ arithmetic in report/intervals.py, the report's one comparison rule): each line'
 where it has one, else its eager median (`mode` names both when they differ); each median's
 uncertainty is its within-run standard error plus the run-to-run floor of its kind of figure
 (1.6% for graph replays on one card, so one run per side gives about +-4.5%, and 6.3% across
-cards; far wider for a host-bound or eager-only figure, whose caveat the pair's notes carry).
+cards; far wider for a host-bound or eager-only figure, whose caveat the pair's notes carry),
+or the scatter of the side's repeated runs of the pair where that is wider. Per solution, the
+geometric mean of after/before over its timed pairs, with its interval (`geomeans`): with
+`--across-envs` on the same lines, the numbers and verdicts of the report's environment
+comparison.
 
 Verdicts, with T = threshold_pct / 100:
 - "slower": the interval lies wholly above 1 + T; "faster": wholly below 1 - T;
@@ -52,8 +56,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from envaudit.errors import EXIT_FAILED, EXIT_OK, EnvauditError
+from envaudit.report.intervals import geomean_ratio, observed_of
 from envaudit.report.merge import UnreadableInputs, merge_files
-from envaudit.report.side_by_side import compare_runs
+from envaudit.report.side_by_side import run_timing
+from envaudit.report.summary import gpu_model_of
 from envaudit.report.traces import trace_to_line
 from envaudit.schema.result_line import ResultLine
 from envaudit.schema.results import newest_per_key
@@ -113,6 +119,9 @@ class Side:
     findings: list[str] = field(default_factory=list)
     older: int = 0
     """Lines left out because a newer line of the same pair key was read."""
+    observed: dict[PairKey, float | None] = field(default_factory=dict)
+    """The scatter of each pair key's repeated runs (those of the counted line's closure and
+    GPU model), as the report widens an interval by it (report/intervals.py `observed_of`)."""
 
 
 @dataclass
@@ -139,6 +148,25 @@ class Pair:
     source: list[str | None] = field(default_factory=lambda: [None, None])
     flags: list[list[str]] = field(default_factory=lambda: [[], []])
     """The judge's timing flags of each line (empty where it trusted the time)."""
+    log_variance: float | None = None
+    """The variance of log `ratio` (what its interval and the geometric mean stand on)."""
+
+
+@dataclass
+class GeomeanRow:
+    """One solution's geometric mean of after/before over its pairs both sides timed (PASSED,
+    unflagged), with its 95% interval: the one comparison rule's aggregate, as the report's
+    environment comparison gives it."""
+
+    definition: str
+    solution: str
+    env: list[str | None]
+    """[before, after] (one env each when pairing across envs)."""
+    workloads: int
+    ratio: float
+    ci95: list[float] | None
+    within_noise: bool | None
+    verdict: str
 
 
 @dataclass
@@ -150,6 +178,8 @@ class Comparison:
     pairs: list[Pair]
     counts: dict[str, int]
     notes: list[str]
+    geomeans: list[GeomeanRow] = field(default_factory=list)
+    """Per solution; informational: the exit code is the pairs'."""
 
     @property
     def exit_code(self) -> int:
@@ -183,7 +213,19 @@ def read_side(spec: Path, across_envs: bool = False, accept_newer: bool = False)
     lines = newest_per_key(  # over every line read, in file order
         merged.runs, lambda line: pair_key(line, across_envs), lambda line: line.instant
     )
-    return Side(path, lines, findings, len(merged.runs) - len(lines))
+    runs: dict[PairKey, list[ResultLine]] = {}
+    for line in merged.runs:
+        runs.setdefault(pair_key(line, across_envs), []).append(line)
+    observed = {
+        key: observed_of(line, [r for r in runs[key] if _same_group(r, line)])
+        for key, line in lines.items()
+    }
+    return Side(path, lines, findings, len(merged.runs) - len(lines), observed)
+
+
+def _same_group(run: ResultLine, line: ResultLine) -> bool:
+    """Runs of one measurement, as the report groups them: one closure, one GPU model."""
+    return (run.closure_hash, gpu_model_of(run)) == (line.closure_hash, gpu_model_of(line))
 
 
 def _result_file(spec: Path) -> Path:
@@ -228,7 +270,12 @@ def compare_sides(
             f"--threshold must be a percentage from 0 to under 100, got {threshold_pct}"
         )
     pairs = [
-        make_pair(before.lines.get(key), after.lines.get(key), threshold_pct)
+        make_pair(
+            before.lines.get(key),
+            after.lines.get(key),
+            threshold_pct,
+            (before.observed.get(key), after.observed.get(key)),
+        )
         for key in sorted(before.lines.keys() | after.lines.keys())
     ]
     pairs.sort(key=lambda p: (ORDER.index(p.verdict), p.definition, p.solution, _row(p)))
@@ -240,15 +287,54 @@ def compare_sides(
         pairs=pairs,
         counts=counts_of(pairs),
         notes=_notes(before, after, pairs, threshold_pct, across_envs),
+        geomeans=geomeans(pairs, threshold_pct),
     )
+
+
+def geomeans(pairs: Iterable[Pair], threshold_pct: float) -> list[GeomeanRow]:
+    """Per (definition, solution, envs): the geometric mean of after/before over the pairs
+    with a time both sides' judges trusted (report/intervals.py `geomean_ratio`)."""
+    groups: dict[tuple[str, str, str | None, str | None], list[Pair]] = {}
+    for pair in pairs:
+        timed = pair.verdict in ("faster", "slower", "within noise") and pair.ratio is not None
+        if timed and pair.log_variance is not None and not pair.flags[0]:
+            key = (pair.definition, pair.solution, pair.env[0], pair.env[1])
+            groups.setdefault(key, []).append(pair)
+    rows = []
+    for (definition, solution, *envs), found in sorted(groups.items(), key=lambda i: str(i[0])):
+        ratio = geomean_ratio(
+            [float(p.ratio or 0.0) for p in found], [float(p.log_variance or 0.0) for p in found]
+        )
+        if ratio is None:
+            continue
+        rows.append(
+            GeomeanRow(
+                definition=definition,
+                solution=solution,
+                env=list(envs),
+                workloads=len(found),
+                ratio=ratio.value,
+                ci95=ratio.ci95,
+                within_noise=ratio.within_noise,
+                verdict=verdict("PASSED", "PASSED", ratio.ci95, threshold_pct),
+            )
+        )
+    return rows
 
 
 def _row(pair: Pair) -> tuple[str, str, str]:
     return (pair.label or pair.workload, pair.workload, env_text(pair))
 
 
-def make_pair(before: ResultLine | None, after: ResultLine | None, threshold_pct: float) -> Pair:
-    """One pair's figures and verdict; one of the lines may be None (missing)."""
+def make_pair(
+    before: ResultLine | None,
+    after: ResultLine | None,
+    threshold_pct: float,
+    observed: tuple[float | None, float | None] = (None, None),
+) -> Pair:
+    """One pair's figures and verdict; one of the lines may be None (missing). `observed`:
+    the scatter of each side's repeated runs of the pair, which widens the interval where it
+    is wider than the floor."""
     either = before if before is not None else after
     assert either is not None
     pair = Pair(
@@ -269,16 +355,18 @@ def make_pair(before: ResultLine | None, after: ResultLine | None, threshold_pct
             pair.verdict = "lost"
         return pair
     pair.gpu_differs = pair.gpu[0] != pair.gpu[1]
-    timing = compare_runs(before, after).get("timing")
+    timing = run_timing(before, after, observed)
     if timing is not None:
-        pair.mode = timing["mode"]
-        pair.median_ms = [float(v) for v in timing["median_ms"]]
-        pair.ratio = float(timing["ratio_now_then"])
-        pair.ci95 = [float(v) for v in timing["ci95"]] if timing["ci95"] else None
-        then, now = str(timing["modes"]).split("/")
-        if then != now:
-            pair.notes.append(f"timed differently: {then} before, {now} after")
-        pair.notes += list(timing.get("caveats") or [])
+        pair.mode = timing.mode
+        pair.median_ms = [float(v) for v in timing.median_ms]
+        pair.ratio = timing.ratio_now_then
+        pair.ci95 = list(timing.ci95)
+        pair.log_variance = timing.log_variance
+        if timing.modes_then != timing.modes_now:
+            pair.notes.append(
+                f"timed differently: {timing.modes_then} before, {timing.modes_now} after"
+            )
+        pair.notes += timing.caveats
     if pair.gpu_differs:
         pair.notes.append(f"GPU model differs: {pair.gpu[0]} before, {pair.gpu[1]} after")
     pair.verdict = verdict(pair.status[0], pair.status[1], pair.ci95, threshold_pct)
@@ -385,6 +473,7 @@ def as_dict(comparison: Comparison) -> dict[str, Any]:
         },
         "notes": comparison.notes,
         "pairs": [asdict(p) for p in comparison.pairs],
+        "geomeans": [asdict(g) for g in comparison.geomeans],
     }
 
 
@@ -439,12 +528,39 @@ def render_markdown(comparison: Comparison) -> str:
             pair.mode or "–",
         )
         rows.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    if comparison.geomeans:
+        rows += [
+            "",
+            "| solution | env | workloads | geometric mean after/before [95% interval] | verdict |",
+            "|---|---|---:|---|---|",
+        ]
+        for geo in comparison.geomeans:
+            shown = [geo.solution, _envs(geo.env), str(geo.workloads), geomean_text(geo)]
+            rows.append("| " + " | ".join(_cell(c) for c in [*shown, geo.verdict]) + " |")
     return "\n".join(rows) + "\n"
+
+
+def geomean_text(geo: GeomeanRow) -> str:
+    """`0.9946 [0.9681, 1.0218]`: the geometric mean of after/before with its interval."""
+    bounds = f" [{geo.ci95[0]:.4f}, {geo.ci95[1]:.4f}]" if geo.ci95 else ""
+    return f"{geo.ratio:.4f}{bounds}"
+
+
+def geomean_line(geo: GeomeanRow) -> str:
+    """One line for the terminal: whose geometric mean, over how many pairs, and its verdict."""
+    return (
+        f"geometric mean {geo.solution} ({_envs(geo.env)}), {geo.workloads} workloads:"
+        f" after/before {geomean_text(geo)}, {geo.verdict}"
+    )
+
+
+def _envs(envs: Sequence[str | None]) -> str:
+    return " → ".join(dict.fromkeys(e for e in envs if e)) or "–"
 
 
 def env_text(pair: Pair) -> str:
     """One env, or `before → after` when the pair was made across envs."""
-    return " → ".join(dict.fromkeys(e for e in pair.env if e)) or "–"
+    return _envs(pair.env)
 
 
 def _cell(text: str) -> str:

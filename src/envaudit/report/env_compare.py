@@ -1,5 +1,14 @@
-"""One solution's time in two environments, with a 95% confidence interval from repeated runs.
+"""One solution's time in two environments: the report's comparison, and a Welch t interval over
+many repeated runs for scripts/env_ratio.py.
 
+The report (`env_comparisons`) compares two environments by its one comparison rule
+(report/intervals.py `ratio_of`, as the speedups, at a glance and `envaudit compare
+--across-envs` do): the newest line of each env per workload, each figure's floor widened by its
+group's own scatter, and the geometric mean with its interval; so the environment comparison,
+the choice between the two envs at a glance and `compare --across-envs` give one verdict.
+
+The rest of this module is scripts/env_ratio.py's, for a question the floor cannot answer: with
+many alternated runs of both builds, is a difference smaller than the run-to-run floor real?
 The question FlashMLA built with nvcc 13.1 and 13.3 asks: same source, same harness, same GPU,
 only the compiler differs; is one build faster, and by more than the run-to-run noise? A single
 pair of medians cannot say (two runs of one build differ by a percent or more), so the answer
@@ -43,18 +52,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from envaudit.report.intervals import holds_one
+from envaudit.report.intervals import Speedup, geomean_of, holds_one, ratio_of
 from envaudit.schema.result_line import ResultLine
+from envaudit.schema.summary import EnvComparison, EnvWorkload, Figure, Ratio
 
 MIN_RUNS = 2
 CONFIDENCE = 0.95
-
-INTERVAL_METHOD = (
-    "Ratios are of geometric means over runs; each 95% interval is Welch's t interval on the log"
-    " run medians (Welch-Satterthwaite degrees of freedom, also for the geometric mean over"
-    " workloads), which assumes each environment's log run medians roughly normal and its runs"
-    " and workloads independent."
-)
 
 # workload label -> timing mode -> one median per run
 RunMedians = dict[str, dict[str, list[float]]]
@@ -302,44 +305,92 @@ def env_comparisons(
     lines: Iterable[ResultLine],
     declared: Mapping[str, str | None],
     group_of: Callable[[ResultLine], str],
-) -> list[dict[str, Any]]:
-    """Every solution measured in two or more envs on one GPU model, with at least MIN_RUNS
-    repeated runs of a common workload in each: the declared env against each other env
-    (ratio declared/other; below 1 the declared env is faster). `declared` maps solution ->
-    its declared env; `group_of(line)` names the GPU model a line belongs to."""
-    runs: dict[tuple[str, str, str], list[ResultLine]] = defaultdict(list)
+    figure: Callable[[ResultLine], Figure | None],
+    number: Callable[[ResultLine], int | None],
+    runs: Callable[[ResultLine], int],
+    differ_in: Callable[[str, str], list[str] | None],
+) -> list[EnvComparison]:
+    """Every solution measured in two or more envs on one GPU model, by the report's one
+    comparison rule (report/intervals.py `ratio_of`): per workload both envs passed, the newest
+    line of each env (`lines`: the newest per key), OTHER's figure over BASE's with its 95%
+    interval (each figure's floor, widened by its group's own scatter where repeated runs show
+    a wider one), and the geometric mean with its interval. The declared env is OTHER, each
+    other env a BASE (below 1 the declared env is faster). A line whose time the judge flagged
+    is left out. `figure(line)` is the figure with its group's scatter, `number(line)` its
+    results line, `runs(line)` the lines read of its group, `differ_in(a, b)` what the two
+    envs' locks differ in."""
+    newest: dict[tuple[str, str, str], dict[str, ResultLine]] = defaultdict(dict)
     for line in lines:
-        runs[(line.solution, group_of(line), str(line.context.env or ""))].append(line)
+        side = newest[(line.solution, group_of(line), str(line.context.env or ""))]
+        held = side.get(line.workload.uuid)
+        if held is None or (line.timestamp or "") > (held.timestamp or ""):
+            side[line.workload.uuid] = line
     envs_of: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for solution, model, env in sorted(runs):
+    for solution, model, env in sorted(newest):
         envs_of[(solution, model)].append(env)
     found = []
     for (solution, model), envs in sorted(envs_of.items()):
         if len(envs) < 2:
             continue
-        other = declared.get(solution)
-        other = other if other in envs else envs[-1]
+        wanted = declared.get(solution)
+        other = wanted if wanted in envs else envs[-1]
         for base in (e for e in envs if e != other):
-            medians = (
-                run_medians(runs[(solution, model, base)]),
-                run_medians(runs[(solution, model, other)]),
-            )
-            result = compare(*_repeated(*medians))
-            if result["geomean"] is not None:
-                found.append(
-                    {"solution": solution, "gpu_model": model, "base": base, "other": other}
-                    | result
+            sides = newest[(solution, model, base)], newest[(solution, model, other)]
+            rows, ratios = _workloads(sides, (base, other), figure, number, runs)
+            geo = geomean_of(ratios)
+            if geo is None:
+                continue
+            found.append(
+                EnvComparison(
+                    solution=solution,
+                    gpu_model=model,
+                    base=base,
+                    other=other,
+                    workloads=rows,
+                    geomean=geo,
+                    differ_in=differ_in(base, other),
                 )
+            )
     return found
 
 
-def _repeated(base: RunMedians, other: RunMedians) -> tuple[RunMedians, RunMedians]:
-    """Only the workloads with MIN_RUNS runs or more on both sides, in the mode compared."""
-    keep_base: RunMedians = {}
-    keep_other: RunMedians = {}
-    for label in set(base) & set(other):
-        mode = _mode(base[label], other[label])
-        if mode and min(len(base[label][mode]), len(other[label][mode])) >= MIN_RUNS:
-            keep_base[label] = {mode: base[label][mode]}
-            keep_other[label] = {mode: other[label][mode]}
-    return keep_base, keep_other
+def _workloads(
+    sides: tuple[Mapping[str, ResultLine], Mapping[str, ResultLine]],
+    names: tuple[str, str],
+    figure: Callable[[ResultLine], Figure | None],
+    number: Callable[[ResultLine], int | None],
+    runs: Callable[[ResultLine], int],
+) -> tuple[list[EnvWorkload], list[Speedup]]:
+    """Per workload both sides passed with an unflagged figure: OTHER/BASE by `ratio_of`."""
+    rows, ratios = [], []
+    common = sorted(
+        set(sides[0]) & set(sides[1]),
+        key=lambda u: (str(sides[0][u].workload.label or ""), u),
+    )
+    for uuid in common:
+        base, other = sides[0][uuid], sides[1][uuid]
+        if not (base.passed and other.passed) or _flagged(base) or _flagged(other):
+            continue
+        figures = figure(base), figure(other)
+        if figures[0] is None or figures[1] is None:
+            continue
+        # time OTHER / time BASE is the speedup of BASE's line over OTHER's as the base
+        ratio = ratio_of(figures[0], figures[1], names=names)
+        ratios.append(ratio)
+        rows.append(
+            EnvWorkload(
+                workload=str(base.workload.label or uuid[:8]),
+                modes=ratio.modes,
+                runs=[runs(base), runs(other)],
+                results_lines=[number(base), number(other)],
+                ratio=Ratio(
+                    value=ratio.value, ci95=list(ratio.ci95), within_noise=ratio.within_noise
+                ),
+                caveats=list(ratio.caveats),
+            )
+        )
+    return rows, ratios
+
+
+def _flagged(line: ResultLine) -> bool:
+    return bool(line.timing is not None and line.timing.flags)

@@ -12,32 +12,117 @@ be linked (and tested in a headless browser).
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import jinja2
 
 from envaudit.report.glance import (
+    ENV_COMPARISON_INTRO,
+    SPEEDUP_RULE,
+    EnvRow,
+    GlanceRow,
     choice_rows,
+    differ_in_text,
+    env_rows,
+    interface_rows,
+    interval_caption,
     interval_text,
     plain_text,
     reproduce_command,
     short_name,
     speedup_text,
+    stand_in_notes,
 )
 from envaudit.report.plots import speedup_plot
+from envaudit.schema.interfaces import Interface
+from envaudit.schema.summary import (
+    DefinitionBlock,
+    EnvComparison,
+    Preferred,
+    SolutionBlock,
+    Summary,
+    WorkloadRow,
+)
 
 TEMPLATE = "report.html.j2"
 
 
+@dataclass(frozen=True)
+class ModelView:
+    """At a glance for one GPU model."""
+
+    name: str
+    cards: list[str]
+    rows: list[GlanceRow]
+
+
+@dataclass(frozen=True)
+class SolutionView:
+    name: str
+    full_name: str
+    env: str
+    baseline: bool
+    passed: int
+    total: int
+    failed: str
+    speedup: float | None
+    speedup_text: str
+    compared: int
+    roofline: float | None
+    provenance: str
+
+
+@dataclass(frozen=True)
+class RowView:
+    workload: str
+    uuid: str
+    solution: str
+    status: str
+    flags: str
+    graph_ms: float | None
+    eager_ms: float | None
+    speedup: float | None
+    ci: str
+    modes: str | None
+    caveats: str
+    provenance: str
+    reproduce: str
+
+
+@dataclass(frozen=True)
+class DeviceView:
+    name: str
+    plot: str | None
+    solutions: list[SolutionView]
+    rows: list[RowView]
+
+
+@dataclass(frozen=True)
+class DefinitionView:
+    name: str
+    baseline: str | None
+    devices: list[DeviceView]
+
+
+@dataclass(frozen=True)
+class EnvComparisonView:
+    title: str
+    differ_in: str
+    gpu_model: str
+    ratio_name: str
+    runs_name: str
+    rows: list[EnvRow]
+
+
 def render_html(
-    summary: Mapping[str, Any],
-    preferred: Mapping[str, Any],
+    summary: Summary,
+    preferred: Preferred,
     plots: Mapping[Path, bytes],
     out: Path,
     command: str,
-    generated_at: str,
+    interfaces: Sequence[Interface] = (),
 ) -> str:
     environment = jinja2.Environment(
         loader=jinja2.PackageLoader("envaudit.report", "templates"),
@@ -48,63 +133,64 @@ def render_html(
     )
     template = environment.get_template(TEMPLATE)
     return template.render(
-        generated_at=generated_at,
+        generated_at=summary.generated_at,
         command=command,
-        lines=summary["lines"],
+        lines=summary.lines,
+        speedup_rule=SPEEDUP_RULE,
+        interval_caption=interval_caption(),
         models=_models(summary, preferred),
         definitions=[
             _definition(n, b, plots, out, lambda number: reproduce_command(summary, number))
-            for n, b in summary["definitions"].items()
+            for n, b in summary.definitions.items()
         ],
-        devices=summary["devices"],
-        environments=summary["environments"],
-        harness_hashes=summary["harness_hashes"],
-        rule=preferred["rule"],
+        devices=summary.devices,
+        environments=summary.environments,
+        stand_ins=stand_in_notes(summary),
+        harness_hashes=summary.harness_hashes,
+        env_intro=ENV_COMPARISON_INTRO,
+        env_comparisons=[_env_comparison(item) for item in summary.env_comparisons],
+        interfaces=interface_rows(interfaces),
+        rule=preferred.rule,
     )
 
 
-def _models(summary: Mapping[str, Any], preferred: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _models(summary: Summary, preferred: Preferred) -> list[ModelView]:
     """At a glance, per GPU model: one row per definition and comparison."""
-    models = sorted({m for b in summary["definitions"].values() for m in b["devices"]})
-    return [
-        {
-            "name": model,
-            "cards": summary["devices"].get(model, {}).get("uuids") or [],
-            "rows": [
-                row
-                for name, block in summary["definitions"].items()
-                if model in block["devices"]
-                for row in choice_rows(
-                    name, block["devices"][model], preferred["choices"][name][model]
-                )
-            ],
-        }
-        for model in models
-    ]
+    views = []
+    for model in summary.models():
+        device = summary.devices.get(model)
+        rows = [
+            row
+            for name, block in summary.definitions.items()
+            if model in block.devices
+            for row in choice_rows(name, block.devices[model], preferred.choices[name][model])
+        ]
+        views.append(ModelView(model, device.uuids if device is not None else [], rows))
+    return views
 
 
 def _definition(
     name: str,
-    block: Mapping[str, Any],
+    block: DefinitionBlock,
     plots: Mapping[Path, bytes],
     out: Path,
     reproduce: Callable[[int], str],
-) -> dict[str, Any]:
+) -> DefinitionView:
     devices = []
-    for model, dblock in block["devices"].items():
+    for model, dblock in block.devices.items():
         devices.append(
-            {
-                "name": model,
-                "plot": _inline_svg(plots, out, speedup_plot(name, model, dblock["solutions"])),
-                "solutions": [_solution(name, entry) for entry in dblock["solutions"]],
-                "rows": [
+            DeviceView(
+                name=model,
+                plot=_inline_svg(plots, out, speedup_plot(name, model, dblock.solutions)),
+                solutions=[_solution(name, entry) for entry in dblock.solutions],
+                rows=[
                     _row(name, entry, row, reproduce)
-                    for entry in dblock["solutions"]
-                    for row in entry["per_workload"]
+                    for entry in dblock.solutions
+                    for row in entry.per_workload
                 ],
-            }
+            )
         )
-    return {"name": name, "baseline": block["baseline"], "devices": devices}
+    return DefinitionView(name, block.baseline, devices)
 
 
 def _inline_svg(plots: Mapping[Path, bytes], out: Path, png: str | None) -> str | None:
@@ -117,65 +203,76 @@ def _inline_svg(plots: Mapping[Path, bytes], out: Path, png: str | None) -> str 
     return "data:image/svg+xml;base64," + base64.b64encode(data).decode("ascii")
 
 
-def _solution(definition: str, entry: Mapping[str, Any]) -> dict[str, Any]:
-    geo = entry["geomean_speedup"]
-    counts = entry["workloads"]
-    return {
-        "name": short_name(entry["solution"], definition),
-        "full_name": entry["solution"],
-        "env": entry["env"],
-        "baseline": entry["baseline"],
-        "passed": counts["passed"],
-        "total": counts["total"],
-        "failed": ", ".join(f"{k} {v}" for k, v in counts["failed"].items()),
-        "speedup": geo["primary"],
-        "speedup_text": speedup_text(geo["primary"], geo.get("primary_ci95"))
-        if geo["primary"] and not entry["baseline"]
-        else ("1.00x" if entry["baseline"] else "–"),
-        "compared": geo["workloads_compared"],
-        "roofline": entry["roofline_fraction_median"],
-        "provenance": _provenance(entry),
-    }
+def _solution(definition: str, entry: SolutionBlock) -> SolutionView:
+    geo = entry.geomean_speedup
+    counts = entry.workloads
+    if entry.baseline:
+        text = "1.00x"
+    else:
+        text = speedup_text(geo.primary, geo.primary_ci95) if geo.primary else "–"
+    return SolutionView(
+        name=short_name(entry.solution, definition),
+        full_name=entry.solution,
+        env=entry.env,
+        baseline=entry.baseline,
+        passed=counts.passed,
+        total=counts.total,
+        failed=", ".join(f"{k} {v}" for k, v in counts.failed.items()),
+        speedup=geo.primary,
+        speedup_text=text,
+        compared=geo.workloads_compared,
+        roofline=entry.roofline_fraction_median,
+        provenance=_provenance(entry),
+    )
 
 
 def _row(
-    definition: str,
-    entry: Mapping[str, Any],
-    row: Mapping[str, Any],
-    reproduce: Callable[[int], str],
-) -> dict[str, Any]:
-    number = row.get("results_line")
-    return {
-        "workload": plain_text(str(row["label"] or row["uuid"][:8])),
-        "uuid": row["uuid"],
-        "solution": short_name(entry["solution"], definition),
-        "status": row["status"],
-        "flags": "; ".join(row.get("timing_flags") or []),
-        "graph_ms": row["graph_median_ms"],
-        "eager_ms": row["eager_median_ms"],
-        "speedup": row["speedup_primary"] if not entry["baseline"] else None,
-        "ci": interval_text(row.get("speedup_ci95")) if not entry["baseline"] else "",
-        "modes": row.get("primary_timing") if not entry["baseline"] else None,
-        "caveats": "; ".join(row.get("speedup_caveats") or []) if not entry["baseline"] else "",
-        "provenance": _provenance(entry, row),
-        "reproduce": reproduce(int(number)) if number else "",
-    }
+    definition: str, entry: SolutionBlock, row: WorkloadRow, reproduce: Callable[[int], str]
+) -> RowView:
+    number = row.results_line
+    own = not entry.baseline
+    return RowView(
+        workload=plain_text(row.name),
+        uuid=row.uuid,
+        solution=short_name(entry.solution, definition),
+        status=row.status,
+        flags="; ".join(row.timing_flags),
+        graph_ms=row.graph_median_ms,
+        eager_ms=row.eager_median_ms,
+        speedup=row.speedup_primary if own else None,
+        ci=interval_text(row.speedup_ci95) if own else "",
+        modes=row.primary_timing if own else None,
+        caveats="; ".join(row.speedup_caveats) if own else "",
+        provenance=_provenance(entry, row),
+        reproduce=reproduce(number) if number else "",
+    )
 
 
-def _provenance(entry: Mapping[str, Any], row: Mapping[str, Any] | None = None) -> str:
+def _provenance(entry: SolutionBlock, row: WorkloadRow | None = None) -> str:
     """What a hover shows: where the figure was measured and with what."""
     parts = [
-        f"solution: {entry['solution']}",
-        f"env: {entry['env']}",
-        f"closure: {entry['closure_hash'] or 'none (host interpreter)'}",
-        f"runtime: {entry['runtime']}",
-        f"image: {entry['image_id'] or '–'}",
+        f"solution: {entry.solution}",
+        f"env: {entry.env}",
+        f"closure: {entry.closure_hash or 'none (host interpreter)'}",
+        f"runtime: {entry.runtime}",
+        f"image: {entry.image_id or '–'}",
     ]
     if row is not None:
-        parts += [f"GPU: {row['device']}", f"harness: {row.get('harness_hash') or '–'}"]
-        if row.get("baseline_results_line") and not entry["baseline"]:
-            where = row.get("baseline_device") or "–"
-            parts.append(f"baseline: results line {row['baseline_results_line']} ({where})")
+        parts += [f"GPU: {row.device}", f"harness: {row.harness_hash or '–'}"]
+        if row.baseline_results_line and not entry.baseline:
+            where = row.baseline_device or "–"
+            parts.append(f"baseline: results line {row.baseline_results_line} ({where})")
     else:
-        parts.append("GPUs: " + ", ".join(entry["gpus"]))
+        parts.append("GPUs: " + ", ".join(entry.gpus))
     return "\n".join(parts)
+
+
+def _env_comparison(item: EnvComparison) -> EnvComparisonView:
+    return EnvComparisonView(
+        title=f"{item.solution}: {item.other} vs {item.base}",
+        differ_in=differ_in_text(item),
+        gpu_model=item.gpu_model,
+        ratio_name=f"{item.other}/{item.base}",
+        runs_name=f"runs ({item.base}, {item.other})",
+        rows=env_rows(item),
+    )

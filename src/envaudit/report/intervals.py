@@ -38,10 +38,11 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from envaudit.schema.result_line import Mode, ResultLine, TimingStats
+from envaudit.schema.summary import Figure, Ratio
 
 RUN_TO_RUN_SD = {
     "cuda_graph": 0.016,
@@ -115,6 +116,15 @@ def observed_log_variance(medians: Sequence[float]) -> float | None:
     return statistics.variance(logs) if len(logs) > 1 else None
 
 
+def observed_of(line: ResultLine, runs: Iterable[ResultLine]) -> float | None:
+    """The scatter of `runs` (the repeated runs of `line`'s group, `line` among them) in the
+    figure `line` is compared by: the variance of their PASSED log medians (None below two)."""
+    mode = figure_mode(line)
+    if mode is None:
+        return None
+    return observed_log_variance([m for run in runs if run.passed and (m := run.median(mode))])
+
+
 def log_median_variance(
     timing: TimingStats | None, floor: float | None = None, observed: float | None = None
 ) -> float | None:
@@ -124,15 +134,21 @@ def log_median_variance(
     of repeated runs of the same group, which counts where it is wider than the floor."""
     if timing is None:
         return None
-    median, iqr, samples = timing.median_ms, timing.iqr_ms, timing.iterations
-    if median is None or median <= 0:
+    if timing.median_ms is None or timing.median_ms <= 0:
         return None
     if floor is None:
         floor = RUN_TO_RUN_SD.get(timing.mode or "cuda_events", RUN_TO_RUN_SD["wall_clock"])
-    within = 0.0
-    if iqr is not None and samples is not None and samples > 1:
-        within = MEDIAN_SE_FACTOR * iqr * SIGMA_PER_IQR / math.sqrt(samples) / median
-    return within**2 + max(floor**2, observed or 0.0)
+    return _within_log_variance(timing) + max(floor**2, observed or 0.0)
+
+
+def _within_log_variance(timing: TimingStats) -> float:
+    """(Within-run standard error of the median / the median)^2, from the quartiles; 0.0
+    without them."""
+    median, iqr, samples = timing.median_ms, timing.iqr_ms, timing.iterations
+    if median is None or median <= 0 or iqr is None or samples is None or samples <= 1:
+        return 0.0
+    within = MEDIAN_SE_FACTOR * iqr * SIGMA_PER_IQR / math.sqrt(samples) / median
+    return within**2
 
 
 def interval(log_value: float, variance: float) -> tuple[float, float]:
@@ -218,6 +234,68 @@ class Speedup:
     def within_noise(self) -> bool:
         return self.ci95[0] <= 1.0 <= self.ci95[1]
 
+    def inverse(self) -> Speedup:
+        """line / base: the same comparison read the other way (a time ratio)."""
+        low, high = self.ci95
+        return Speedup(
+            self.mode,
+            self.base_mode,
+            self.line_ms,
+            self.base_ms,
+            (1 / high, 1 / low),
+            self.log_variance,
+            self.caveats,
+        )
+
+
+def figure_of(line: ResultLine, observed: float | None = None) -> Figure | None:
+    """The figure `line` is compared by (`figure_mode`), with its within-run uncertainty, its
+    kind of figure (which sets its floor) and `observed`, the variance of log medians of the
+    repeated runs of its group where a report has them; None without a timing."""
+    mode = figure_mode(line)
+    if mode is None:
+        return None
+    stats, noise = line.stats(mode), noise_of(line, mode)
+    if stats is None or noise is None or stats.median_ms is None:
+        return None
+    return Figure(
+        mode=mode,
+        median_ms=float(stats.median_ms),
+        kind=noise.kind,
+        within_log_variance=_within_log_variance(stats),
+        observed_log_variance=observed,
+        caveat=noise.caveat,
+        gpu_uuid=line.environment.gpu_uuid,
+    )
+
+
+def floor_of(kind: str, same_card: bool) -> float:
+    """The run-to-run floor of a kind of figure (`noise_of`), on one card or across cards."""
+    floors = RUN_TO_RUN_SD if same_card else CARD_TO_CARD_SD
+    return floors.get(kind, floors["wall_clock"])
+
+
+def ratio_of(
+    line: Figure, base: Figure, names: tuple[str, str] = ("this line", "baseline")
+) -> Speedup:
+    """The one comparison rule on two figures: base / line, each figure's variance its
+    within-run part plus the wider of its floor (same card or across cards) and its group's
+    observed scatter, the caveats of both (base's first)."""
+    same_card = line.gpu_uuid is not None and line.gpu_uuid == base.gpu_uuid
+    variances = [
+        figure.within_log_variance
+        + max(floor_of(figure.kind, same_card) ** 2, figure.observed_log_variance or 0.0)
+        for figure in (line, base)
+    ]
+    variance = variances[0] + variances[1]
+    caveats = tuple(
+        f"{name}: {figure.caveat}"
+        for name, figure in ((names[1], base), (names[0], line))
+        if figure.caveat
+    )
+    bounds = interval(math.log(base.median_ms / line.median_ms), variance)
+    return Speedup(base.mode, line.mode, base.median_ms, line.median_ms, bounds, variance, caveats)
+
 
 def speedup_of(
     line: ResultLine,
@@ -227,27 +305,23 @@ def speedup_of(
 ) -> Speedup | None:
     """The one comparison rule (module docstring). `observed`: the variance of log medians of
     repeated runs of each line's group (line's, base's), where a report has them."""
-    ours, theirs = figure_mode(line), figure_mode(base)
-    if ours is None or theirs is None:
+    mine, theirs = figure_of(line, observed[0]), figure_of(base, observed[1])
+    if mine is None or theirs is None:
         return None
-    mine, other = line.stats(ours), base.stats(theirs)
-    card = line.environment.gpu_uuid
-    same_card = card is not None and card == base.environment.gpu_uuid
-    noise = (noise_of(line, ours, same_card), noise_of(base, theirs, same_card))
-    if mine is None or other is None or noise[0] is None or noise[1] is None:
+    return ratio_of(mine, theirs, names)
+
+
+def geomean_of(speedups: Sequence[Speedup]) -> Ratio | None:
+    """The geometric mean of speedups (workloads taken as independent) with its 95% interval;
+    None without any. The same speedups in any order give the same bits."""
+    return geomean_ratio([s.value for s in speedups], [s.log_variance for s in speedups])
+
+
+def geomean_ratio(values: Sequence[float], variances: Sequence[float]) -> Ratio | None:
+    """The geometric mean of ratios with these log variances, and its 95% interval (exact
+    sums, so the same ratios in any order give the same bits); None without any."""
+    if not values or len(values) != len(variances):
         return None
-    variances = (
-        log_median_variance(mine, noise[0].floor, observed[0]),
-        log_median_variance(other, noise[1].floor, observed[1]),
-    )
-    if variances[0] is None or variances[1] is None:
-        return None
-    base_ms, line_ms = float(other.median_ms or 0.0), float(mine.median_ms or 0.0)
-    variance = variances[0] + variances[1]
-    caveats = tuple(
-        f"{name}: {n.caveat}"
-        for name, n in ((names[1], noise[1]), (names[0], noise[0]))
-        if n.caveat
-    )
-    bounds = interval(math.log(base_ms / line_ms), variance)
-    return Speedup(theirs, ours, base_ms, line_ms, bounds, variance, caveats)
+    mean = math.fsum(math.log(v) for v in values) / len(values)
+    bounds = interval(mean, math.fsum(variances) / len(variances) ** 2)
+    return Ratio(value=math.exp(mean), ci95=list(bounds), within_noise=holds_one(bounds))

@@ -73,26 +73,6 @@ class Conflict:
             f" {self.kept.source}, dropped {self.dropped.status} from {self.dropped.source}"
         )
 
-    def as_dict(self) -> dict[str, Any]:
-        def brief(line: ResultLine) -> dict[str, Any]:
-            return {
-                "status": line.status,
-                "solution_hash": line.solution_hash,
-                "timestamp": line.timestamp,
-                "source": line.source,
-            }
-
-        solution, workload, env, closure, device = self.key
-        return {
-            "solution": solution,
-            "workload": workload,
-            "env": env,
-            "closure_hash": closure or None,
-            "device": device,
-            "kept": brief(self.kept),
-            "dropped": brief(self.dropped),
-        }
-
 
 @dataclass
 class InputFile:

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import matplotlib
 from matplotlib.axes import Axes
@@ -30,6 +30,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FormatStrFormatter, NullFormatter
 
+from envaudit.schema.summary import DeviceInfo, SolutionBlock, Summary, WorkloadRow
 from envaudit.schema.writes import replace_bytes
 
 DPI = 100
@@ -68,7 +69,7 @@ class _Slot:
     ci: tuple[float, float] | None = None
 
 
-def write_plots(summary: Mapping[str, Any], out: Path) -> list[Path]:
+def write_plots(summary: Summary, out: Path) -> list[Path]:
     """Write every figure under ``out/plots/`` (each atomically) and return the paths written,
     PNG then SVG."""
     figures = render_plots(summary, out)
@@ -77,18 +78,18 @@ def write_plots(summary: Mapping[str, Any], out: Path) -> list[Path]:
     return list(figures)
 
 
-def render_plots(summary: Mapping[str, Any], out: Path) -> dict[Path, bytes]:
+def render_plots(summary: Summary, out: Path) -> dict[Path, bytes]:
     """Every figure's bytes by its path under ``out/plots/``, PNG then SVG; nothing written."""
     target = out / PLOTS_DIR
     rendered: dict[Path, bytes] = {}
-    devices = summary.get("devices") or {}
+    devices = summary.devices
     with _reproducible_rc():
-        for definition, block in sorted(summary["definitions"].items()):
-            for device, dblock in sorted(block["devices"].items()):
-                if not _has_speedup(dblock["solutions"]):
+        for definition, block in sorted(summary.definitions.items()):
+            for device, dblock in sorted(block.devices.items()):
+                if not _has_speedup(dblock.solutions):
                     continue
                 gpu = _gpu_name(devices, device)
-                fig = _speedup_figure(definition, gpu, device, dblock["solutions"])
+                fig = _speedup_figure(definition, gpu, device, dblock.solutions)
                 rendered.update(_render(fig, target / _speedup_stem(definition, device)))
         for device in _roofline_devices(summary):
             gpu = _gpu_name(devices, device)
@@ -97,9 +98,7 @@ def render_plots(summary: Mapping[str, Any], out: Path) -> dict[Path, bytes]:
     return rendered
 
 
-def speedup_plot(
-    definition: str, device: str, solutions: Sequence[Mapping[str, Any]]
-) -> str | None:
+def speedup_plot(definition: str, device: str, solutions: Sequence[SolutionBlock]) -> str | None:
     """The PNG ``render_plots`` draws for this definition on this GPU model, as a path relative
     to the report folder (``plots/<definition>.<short_gpu>.png``), or None where it draws none
     (no non-baseline speedup): performance.md links exactly the files this module writes."""
@@ -130,8 +129,9 @@ def _where(gpu: str, device: str) -> str:
     return device if gpu in device else f"{gpu} ({device})"
 
 
-def _gpu_name(devices: Mapping[str, Any], device: str) -> str:
-    return str((devices.get(device) or {}).get("name") or device)
+def _gpu_name(devices: Mapping[str, DeviceInfo], device: str) -> str:
+    found = devices.get(device)
+    return found.name if found is not None and found.name else device
 
 
 @contextmanager
@@ -160,62 +160,56 @@ def _render(fig: Figure, stem: Path) -> dict[Path, bytes]:
 # --- speedup figure -------------------------------------------------------------------------
 
 
-def _has_speedup(solutions: Sequence[Mapping[str, Any]]) -> bool:
+def _has_speedup(solutions: Sequence[SolutionBlock]) -> bool:
     return any(
-        not entry["baseline"] and any(r.get("speedup_primary") for r in entry["per_workload"])
+        not entry.baseline and any(r.speedup_primary for r in entry.per_workload)
         for entry in solutions
     )
 
 
-def _workload_key(row: Mapping[str, Any]) -> tuple[str, str]:
-    return (str(row.get("label") or ""), str(row["uuid"]))
+def _workload_key(row: WorkloadRow) -> tuple[str, str]:
+    return (row.label or "", row.uuid)
 
 
-def _workload_name(row: Mapping[str, Any]) -> str:
-    return str(row.get("label") or str(row["uuid"])[:8])
-
-
-def _workloads(solutions: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def _workloads(solutions: Sequence[SolutionBlock]) -> list[WorkloadRow]:
     """Every workload any solution on this GPU ran, in the summary's (label, uuid) order."""
-    rows: dict[str, Mapping[str, Any]] = {}
+    rows: dict[str, WorkloadRow] = {}
     for entry in solutions:
-        for row in entry["per_workload"]:
-            rows.setdefault(str(row["uuid"]), row)
+        for row in entry.per_workload:
+            rows.setdefault(row.uuid, row)
     return sorted(rows.values(), key=_workload_key)
 
 
 def _slots(
-    entry: Mapping[str, Any], workloads: Sequence[Mapping[str, Any]], base: Mapping[str, str]
+    entry: SolutionBlock, workloads: Sequence[WorkloadRow], base: Mapping[str, str]
 ) -> list[_Slot]:
     """Bars for one solution; a missing bar always says why (its status, or the baseline's)."""
-    mine = {str(r["uuid"]): r for r in entry["per_workload"]}
-    return [_slot(mine.get(str(w["uuid"])), base.get(str(w["uuid"]))) for w in workloads]
+    mine = {r.uuid: r for r in entry.per_workload}
+    return [_slot(mine.get(w.uuid), base.get(w.uuid)) for w in workloads]
 
 
-def _slot(row: Mapping[str, Any] | None, base_status: str | None) -> _Slot:
+def _slot(row: WorkloadRow | None, base_status: str | None) -> _Slot:
     """A workload the solution (or the baseline) never ran is "not run", not a failure."""
     if row is None:
         return _Slot(None, "not run", "not run")
-    if row["status"] != "PASSED":
-        return _Slot(None, str(row["status"]), "failed")
-    if row.get("speedup_primary"):
-        bounds = row.get("speedup_ci95")
+    if not row.passed:
+        return _Slot(None, row.status, "failed")
+    if row.speedup_primary:
+        bounds = row.speedup_ci95
         ci = (float(bounds[0]), float(bounds[1])) if bounds else None
-        return _Slot(float(row["speedup_primary"]), None, "bar", ci)
+        return _Slot(float(row.speedup_primary), None, "bar", ci)
     if base_status is None:
         return _Slot(None, "baseline not run", "not run")
     return _Slot(None, f"baseline {base_status}", "failed")
 
 
 def _speedup_figure(
-    definition: str, gpu: str, device: str, solutions: Sequence[Mapping[str, Any]]
+    definition: str, gpu: str, device: str, solutions: Sequence[SolutionBlock]
 ) -> Figure:
     workloads = _workloads(solutions)
-    baseline = next((e for e in solutions if e["baseline"]), None)
-    base_status = {
-        str(r["uuid"]): str(r["status"]) for r in (baseline or {}).get("per_workload", [])
-    }
-    others = [e for e in solutions if not e["baseline"]]
+    baseline = next((e for e in solutions if e.baseline), None)
+    base_status = {r.uuid: r.status for r in (baseline.per_workload if baseline else [])}
+    others = [e for e in solutions if not e.baseline]
     slots = [_slots(e, workloads, base_status) for e in others]
     fig = Figure(figsize=SPEEDUP_SIZE, dpi=DPI, layout="constrained")
     ax = fig.add_subplot()
@@ -256,17 +250,13 @@ def _lowest(slots: Sequence[Sequence[_Slot]]) -> float:
     return min(_speedups(slots) + lows)
 
 
-def _draw_baseline(ax: Axes, baseline: Mapping[str, Any] | None) -> None:
-    label = (
-        f"baseline {baseline['solution']} ({baseline['env']}) = 1.0"
-        if baseline
-        else "baseline = 1.0"
-    )
+def _draw_baseline(ax: Axes, baseline: SolutionBlock | None) -> None:
+    label = f"baseline {baseline.solution} ({baseline.env}) = 1.0" if baseline else "baseline = 1.0"
     ax.axhline(1.0, color=BASELINE_COLOUR, linestyle="--", linewidth=1.2, label=label, zorder=1)
 
 
 def _draw_bars(
-    ax: Axes, others: Sequence[Mapping[str, Any]], slots: Sequence[Sequence[_Slot]], log: bool
+    ax: Axes, others: Sequence[SolutionBlock], slots: Sequence[Sequence[_Slot]], log: bool
 ) -> list[tuple[float, _Slot]]:
     """Grouped bars, one colour per solution. On a log axis bars grow from the baseline's 1.0 (a
     log axis has no zero), so a slowdown points down; on a linear axis they start at 0. Returns
@@ -277,7 +267,7 @@ def _draw_bars(
         xs = [x - 0.4 + width * (i + 0.5) for x in range(len(row))]
         base = 1.0 if log else 0.0
         heights = [(s.speedup - base) if s.speedup else 0.0 for s in row]
-        label = f"{entry['solution']} ({entry['env']}) geomean {_fmt(entry)}"
+        label = f"{entry.solution} ({entry.env}) geomean {_fmt(entry)}"
         colour = PALETTE[i % len(PALETTE)]
         ax.bar(xs, heights, width=width * 0.9, bottom=base, color=colour, label=label, zorder=2)
         for j, (x, slot) in enumerate(zip(xs, row, strict=True)):
@@ -316,8 +306,8 @@ def _interval_bar(ax: Axes, x: float, slot: _Slot, gid: str) -> None:
         drawn.set_label(_CI_LABEL)
 
 
-def _fmt(entry: Mapping[str, Any]) -> str:
-    value = (entry.get("geomean_speedup") or {}).get("primary")
+def _fmt(entry: SolutionBlock) -> str:
+    value = entry.geomean_speedup.primary
     return f"{value:.2f}×" if value else "n/a"
 
 
@@ -388,9 +378,9 @@ def _failure_reasons(ax: Axes, gaps: Sequence[tuple[float, _Slot]], log: bool) -
 
 
 def _style_speedup_axes(
-    ax: Axes, workloads: Sequence[Mapping[str, Any]], log: bool, lowest: float
+    ax: Axes, workloads: Sequence[WorkloadRow], log: bool, lowest: float
 ) -> None:
-    names = [_workload_name(w) for w in workloads]
+    names = [w.name for w in workloads]
     slanted = len(names) * max((len(n) for n in names), default=0) > 110
     ax.set_xticks(
         range(len(names)),
@@ -423,36 +413,37 @@ class _RooflineBar:
     baseline: bool
 
 
-def _roofline_devices(summary: Mapping[str, Any]) -> list[str]:
+def _roofline_devices(summary: Summary) -> list[str]:
     found = {
         device
-        for block in summary["definitions"].values()
-        for device, dblock in block["devices"].items()
-        if any(e.get("roofline_fraction_median") for e in dblock["solutions"])
+        for block in summary.definitions.values()
+        for device, dblock in block.devices.items()
+        if any(e.roofline_fraction_median for e in dblock.solutions)
     }
     return sorted(found)
 
 
-def _roofline_entries(summary: Mapping[str, Any], device: str) -> list[_RooflineBar]:
+def _roofline_entries(summary: Summary, device: str) -> list[_RooflineBar]:
     """Definitions alphabetically; within one, solutions from nearest to farthest from peak."""
     bars: list[_RooflineBar] = []
-    for definition, block in sorted(summary["definitions"].items()):
-        entries = (block["devices"].get(device) or {}).get("solutions") or []
+    for definition, block in sorted(summary.definitions.items()):
+        dblock = block.devices.get(device)
+        entries = dblock.solutions if dblock is not None else []
         group = [
-            _RooflineBar(definition, _roofline_label(definition, e), float(fr), bool(e["baseline"]))
+            _RooflineBar(definition, _roofline_label(definition, e), float(fr), e.baseline)
             for e in entries
-            if (fr := e.get("roofline_fraction_median"))
+            if (fr := e.roofline_fraction_median)
         ]
         bars += sorted(group, key=lambda b: (-b.fraction, b.label))
     return bars
 
 
-def _roofline_label(definition: str, entry: Mapping[str, Any]) -> str:
-    name = str(entry["solution"])
+def _roofline_label(definition: str, entry: SolutionBlock) -> str:
+    name = entry.solution
     if not name.startswith(definition):
         name = f"{definition}: {name}"
-    suffix = ", baseline" if entry["baseline"] else ""
-    return f"{name} ({entry['env']}{suffix})"
+    suffix = ", baseline" if entry.baseline else ""
+    return f"{name} ({entry.env}{suffix})"
 
 
 def _roofline_figure(gpu: str, device: str, bars: Sequence[_RooflineBar]) -> Figure:

@@ -11,7 +11,8 @@ where it has one, else its eager one, the modes named when they differ.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,53 +25,105 @@ from envaudit.schema.reading import UnreadableFile, json_lines, loads_json
 from envaudit.schema.result_line import ResultLine, problems
 
 
-def compare_runs(then: ResultLine, now: ResultLine) -> dict[str, Any]:
-    """The side-by-side as data: both statuses and figures, the ratio now/then, the verdict."""
-    result: dict[str, Any] = {
-        "solution": now.solution,
-        "workload": now.workload.label or now.workload.uuid,
-        "status": [then.status, now.status],
-        "max_absolute_error": [
+@dataclass(frozen=True)
+class RunTiming:
+    """The time now over then by the one comparison rule (report/intervals.py `speedup_of`)."""
+
+    mode: str
+    """One mode where both lines were timed by it, else both ("graph/eager": then's first)."""
+    modes: str
+    """The figures divided, then's first."""
+    median_ms: list[float]
+    """[then, now]."""
+    ratio_now_then: float
+    ci95: list[float]
+    log_variance: float
+    """The variance of log ratio_now_then."""
+    caveats: list[str] = field(default_factory=list)
+
+    @property
+    def modes_then(self) -> str:
+        return self.modes.split("/")[0]
+
+    @property
+    def modes_now(self) -> str:
+        return self.modes.split("/")[1]
+
+
+@dataclass(frozen=True)
+class RunComparison:
+    """One recorded line beside the same workload run again; every list is [then, now]."""
+
+    solution: str
+    workload: str
+    status: list[str]
+    max_absolute_error: list[float | None]
+    max_relative_error: list[float | None]
+    closure_hash: list[str | None]
+    gpu: list[str]
+    verdict: str
+    timing: RunTiming | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        found = asdict(self)
+        if self.timing is None:
+            del found["timing"]
+        return found
+
+
+def run_timing(
+    then: ResultLine, now: ResultLine, observed: tuple[float | None, float | None] = (None, None)
+) -> RunTiming | None:
+    """now / then by the report's one comparison rule, or None without a figure on a side;
+    `observed`: the scatter of each side's repeated runs (then's, now's), where known."""
+    found = speedup_of(now, then, (observed[1], observed[0]), names=("now", "then"))
+    if found is None:
+        return None
+    ratio = found.inverse()
+    return RunTiming(
+        mode=found.mode if found.base_mode == found.mode else found.modes,
+        modes=found.modes,
+        median_ms=[found.base_ms, found.line_ms],
+        ratio_now_then=ratio.value,
+        ci95=list(ratio.ci95),
+        log_variance=found.log_variance,
+        caveats=list(found.caveats),
+    )
+
+
+def compare_runs(then: ResultLine, now: ResultLine) -> RunComparison:
+    """The side-by-side: both statuses and figures, the ratio now/then, the verdict."""
+    timing = run_timing(then, now)
+    return RunComparison(
+        solution=now.solution,
+        workload=now.workload.label or now.workload.uuid,
+        status=[then.status, now.status],
+        max_absolute_error=[
             _error(then, "max_absolute_error"),
             _error(now, "max_absolute_error"),
         ],
-        "max_relative_error": [
+        max_relative_error=[
             _error(then, "max_relative_error"),
             _error(now, "max_relative_error"),
         ],
-        "closure_hash": [_closure(then), _closure(now)],
-        "gpu": [_gpu(then), _gpu(now)],
-    }
-    found = speedup_of(
-        now, then, names=("now", "then")
-    )  # the report's one comparison rule: then/now
-    if found is not None:
-        low, high = found.ci95
-        result["timing"] = {
-            "mode": found.mode if found.base_mode == found.mode else found.modes,
-            "modes": found.modes,
-            "median_ms": [found.base_ms, found.line_ms],
-            "ratio_now_then": 1 / found.value,
-            "ci95": [1 / high, 1 / low],
-            "caveats": list(found.caveats),
-        }
-    result["verdict"] = _verdict(result)
-    return result
+        closure_hash=[_closure(then), _closure(now)],
+        gpu=[_gpu(then), _gpu(now)],
+        verdict=_verdict(then.status, now.status, timing),
+        timing=timing,
+    )
 
 
-def reproduced(comparison: Mapping[str, Any]) -> int:
+def reproduced(comparison: RunComparison) -> int:
     """The exit code: 0 when the run reproduces the line within noise, else 1."""
-    return EXIT_OK if comparison["verdict"] == "same" else EXIT_FAILED
+    return EXIT_OK if comparison.verdict == "same" else EXIT_FAILED
 
 
-def _verdict(result: Mapping[str, Any]) -> str:
-    then, now = result["status"]
+def _verdict(then: str, now: str, timing: RunTiming | None) -> str:
     if then != now:
         return "not reproduced"
-    timing = result.get("timing")
-    if not timing or not timing["ci95"]:
+    if timing is None or not timing.ci95:
         return "same" if then != "PASSED" else "not comparable"
-    low, high = timing["ci95"]
+    low, high = timing.ci95
     if low <= 1.0 <= high:
         return "same"
     return "faster" if high < 1.0 else "slower"
@@ -98,29 +151,29 @@ def _gpu(line: ResultLine) -> str:
     return " ".join(str(p) for p in parts if p)
 
 
-def render_comparison(comparison: Mapping[str, Any], notes: list[str]) -> str:
-    rows = [f"{comparison['solution']} / {comparison['workload']}", ""]
+def render_comparison(comparison: RunComparison, notes: list[str]) -> str:
+    rows = [f"{comparison.solution} / {comparison.workload}", ""]
     rows += [f"  {note}" for note in notes]
     rows += ["", f"  {'':22}{'then':>24}  {'now':>24}"]
 
-    def row(name: str, pair: list[Any]) -> None:
+    def row(name: str, pair: Sequence[object]) -> None:
         rows.append(f"  {name:22}{_cell(pair[0]):>24}  {_cell(pair[1]):>24}")
 
-    row("status", comparison["status"])
-    row("max absolute error", comparison["max_absolute_error"])
-    row("max relative error", comparison["max_relative_error"])
-    row("closure", [(c or "none")[:16] for c in comparison["closure_hash"]])
-    timing = comparison.get("timing")
-    if timing:
-        row(f"median ms ({timing['mode']})", timing["median_ms"])
-        ci = timing["ci95"]
+    row("status", comparison.status)
+    row("max absolute error", comparison.max_absolute_error)
+    row("max relative error", comparison.max_relative_error)
+    row("closure", [(c or "none")[:16] for c in comparison.closure_hash])
+    timing = comparison.timing
+    if timing is not None:
+        row(f"median ms ({timing.mode})", timing.median_ms)
+        ci = timing.ci95
         interval_text = f" [{ci[0]:.4f}, {ci[1]:.4f}]" if ci else ""
-        rows.append(f"  {'now / then':22}{timing['ratio_now_then']:>24.4f}{interval_text}")
-    rows += ["", f"verdict: {comparison['verdict']}"]
+        rows.append(f"  {'now / then':22}{timing.ratio_now_then:>24.4f}{interval_text}")
+    rows += ["", f"verdict: {comparison.verdict}"]
     return "\n".join(rows) + "\n"
 
 
-def _cell(value: Any) -> str:
+def _cell(value: object) -> str:
     if value is None:
         return "–"
     if isinstance(value, float):
@@ -128,8 +181,8 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def as_json(comparison: Mapping[str, Any], notes: list[str]) -> str:
-    return json.dumps({**comparison, "notes": notes}, indent=1) + "\n"
+def as_json(comparison: RunComparison, notes: list[str]) -> str:
+    return json.dumps({**comparison.as_dict(), "notes": notes}, indent=1) + "\n"
 
 
 def read_recorded(

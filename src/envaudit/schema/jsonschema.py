@@ -14,13 +14,16 @@ from pydantic import BaseModel
 from envaudit.schema.interfaces import Interface
 from envaudit.schema.models import MODELS
 from envaudit.schema.result_line import ResultLine
+from envaudit.schema.summary import Preferred, Summary
 
-# The TraceSet formats plus envaudit's own files that live beside them under the data root, and
-# the result line every run writes.
+# The TraceSet formats plus envaudit's own files that live beside them under the data root, the
+# result line every run writes, and the report's summary.json and preferred-solutions.json.
 SCHEMA_MODELS: dict[str, type[BaseModel]] = {
     **MODELS,
     "interface": Interface,
     "result-line": ResultLine,
+    "summary": Summary,
+    "preferred-solutions": Preferred,
 }
 
 
