@@ -160,3 +160,19 @@ def test_the_runner_up_carries_its_interval(tmp_path: Path) -> None:
     assert runner.startswith("mid 5.00x [4.85, 5.16] "), row
     # and the runner-up against the choice directly: twice its time, beyond noise
     assert runner.endswith(" (time vs the choice: 2.0000 [1.9383, 2.0637])"), row
+
+
+def test_a_smoke_run_chooses_nothing_and_a_declined_device_is_no_failure(tmp_path: Path) -> None:
+    """A CPU smoke audit: the GPU solutions decline the CPU (UNSUPPORTED_DEVICE), the torch
+    ones pass. The smoke suite checks correctness: no solution is preferred from it, and the
+    solutions that declined are "not for this device", not "failed"."""
+    lines = [line("d-torch", "w1", 10.0), line("d-wide", "w1", 5.0)]
+    lines.append(line("d-fast", "w1", 1.0, status="UNSUPPORTED_DEVICE"))
+    choice = choices(tmp_path, lines, {"smoke": {"d": ["w1"]}})[MODEL_A]
+    assert choice["choice"] is None and "smoke suite" in choice["reason"], choice
+    assert choice["left_out"][0]["reason"] == "not for this device (w1)"
+    _, summary = summarize([write(tmp_path / "r.jsonl", lines)])
+    preferred = preferred_solutions(summary, {"smoke": {"d": ["w1"]}})
+    text = render_markdown(summary, preferred, [], "envaudit merge")
+    assert "none (smoke suite: a correctness check, whose times choose nothing)" in text
+    assert "failed" not in text.split("## ")[1], text  # at a glance

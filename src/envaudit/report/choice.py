@@ -12,6 +12,7 @@ Per definition and GPU model there are at most two comparisons:
   the solutions that passed all of it.
 
 The first is the headline choice; the second is shown beside it when its set is larger.
+No choice is made on the smoke suite (a correctness check: a CPU smoke run chooses nothing).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from envaudit.report.intervals import (
     ratio_of,
 )
 from envaudit.report.summary import geomean
+from envaudit.schema.models import EvaluationStatus
 from envaudit.schema.summary import (
     Candidate,
     Choice,
@@ -159,11 +161,7 @@ def choose(
 ) -> Choice:
     """The comparisons of one definition on one GPU model (see the module's docstring)."""
     entries = [Entry.of(b) for b in blocks]
-    left_out = [
-        e.left_out("failed: " + ", ".join(f"{w} {s}" for w, s in e.failed.items()))
-        for e in entries
-        if e.failed
-    ]
+    left_out = [e.left_out(_why_not_passed(e.failed)) for e in entries if e.failed]
     left_out += [
         LeftOut(solution=name, env=None, reason="measured only on " + ", ".join(models))
         for name, models in sorted((elsewhere or {}).items())
@@ -192,10 +190,29 @@ def choose(
     first = result.comparisons[0] if result.comparisons else None
     if first is None or first.choice is None:
         result.reason = "no solution passed every workload it ran"
+    elif first.suite == SMOKE_SUITE:
+        result.reason = "smoke suite: a correctness check, whose times choose nothing"
     else:
         result.choice, result.runner_up = first.choice, first.runner_up
         result.candidates, result.indistinguishable = first.candidates, first.indistinguishable
     return result
+
+
+UNSUPPORTED = EvaluationStatus.UNSUPPORTED_DEVICE.value
+SMOKE_SUITE = "smoke"
+"""The suite of a few tiny workloads that checks a solution runs and is right (CI, the CPU):
+its times are not what a kernel is chosen by."""
+
+
+def _why_not_passed(statuses: Mapping[str, str]) -> str:
+    """A solution's workloads that did not pass: "not for this device" where it declined the
+    device (UNSUPPORTED_DEVICE is no failure), "failed" for the others."""
+    declined = [w for w, status in statuses.items() if status == UNSUPPORTED]
+    failed = {w: status for w, status in statuses.items() if status != UNSUPPORTED}
+    parts = [f"not for this device ({', '.join(declined)})"] if declined else []
+    if failed:
+        parts.append("failed: " + ", ".join(f"{w} {status}" for w, status in failed.items()))
+    return "; ".join(parts)
 
 
 def _comparison(

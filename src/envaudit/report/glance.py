@@ -105,6 +105,10 @@ def choice_rows(definition: str, dblock: DeviceBlock, choice: Choice) -> list[Gl
 
     if not choice.comparisons:
         return [row(True, "–", f"none ({choice.reason})", left)]
+    if choice.choice is None and choice.reason:  # compared, but nothing to choose
+        first = choice.comparisons[0]
+        out = left + [_left(item, definition, twice) for item in first.left_out]
+        return [row(True, compared_text(first), f"none ({choice.reason})", out)]
     rows = []
     for i, comparison in enumerate(choice.comparisons):
         out = left + [_left(item, definition, twice) for item in comparison.left_out]
