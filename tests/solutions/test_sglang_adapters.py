@@ -122,3 +122,96 @@ def test_every_sglang_solution_reads_unsupported_device_on_the_cpu(tmp_path: Pat
         message = line["message"]
         assert "this run is on the CPU" in message, message
         assert all(t in message for t in targets[line["solution"]]), message
+
+
+def adapter_of(solution: str) -> Any:
+    """A solution's adapter.py as a module of its own name (pure torch: importable here),
+    registered under that name (its dataclasses look their module up while being made)."""
+    import importlib.util
+    import sys
+
+    path = SOLUTIONS / solution / "adapter.py"
+    spec = importlib.util.spec_from_file_location(f"adapter_{solution.replace('-', '_')}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_qsa_conversion_is_exact_on_the_samples_only() -> None:
+    """The FP8 conversion the DSA indexer needs keeps the definition's small-integer samples
+    exactly and changes general bf16 values: what the solution and docs/audit/sglang.md say."""
+    quantize = adapter_of("qsa_index_h64_d128_ps64_topk2048-sglang").quantize_blocks
+    generator = torch.Generator().manual_seed(0)
+    samples = torch.randint(-3, 4, (64, 128), generator=generator).to(torch.bfloat16)
+    values, scale = quantize(samples)
+    assert torch.equal(values.float() * scale.view(-1, 1), samples.float())
+    general = torch.randn(64, 128, generator=generator).to(torch.bfloat16)
+    values, scale = quantize(general)
+    assert not torch.equal(values.float() * scale.view(-1, 1), general.float())
+
+
+def test_the_qsa_ordering_keeps_the_cut_and_the_tie_rule() -> None:
+    """Rows of every kind: empty, shorter than 2048, all tied, and a tie at the cut that the
+    native top-k settled the other way (higher positions)."""
+    ordered_topk = adapter_of("qsa_index_h64_d128_ps64_topk2048-sglang").ordered_topk
+    width = 3000
+    logits = torch.zeros(4, width)
+    logits[3, :100] = 1.0  # 100 above the cut, then 2900 tied zeros for 1948 places
+    seq_lens = torch.tensor([0, 10, 3000, 3000], dtype=torch.int32)
+    native = torch.full((4, 2048), -1, dtype=torch.int32)
+    native[1, :10] = torch.arange(9, -1, -1)
+    native[2] = torch.arange(width - 2048, width)  # ties kept at the high end
+    native[3] = torch.cat([torch.arange(100), torch.arange(width - 1948, width)])
+    out = ordered_topk(logits, native, seq_lens)
+    assert (out[0] == -1).all()
+    assert (
+        torch.equal(out[1, :10], torch.arange(10, dtype=torch.int32)) and (out[1, 10:] == -1).all()
+    )
+    assert torch.equal(out[2], torch.arange(2048, dtype=torch.int32))
+    assert torch.equal(out[3], torch.arange(2048, dtype=torch.int32))
+
+
+@pytest.mark.parametrize("uuid", ["d98c332a", "d3da440b", "fbf5da25"])
+def test_the_segment_plan_covers_the_block_causal_mask(uuid: str) -> None:
+    """On the dev/all image_ids (long rows): the sequences of the planned varlen calls, read
+    with FA3's semantics, give every query exactly the keys the definition lets it see."""
+    adapter = adapter_of("prefix_zero_block_causal_attention_h16_kv8_d256-sglang")
+    definition = definition_of("prefix_zero_block_causal_attention_h16_kv8_d256")
+    w = next(wl for wl in shipped().workloads_of(definition["name"]) if wl.uuid.startswith(uuid))
+    image_ids = inputs_of(definition, w.uuid)["image_ids"]
+    batch, seq = image_ids.shape
+    seen = torch.zeros(batch * seq, seq, dtype=torch.int8)
+    for call in adapter.plan(image_ids, torch.device("cpu")):
+        spans = zip(
+            call.cu_seqlens_q.tolist(), call.seqused_q.tolist(), call.cu_seqlens_k.tolist(),
+            call.seqused_k.tolist(), strict=False,
+        )  # fmt: skip
+        for q_start, q_len, k_start, k_len in spans:
+            row, first = divmod(q_start, seq)
+            assert k_start == row * seq and first + q_len <= k_len <= seq
+            for i in range(q_len):
+                last = first + i if call.causal else k_len - 1
+                seen[q_start + i, : last + 1] += 1
+    ids = image_ids.to(torch.int64)
+    pos = torch.arange(seq)
+    want = (pos.view(1, 1, -1) <= pos.view(1, -1, 1)) | (
+        (ids.unsqueeze(2) >= 0) & (ids.unsqueeze(2) == ids.unsqueeze(1))
+    )
+    assert torch.equal(seen, want.reshape(batch * seq, seq).to(torch.int8))
+
+
+def test_the_prefix_pool_works_for_pages_of_64_too() -> None:
+    """The pool and page table of the cached-prefix adapter at page size 64 (not SGLang's
+    default 1): a page's tail past the keys is never read, and the pages gather back to
+    [prefix; chunk]."""
+    adapter = adapter_of("cached_prefix_attention_h16_kv8_d256-sglang")
+    q = torch.zeros(3, 5, 16, 8)
+    prefix_k, k = torch.randn(3, 70, 8, 8), torch.randn(3, 5, 8, 8)
+    paged = adapter.plan(q, prefix_k, page_size=64)
+    adapter.write_pool(paged, prefix_k, prefix_k, k, k)
+    assert paged.page_table.dtype == torch.int32 and paged.page_table.shape == (3, 2)
+    for b in range(3):
+        rows = paged.k_pool[paged.page_table[b].long()].reshape(-1, 8, 8)[:75]
+        assert torch.equal(rows, torch.cat([prefix_k[b], k[b]]))
