@@ -243,7 +243,8 @@ class AuditProgress:
             if self.bar is not None and self.task is not None:
                 self.bar.update(self.task, description=f"audit: {name} on {where}")
             else:
-                self.console.print(f"audit [{self.started_jobs}/{self.total}]: {name} on {where}")
+                line = f"audit [{self.started_jobs}/{self.total}]: {name} on {where}"
+                self.console.print(line, soft_wrap=True)
 
     def ended(self, name: str, where: str, statuses: Counter[str], seconds: float) -> None:
         with self.guard:
@@ -257,7 +258,8 @@ class AuditProgress:
             elapsed = time.monotonic() - self.began
             eta = f"; about {duration_text(elapsed / self.done * left)} left" if left else ""
             self.console.print(
-                f"audit [{self.done}/{self.total} done]: {name} on {where}: {outcome}{eta}"
+                f"audit [{self.done}/{self.total} done]: {name} on {where}: {outcome}{eta}",
+                soft_wrap=True,
             )
 
 
