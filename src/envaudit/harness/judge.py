@@ -256,6 +256,8 @@ class Judge:
 
     timed: bool = False
     """The job times its workloads: the judge will check timed calls, references no cache holds."""
+    solution_pid: int | None = None
+    """The solution's process, whose thread's waits for a CPU the timing witness reads."""
     warmed: bool = False
 
     def begin(self, uuid: str) -> None:
@@ -300,7 +302,7 @@ class Judge:
         if workload is None or mode not in ("eager", "graph"):
             return _refused(f"timing of {uuid!r} in mode {mode!r}")
         if self.witness is None:
-            self.witness = TimingWitness(self.device)
+            self.witness = TimingWitness(self.device, self.solution_pid)
         step = request.get("timing")
         try:
             if step == "setup":
@@ -671,6 +673,14 @@ def _settle_timing(outcome: dict[str, Any], judged: Mapping[str, Mapping[str, An
             continue
         if summary.get("error"):
             flags.append(f"{mode}: {summary['error']}")
+        elif summary.get("contended"):
+            flags.append(
+                f"{mode}: the machine was busy: the solution's thread waited"
+                f" {summary['waited_ms']:.3f} ms for a CPU within the judge's"
+                f" {summary['window_ms']:.3f} ms over batches that reported"
+                f" {summary['reported_ms']:.3f} ms (allowance {summary['allowance_ms']:.3f} ms);"
+                " its time is not comparable"
+            )
         elif not summary.get("consistent"):
             flags.append(
                 f"{mode}: the judge's clock read {summary['window_ms']:.3f} ms over the batches"

@@ -373,6 +373,21 @@ class Window:
     began_ns: int
     nonce: int
     first: int
+    waited_ns: int | None = None
+    """The solution's thread's wait for a CPU so far, when the window opened."""
+
+
+def cpu_wait_ns(pid: int | None) -> int | None:
+    """How long the main thread of process `pid` has waited, runnable, for a CPU (the kernel's
+    run-queue wait, /proc/PID/schedstat): time a busy machine took from it, which the process
+    cannot write. None where the kernel keeps no such count."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/schedstat", "rb") as handle:
+            return int(handle.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 @dataclass
@@ -385,6 +400,8 @@ class ModeWitness:
     allowance_step_ms: float
     device_kind: str
     windows_ms: list[float] = field(default_factory=list)
+    waited_ms: list[float] = field(default_factory=list)
+    """Per window, the solution's thread's wait for a CPU (where the kernel counts it)."""
     samples_ms: list[float] = field(default_factory=list)
     """Every step's time as the solution's process reported it, batch after batch."""
     steps: list[int] = field(default_factory=list)
@@ -430,6 +447,7 @@ class ModeWitness:
         reported = min(sum(self.samples_ms), median * n)
         allowance = sum(steps * self.allowance_step_ms + BATCH_MARGIN_MS for steps in self.steps)
         bound = RATIO * reported + allowance
+        waited = sum(self.waited_ms)
         record: dict[str, Any] = {
             "batches": len(self.windows_ms),
             "window_ms": round(window, 6),
@@ -443,6 +461,12 @@ class ModeWitness:
             else len([p for p in self.picked if p.outputs is not None]),
             "timed_calls": self.seen,
         }
+        if self.waited_ms:
+            record["waited_ms"] = round(waited, 6)
+            # The window outgrew the bound only by the time the machine kept the solution's
+            # thread waiting for a CPU: a busy machine, not a clock the solution moved. Its
+            # figure is still flagged (not comparable), with that cause.
+            record["contended"] = window > bound and window - waited <= bound
         if self.error:
             record["error"] = self.error
         return record
@@ -512,8 +536,9 @@ def _copy_ms(size: int, device: torch.device) -> float:
 class TimingWitness:
     """The judge's side of the timing windows of one job (see the module docstring)."""
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, solution_pid: int | None = None) -> None:
         self.device = device
+        self.solution_pid = solution_pid
         self.modes: dict[tuple[str, str], ModeWitness] = {}
         self.costs: dict[tuple[Any, ...], float] = {}
 
@@ -549,7 +574,8 @@ class TimingWitness:
         self._after_judged(uuid, mode)
         witness = self.modes[(uuid, mode)]
         nonce = secrets.randbits(62)
-        witness.open = Window(time.monotonic_ns(), nonce, first)
+        waited = cpu_wait_ns(self.solution_pid)
+        witness.open = Window(time.monotonic_ns(), nonce, first, waited)
         return nonce
 
     def end(self, uuid: str, mode: str, samples_ms: list[float]) -> None:
@@ -562,6 +588,9 @@ class TimingWitness:
             return
         samples = [v if math.isfinite(v) and v > 0 else 0.0 for v in samples_ms]
         witness.windows_ms.append((ended - window.began_ns) / 1e6)
+        waited = cpu_wait_ns(self.solution_pid)
+        if waited is not None and window.waited_ns is not None:
+            witness.waited_ms.append((waited - window.waited_ns) / 1e6)
         witness.samples_ms += samples
         witness.steps.append(len(samples))
         batch = len(witness.windows_ms) - 1

@@ -173,6 +173,7 @@ def judge_main(job_dir: Path, link: Link, child: int) -> int:
         strict=options.strict_diagnostic,
         solution=solution_json,
         timed=not options.validation_only,
+        solution_pid=child,
     )
     if making is not None:
         making.join()
