@@ -47,11 +47,18 @@ def render_dockerfile(plan: ImagePlan) -> str:
 
 
 def _header(plan: ImagePlan) -> str:
-    return (
+    header = (
         f"# envaudit image of {plan.env}, closure {plan.closure_hash}\n"
         "# Generated from lock.json by `envaudit build`; every artifact is installed by hash\n"
         "# from the build context, and the build runs with no network."
     )
+    if plan.substitute is not None:
+        header += (
+            f"\n# Over a {plan.substitute}, asked for with"
+            f" `--substitute-base {plan.substitute_base}`: this closure is"
+            f" substitutes/{plan.substitute_base}.json."
+        )
+    return header
 
 
 def _installer(plan: ImagePlan) -> str:

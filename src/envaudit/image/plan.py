@@ -103,10 +103,18 @@ class ImagePlan:
     """`name@sha256:...` of a base pinned by registry digest (None for a recipe)."""
     base_registry: str | None = None
     """The tag that digest was resolved from (a base.registry lock)."""
+    substitute: str | None = None
+    """The lock is a declared substitute base's closure: what it stands in for, in words
+    (LockedSubstitute.text); None for the declared base's."""
+    substitute_base: str | None = None
+    """That substitute's name (`--substitute-base NAME`)."""
 
     @property
     def tag(self) -> str:
-        return image_tag(self.env, self.closure_hash)
+        """`envaudit/<env>:<closure16>`, with `-over-<substitute>` for a substitute base's
+        closure, so that the tag alone says the image is not over the declared base."""
+        tag = image_tag(self.env, self.closure_hash)
+        return tag if self.substitute_base is None else f"{tag}-over-{self.substitute_base}"
 
     def staged_artifacts(self) -> list[tuple[str, Artifact]]:
         """(context folder, artifact) of every file copied out of the store."""
@@ -175,6 +183,8 @@ def plan_image(lock: Lock) -> ImagePlan:
         base_pinned=lock.base.image,
         base_registry=lock.base.registry,
         labels=_labels(lock),
+        substitute=lock.substitute.text(lock.python) if lock.substitute is not None else None,
+        substitute_base=lock.substitute.name if lock.substitute is not None else None,
     )
 
 
@@ -188,7 +198,24 @@ def _labels(lock: Lock) -> dict[str, str]:
     }
     if lock.base.registry is not None:
         labels[f"{LABEL_PREFIX}.base-registry-tag"] = lock.base.registry
+    if lock.substitute is not None:
+        labels.update(substitute_labels(lock))
     return labels
+
+
+SUBSTITUTE_LABEL = f"{LABEL_PREFIX}.substitute-base"
+
+
+def substitute_labels(lock: Lock) -> dict[str, str]:
+    """What an image built over a declared substitute base says of it: the substitute, the
+    declared base and Python it stands in for, and its own Python."""
+    assert lock.substitute is not None
+    return {
+        SUBSTITUTE_LABEL: lock.substitute.name,
+        f"{LABEL_PREFIX}.declared-base": lock.substitute.declared_base,
+        f"{LABEL_PREFIX}.declared-python": lock.substitute.declared_python,
+        f"{LABEL_PREFIX}.python": lock.python,
+    }
 
 
 def _from(lock: Lock) -> str:
