@@ -21,6 +21,7 @@ from envaudit.cli_common import (
     RunRuntimeOption,
     RuntimeOption,
     SolutionsRoot,
+    SubstituteOption,
     TimeoutOption,
     evaluation_flags,
     finite_seconds,
@@ -129,6 +130,7 @@ def run(
     runtime: RunRuntimeOption = None,
     env: EnvOption = None,
     over: OverOption = None,
+    substitute: SubstituteOption = None,
     reference_cache: Annotated[
         Path | None,
         typer.Option(
@@ -177,6 +179,7 @@ def run(
         gpu=gpu,
         env=env,
         over=over,
+        substitute=substitute,
         evaluation=evaluation,
         reference_cache=reference_cache,
         report=report,
@@ -269,6 +272,7 @@ def audit(
     runtime: RuntimeOption = None,
     env: EnvOption = None,
     over: OverOption = None,
+    substitute: SubstituteOption = None,
     executor: Annotated[
         str, typer.Option("--executor", help="local, or slurm (one job array).")
     ] = "local",
@@ -321,6 +325,7 @@ def audit(
             device=device,
             env=env,
             over=over,
+            substitute=substitute,
             workload_timeout_s=finite_seconds(timeout, "--timeout"),
             resume=resume,
             gpu_wait_s=gpu_wait,

@@ -135,18 +135,22 @@ def test_unbuilt_source_gets_a_build_stage_with_its_pins() -> None:
     assert 'TORCH_CUDA_ARCH_LIST="9.0a"' in text and 'CUDA_HOME="/opt/cuda"' in text
 
 
-def test_the_built_flashmla_image_installs_its_wheel_without_the_toolchain() -> None:
-    """flashmla-13.3's wheel is built and its toolchain build-only: the image installs the
-    wheel, with neither nvcc nor CUDA_HOME in it."""
+def test_the_flashmla_image_builds_its_source_and_leaves_the_toolchain_out() -> None:
+    """flashmla-13.3 builds FlashMLA in its image (built_in = "image") with a build-only
+    toolchain: a build stage compiles it with nvcc as CUDA_HOME, and the final image installs
+    the wheel that stage made, with neither nvcc nor CUDA_HOME in it."""
     result = CliRunner().invoke(
         app,
         ["build", "--solution", "flashmla-13.3", "--dry-run", "--locks-dir", str(REPO / "locks")],
     )
     assert result.exit_code == 0, result.output
-    text = result.output
-    assert "flash_mla-1.0.0+9241ae3-cp312-cp312-linux_x86_64.whl" in text
-    assert "nvidia-cuda-nvcc" not in text and "CUDA_HOME" not in text
-    assert "cuda-toolchain" not in text
+    dockerfile = result.output.split("# ---- staged build context")[0]
+    build, final = dockerfile.split("# the environment flashmla-13.3")
+    assert "FROM installer AS build-flash-mla" in build and "nvidia-cuda-nvcc" in build
+    assert 'CUDA_HOME="/opt/cuda"' in build and "COPY --from=cuda-toolchain" in build
+    assert "COPY --from=layer-built-flash-mla" in final
+    assert "nvidia-cuda-nvcc" not in final and "CUDA_HOME" not in final
+    assert "cuda-toolchain" not in final
 
 
 def test_a_build_only_toolchain_builds_the_sources_and_stays_out_of_the_image() -> None:

@@ -22,10 +22,12 @@ def diff_env(*argv: str) -> tuple[int, str]:
 
 
 def test_flashmla_13_1_against_13_3_is_the_compiler_and_what_it_built() -> None:
+    """And the base: 13.3 builds FlashMLA in its image, over noble-devbase (a compiler and
+    git), where 13.1's wheel was built on the host and its image is over noble-minbase."""
     code, out = diff_env("flashmla-13.1", "flashmla-13.3")
     assert code == 1
     groups = [line.split(":")[0] for line in out.splitlines() if " differ, " in line]
-    assert groups == ["CUDA toolchain", "source builds", "build flags and files"]
+    assert groups == ["CUDA toolchain", "source builds", "build flags and files", "base image"]
     assert "nvidia-cuda-nvcc     13.1.115" in out and "->  13.3.73" in out
     assert "flash-mla: build_env FLASH_MLA_SKIP_REG_SPILL_CHECK  (absent)  ->  1" in out
     assert "torch, Triton and CUDA libraries (17)" in out.splitlines()[-1]

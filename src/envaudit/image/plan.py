@@ -66,6 +66,14 @@ class SourceStage:
     absent_files: tuple[str, ...] = ()
     """Files of the pinned commits the lock records as lacking from the repository: the tree
     the image builds from must lack exactly these."""
+    built_in_image: bool = False
+    """Declared `built_in = "image"`: no lock ever holds its wheel; only the image builds it."""
+
+    def wheel_instead(self, env: str) -> str:
+        """The other way to a wheel, for a hint: none for a source built in images only."""
+        if self.built_in_image:
+            return ""
+        return f"; or `envaudit lock {env} --rebuild {self.name}` builds the wheel instead"
 
     @property
     def archive(self) -> str:
@@ -238,4 +246,5 @@ def _source_stage(source: LockedSource) -> SourceStage:
         sdist=source.sdist,
         files=tuple(sorted(source.files)),
         absent_files=tuple(sorted(source.absent_files or ())),
+        built_in_image=source.built_in == "image",
     )

@@ -145,7 +145,11 @@ def sources_built_in_images(lock: Lock) -> list[str]:
     return [
         f"source {s.name}: no wheel in the lock; `envaudit build` compiles it from its tree at"
         f" {s.rev} (ENVAUDIT_GIT_BASES must reach it), while the local and host runtimes need"
-        f" its wheel (`envaudit lock {lock.env} --rebuild {s.name}`)"
+        + (
+            ' its wheel, which no lock holds (built_in = "image": run this env in its image)'
+            if s.built_in == "image"
+            else f" its wheel (`envaudit lock {lock.env} --rebuild {s.name}`)"
+        )
         for s in lock.sources
         if s.wheel is None and s.status == "surveyed"
     ]
