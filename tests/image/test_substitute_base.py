@@ -213,3 +213,25 @@ def test_a_run_takes_the_substitute_only_when_asked_and_its_lines_name_it(
     assert prepared.context.closure_hash == substitute.closure_hash
     record = prepared.context.record()
     assert record["env_check"]["substitute_base"] == "trixie-devbase"
+
+
+@skip_unless_ready(engine_missing(), settings.REQUIRE_ENGINE)
+def test_an_overlay_of_flashmla_is_refused_before_the_stack_is_imported() -> None:
+    """flashmla-13.3's lock holds no FlashMLA wheel (built in its image's build stage): an image
+    over the GPU machine's stack, which installs only the lock's wheels, would lack flash_mla.
+    The build is refused (exit 2) naming the env and the source, and nothing reaches the engine:
+    neither the stack's base nor an overlay image."""
+    from envaudit.image.engine import Engine
+    from envaudit.image.overlay import overlay_tag
+
+    engine = Engine.connect()
+    base = load_recipe("gpu-host-stack").tag
+    had_base = engine.image(base) is not None
+    lock = load_lock(LOCKS / "flashmla-13.3")
+    argv = ["build", "--solution", "flashmla-13.3", "--over", "gpu-host-stack"]
+    code, out = invoke([*argv, "--locks-dir", str(LOCKS)])
+    assert code == 2, out
+    assert "flashmla-13.3: no image over the imported stack gpu-host-stack" in out
+    assert 'flash-mla (built_in = "image"' in out and "without --over" in out
+    assert engine.image(overlay_tag(lock.env, lock.closure_hash, "gpu-host-stack")) is None
+    assert (engine.image(base) is not None) == had_base

@@ -25,6 +25,7 @@ from envaudit.image.overlay import (
     OverlayPlan,
     overlay_tag,
     plan_overlay,
+    refuse_unbuilt_sources,
     render_overlay_dockerfile,
 )
 from envaudit.image.plan import LABEL_PREFIX, VENV, ImagePlan, plan_image
@@ -253,7 +254,8 @@ def build_overlay(
     on_line: Callable[[str], None] | None = None,
 ) -> tuple[BuildResult, OverlayPlan | None]:
     """The image of `env` over the imported stack `recipe_name` (image/overlay.py); a no-op
-    when it exists. The base is imported first when missing and this machine is its source."""
+    when it exists. The base is imported first when missing and this machine is its source;
+    a lock with a source it holds no wheel of is refused before that (exit 2)."""
     started = time.monotonic()
     lock = current_lock(env_dir(env, locks_dir))
     recipe = load_recipe(recipe_name)
@@ -262,6 +264,7 @@ def build_overlay(
             f"--over {recipe_name}: not an imported stack (kind {recipe.kind!r})",
             hint='name a base recipe of kind "import" under containers/bases',
         )
+    refuse_unbuilt_sources(lock, recipe.name)
     tag = overlay_tag(lock.env, lock.closure_hash, recipe.name)
     existing = engine.image(tag)
     if existing is not None and not no_cache:
