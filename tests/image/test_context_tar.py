@@ -1,9 +1,11 @@
-"""The build context goes to the engine as a tar of regular files: a wheel staged in two layers
+"""The build context goes to the engine as a tar of regular files, streamed: a file staged twice
 (hard links to one store file) must not turn into a hard-link entry, which would change the
-engine's cache checksum of one layer's folder with what another layer holds."""
+engine's cache checksum of one folder with what another holds; and a wheel the plan stages in
+one layer's folder is staged there only, the other layers' stages copying it by name."""
 
 from __future__ import annotations
 
+import io
 import os
 import tarfile
 from pathlib import Path
@@ -16,7 +18,8 @@ from envaudit.image.engine import context_tar
 def entries(context: Path) -> dict[str, tuple[int, int, bytes]]:
     """path -> (type, size, content) of every entry of the context's tar."""
     found = {}
-    with context_tar(context) as archive, tarfile.open(fileobj=archive) as tar:
+    archive = io.BytesIO(b"".join(context_tar(context)))
+    with tarfile.open(fileobj=archive) as tar:
         for info in tar.getmembers():
             data = tar.extractfile(info).read() if info.isreg() else b""  # type: ignore[union-attr]
             found[info.name] = (info.type, info.size, data)

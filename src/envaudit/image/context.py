@@ -37,7 +37,7 @@ def planned_files(plan: ImagePlan) -> list[StagedFile]:
     files = [StagedFile("Dockerfile", None, "rendered from lock.json")]
     for layer in plan.all_layers():
         files.append(StagedFile(f"{layer.folder}/requirements.txt", None, "pins with hashes"))
-        for name, version, artifact in layer.packages:
+        for name, version, artifact in layer.own():
             files.append(
                 StagedFile(
                     f"{layer.folder}/{artifact.filename}", artifact.size, f"{name}=={version}"
@@ -77,7 +77,7 @@ def stage_context(
         folder = dest / layer.folder
         folder.mkdir(parents=True)
         (folder / "requirements.txt").write_text(layer.requirements())
-        for _, _, artifact in layer.packages:
+        for _, _, artifact in layer.own():  # a borrowed wheel is in an earlier layer's folder
             _link_or_copy(store.path_of(artifact), folder / artifact.filename)
     for source in plan.sources:
         _stage_source(source, store, config, dest, git_sources.get(source.name), plan.env)
