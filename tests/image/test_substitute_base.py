@@ -235,3 +235,14 @@ def test_an_overlay_of_flashmla_is_refused_before_the_stack_is_imported() -> Non
     assert 'flash-mla (built_in = "image"' in out and "without --over" in out
     assert engine.image(overlay_tag(lock.env, lock.closure_hash, "gpu-host-stack")) is None
     assert (engine.image(base) is not None) == had_base
+
+
+def test_the_local_runtime_sends_a_source_built_in_the_image_to_a_container() -> None:
+    """The local runtime installs the lock's wheels; for FlashMLA, built in images only, it
+    says so (exit 2) and names the container runtime, not a `lock` that would not build it."""
+    from envaudit.runtime.runtimes.local import installable
+
+    with pytest.raises(LockError) as caught:
+        installable(load_lock(LOCKS / "flashmla-13.3"))
+    assert caught.value.exit_code == 2 and "flash-mla of flashmla-13.3" in caught.value.message
+    assert "--runtime docker" in (caught.value.hint or "")
