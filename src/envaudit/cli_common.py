@@ -184,8 +184,9 @@ SubstituteOption = Annotated[
     typer.Option(
         "--substitute-base",
         help="Build (or run in) the env's image over this substitute base, declared in its"
-        " env.toml (its substitutes list) and locked as a closure of its own, where its declared base"
-        " cannot be made here. Never taken unless named; every image and line records it.",
+        " env.toml (its substitutes list) and locked as a closure of its own, where its"
+        " declared base cannot be made here. Never taken unless named; every image and line"
+        " records it.",
         metavar="NAME",
     ),
 ]
