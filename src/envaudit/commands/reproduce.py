@@ -358,7 +358,8 @@ def _reproduce_in(
         ask.other_driver,
     )
     if chosen == "host":  # this interpreter as it is: the lock is checked, not made
-        plan = replace(plan, env=None, notes=[*plan.notes, "runtime: host (this interpreter)"])
+        notes = [*plan.notes, "runtime: host (this interpreter)"]
+        plan = replace(plan, env=None, substitute=None, notes=notes)
     env_check = recorded.context.env_check
     recorded_over = env_check.overlay_on if env_check else None
     over = ask.over or (recorded_over if get_runtime(chosen).takes_over else None)
@@ -368,7 +369,8 @@ def _reproduce_in(
         locks_dir=plan.locks_dir,
         substitute=plan.substitute,
     )
-    runtime = get_runtime(chosen, plan.env, over)
+    # a substitute's closure is had only in a container runtime: the local one refuses it
+    runtime = get_runtime(chosen, plan.env, over, plan.substitute)
     if plan.env:
         make_env(runtime, replace(options, env=plan.env), plan.env)
     ask.out.mkdir(parents=True, exist_ok=True)
