@@ -8,8 +8,17 @@
 # instead: it imports, its extension's arches, the wheel's hash. Sizes at the end. Results under
 # OUT (steps.txt, one NAME.txt per step).
 #   benchmarks/hermetic_image.sh ENV OUT [ENV2]   ENV2: a second env, for what the two share
+#   SUBSTITUTE=NAME benchmarks/hermetic_image.sh ...   over the envs' declared substitute base NAME
+#   (its closure, locks/ENV/substitutes/NAME.json; --substitute-base NAME on every command)
 set -u
 env=$1 out=$2 second=${3:-}
+substitute=${SUBSTITUTE:-}
+asked=()
+lock_file=lock.json
+if [ -n "$substitute" ]; then
+    asked=(--substitute-base "$substitute")
+    lock_file="substitutes/$substitute.json"
+fi
 mkdir -p "$out"
 out=$(realpath "$out")
 steps=$out/steps.txt
@@ -17,16 +26,18 @@ source "$(dirname "$0")/../scripts/gpu/steps.sh"
 ea=".venv/bin/envaudit"
 lock_field() {  # lock_field ENV EXPRESSION-OVER-lock
     .venv/bin/python -c "import json, sys; lock = json.load(open(sys.argv[1])); print($2)" \
-        "locks/$1/lock.json"
+        "locks/$1/$lock_file"
 }
-tag_of() { echo "envaudit/$1:$(lock_field "$1" "lock['closure_hash'][:16]")"; }
+tag_of() {
+    echo "envaudit/$1:$(lock_field "$1" "lock['closure_hash'][:16]")${substitute:+-over-$substitute}"
+}
 recipe=$(lock_field "$env" "lock['base']['recipe']")
 tag=$(tag_of "$env")
 step base "$ea" base build "$recipe"
-step fetch "$ea" fetch "$env"
-step build "$ea" build --env "$env"
-step rebuild "$ea" build --env "$env"
-step verify "$ea" verify-env "$env" --image "$tag" --exact
+step fetch "$ea" fetch "$env" "${asked[@]}"
+step build "$ea" build --env "$env" "${asked[@]}"
+step rebuild "$ea" build --env "$env" "${asked[@]}"
+step verify "$ea" verify-env "$env" "${asked[@]}" --image "$tag" --exact
 step torch docker run --rm --network none "$tag" python -c \
     'import torch; print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version())'
 build_only=$(lock_field "$env" "bool((lock.get('cuda') or {}).get('build_only'))")
@@ -109,8 +120,8 @@ docker images --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E "^(envaudi
 docker history --format '{{.Size}}\t{{.CreatedBy}}' "$tag" | cut -c1-160 >"$out/history.txt"
 if [ -n "$second" ]; then
     tag2=$(tag_of "$second")
-    step fetch2 "$ea" fetch "$second"
-    step build2 "$ea" build --env "$second"
+    step fetch2 "$ea" fetch "$second" "${asked[@]}"
+    step build2 "$ea" build --env "$second" "${asked[@]}"
     # layers the two images hold in common (by content digest) and their size on disk once
     .venv/bin/python - "$tag" "$tag2" <<'EOF' | tee -a "$steps"
 import json, subprocess, sys

@@ -22,6 +22,7 @@ from envaudit.cli_common import (
     RunRuntimeOption,
     RuntimeOption,
     SolutionsRoot,
+    SubstituteOption,
     TimeoutOption,
     evaluation_flags,
     finite_seconds,
@@ -131,6 +132,7 @@ def run(
     runtime: RunRuntimeOption = None,
     env: EnvOption = None,
     over: OverOption = None,
+    substitute: SubstituteOption = None,
     reference_cache: Annotated[
         Path | None,
         typer.Option(
@@ -180,6 +182,7 @@ def run(
         gpu=gpu,
         env=env,
         over=over,
+        substitute=substitute,
         evaluation=evaluation,
         reference_cache=reference_cache,
         report=report,
@@ -278,6 +281,7 @@ def audit(
     runtime: RuntimeOption = None,
     env: EnvOption = None,
     over: OverOption = None,
+    substitute: SubstituteOption = None,
     executor: Annotated[
         str, typer.Option("--executor", help="local, or slurm (one job array).")
     ] = "local",
@@ -331,6 +335,7 @@ def audit(
             device=device,
             env=env,
             over=over,
+            substitute=substitute,
             workload_timeout_s=finite_seconds(timeout, "--timeout"),
             resume=resume,
             gpu_wait_s=gpu_wait,

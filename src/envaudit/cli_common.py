@@ -179,6 +179,19 @@ OverOption = Annotated[
 ]
 
 
+SubstituteOption = Annotated[
+    str | None,
+    typer.Option(
+        "--substitute-base",
+        help="Build (or run in) the env's image over this substitute base, declared in its"
+        " env.toml (its substitutes list) and locked as a closure of its own, where its"
+        " declared base cannot be made here. Never taken unless named; every image and line"
+        " records it.",
+        metavar="NAME",
+    ),
+]
+
+
 EnvOption = Annotated[
     str | None,
     typer.Option("--env", help="Run in this lock instead of the declared one (not host)."),

@@ -15,6 +15,7 @@ from envaudit.cli_common import (
     LocksDir,
     OverOption,
     SolutionsRoot,
+    SubstituteOption,
     TimeoutOption,
     evaluation_flags,
     finite_seconds,
@@ -57,10 +58,12 @@ def lock(
         list[str] | None,
         typer.Option("--rebuild", help="Build this source again (repeatable).", metavar="SOURCE"),
     ] = None,
+    substitute: SubstituteOption = None,
     locks_dir: LocksDir = Path("locks"),
 ) -> None:
-    """(Re)generate locks/ENV/lock.json from env.toml (uv resolves, sources are built into the
-    store); --check verifies it."""
+    """(Re)generate locks/ENV/lock.json and each declared substitute base's closure
+    (locks/ENV/substitutes/NAME.json) from env.toml (uv resolves, sources are built into the
+    store); --check verifies them."""
     from envaudit.commands.lock import lock_each
 
     names = sorted(p.parent.name for p in locks_dir.glob("*/env.toml")) if all_envs else envs
@@ -72,7 +75,7 @@ def lock(
         usage_error("--rebuild and --no-build contradict each other")
     stale = 0
     with reported():
-        for done in lock_each(names, locks_dir, check, not no_build, rebuild):
+        for done in lock_each(names, locks_dir, check, not no_build, rebuild, substitute):
             stale += done.stale
             for line in done.lines:
                 typer.echo(line)
@@ -101,6 +104,7 @@ def fetch(
             " for builds where the registry cannot be reached.",
         ),
     ] = False,
+    substitute: SubstituteOption = None,
     locks_dir: LocksDir = Path("locks"),
 ) -> None:
     """Put every artifact of a lock into the content-addressed store, sha256-verified; a bad
@@ -109,7 +113,13 @@ def fetch(
     from envaudit.console import byte_progress
 
     request = FetchRequest(
-        env, locks_dir=locks_dir, offline=offline, verify=verify, store=store, find_links=find_links
+        env,
+        locks_dir=locks_dir,
+        offline=offline,
+        verify=verify,
+        store=store,
+        find_links=find_links,
+        substitute=substitute,
     )
     with reported():
         fetched = fetch_artifacts(request, byte_progress)
@@ -160,6 +170,7 @@ def verify_env(
         Path | None,
         typer.Option("--store", help="Content-addressed store (default: ENVAUDIT_STORE)."),
     ] = None,
+    substitute: SubstituteOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Compare an installed environment with a lock; exit 1 on drift."""
@@ -168,7 +179,13 @@ def verify_env(
     with reported():
         result = verify_environment(
             VerifyRequest(
-                env, python=python, image=image, exact=exact, locks_dir=locks_dir, store=store
+                env,
+                python=python,
+                image=image,
+                exact=exact,
+                locks_dir=locks_dir,
+                store=store,
+                substitute=substitute,
             )
         )
     if as_json:
@@ -322,6 +339,7 @@ def build(
         ),
     ] = False,
     over: OverOption = None,
+    substitute: SubstituteOption = None,
     locks_dir: LocksDir = Path("locks"),
     solutions_root: SolutionsRoot = Path("solutions"),
 ) -> None:
@@ -332,7 +350,7 @@ def build(
     unique_names([solution] if solution is not None else [], "--solution")
     with reported():
         envs = envs_to_build(solution, env, all_envs, locks_dir, solutions_root)
-        plans = plan_builds(envs, locks_dir)
+        plans = plan_builds(envs, locks_dir, substitute, over)
     if over is not None and not dry_run:
         with reported(), status_line(f"over {over}") as on_line:
             for done, verified in build_over(envs, over, locks_dir, no_cache, on_line):

@@ -174,9 +174,12 @@ def planned_build(plan: BuildPlan) -> str:
     """`build --dry-run`: the Dockerfile and the staged build context of one env."""
     lines = [f"# ---- {plan.image.env}: {plan.image.tag}", plan.dockerfile]
     lines.append(f"# ---- staged build context of {plan.image.env}:")
-    for item in plan.files():
+    files = plan.files()
+    for item in files:
         size = f"{item.size:>12,}" if item.size is not None else f"{'':>12}"
         lines.append(f"#  {size}  {item.path}  ({item.what})")
+    known = sum(item.size or 0 for item in files)
+    lines.append(f"#  {known:>12,}  in all, out of the store (source trees and pins not counted)")
     return "\n".join(lines)
 
 

@@ -183,3 +183,17 @@ def test_a_flashinfer_bench_solution_runs_again_from_its_file_and_its_history(
     found = json.loads(again.output)
     assert any("from commit" in note for note in found["notes"]), found["notes"]
     assert set(found["status"]) == {"PASSED"}  # the recorded revision ran, not the wrong one
+
+
+def test_a_line_over_a_substitute_base_is_not_rerun_in_the_local_runtime(recorded: Path) -> None:
+    """A line measured over a declared substitute base names that substitute's closure: its
+    rerun asks for the same substitute, which only a container runtime can give; the local
+    runtime (which would make the declared closure instead) refuses it, exit 2."""
+    from tests.conftest import REPO
+
+    locks = REPO / "locks"
+    closure = json.loads((locks / "flashmla-13.3/substitutes/trixie-devbase.json").read_text())
+    spec = edited(recorded, {"context": {"closure_hash": closure["closure_hash"]}})
+    result = reproduce(recorded, spec, "--runtime", "local", "--locks-dir", str(locks))
+    assert result.exit_code == 2, result.output
+    assert "--substitute-base 'trixie-devbase' does not apply to the local runtime" in result.output

@@ -1,9 +1,11 @@
-"""The build context goes to the engine as a tar of regular files: a wheel staged in two layers
+"""The build context goes to the engine as a tar of regular files, streamed: a file staged twice
 (hard links to one store file) must not turn into a hard-link entry, which would change the
-engine's cache checksum of one layer's folder with what another layer holds."""
+engine's cache checksum of one folder with what another holds; and a wheel the plan stages in
+one layer's folder is staged there only, the other layers' stages copying it by name."""
 
 from __future__ import annotations
 
+import io
 import os
 import tarfile
 from pathlib import Path
@@ -16,7 +18,8 @@ from envaudit.image.engine import context_tar
 def entries(context: Path) -> dict[str, tuple[int, int, bytes]]:
     """path -> (type, size, content) of every entry of the context's tar."""
     found = {}
-    with context_tar(context) as archive, tarfile.open(fileobj=archive) as tar:
+    archive = io.BytesIO(b"".join(context_tar(context)))
+    with tarfile.open(fileobj=archive) as tar:
         for info in tar.getmembers():
             data = tar.extractfile(info).read() if info.isreg() else b""  # type: ignore[union-attr]
             found[info.name] = (info.type, info.size, data)
@@ -49,9 +52,10 @@ def test_a_file_staged_twice_is_two_regular_entries_like_a_file_staged_once(
 def test_a_source_that_cannot_be_reached_names_the_env_to_lock(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """flashmla-13.3-trixie is locked without its wheel (the image build compiles FlashMLA):
-    with no git base configured and no archive of its tree kept from an earlier build, staging
-    its source says so and names the command to run, with the env's own name in it."""
+    """flashmla-13.3 builds FlashMLA in its image only (built_in = "image"; here over its
+    declared substitute base): with no git base configured and no archive of its tree kept
+    from an earlier build, staging its source says so and names what to set; no lock ever
+    holds its wheel, so no `lock --rebuild` is offered instead."""
     monkeypatch.setenv("ENVAUDIT_CACHE", str(tmp_path / "cache"))
     from dataclasses import replace
 
@@ -62,7 +66,7 @@ def test_a_source_that_cannot_be_reached_names_the_env_to_lock(
     from envaudit.lock.store import Store
     from tests.conftest import REPO
 
-    build = plan_build("flashmla-13.3-trixie", REPO / "locks")
+    build = plan_build("flashmla-13.3", REPO / "locks", "trixie-devbase")
     [source] = build.image.sources
     config = replace(FetchConfig.from_environment(store=tmp_path / "store"), git_bases=[])
     with pytest.raises(EnvauditError) as caught:
@@ -75,4 +79,5 @@ def test_a_source_that_cannot_be_reached_names_the_env_to_lock(
             build.image.env,
         )
     assert "no git base is configured" in caught.value.message
-    assert "`envaudit lock flashmla-13.3-trixie --rebuild flash-mla`" in (caught.value.hint or "")
+    assert "ENVAUDIT_GIT_BASES" in (caught.value.hint or "")
+    assert "--rebuild" not in (caught.value.hint or "")

@@ -9,8 +9,9 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from envaudit.cli import app
+from envaudit.image.context import planned_files
 from envaudit.image.dockerfile import render_dockerfile
-from envaudit.image.plan import plan_image
+from envaudit.image.plan import ImagePlan, plan_image
 from envaudit.schema.locks import Lock, seal
 from envaudit.settings import UPDATE_GOLDEN, value
 from tests.conftest import REPO
@@ -135,18 +136,22 @@ def test_unbuilt_source_gets_a_build_stage_with_its_pins() -> None:
     assert 'TORCH_CUDA_ARCH_LIST="9.0a"' in text and 'CUDA_HOME="/opt/cuda"' in text
 
 
-def test_the_built_flashmla_image_installs_its_wheel_without_the_toolchain() -> None:
-    """flashmla-13.3's wheel is built and its toolchain build-only: the image installs the
-    wheel, with neither nvcc nor CUDA_HOME in it."""
+def test_the_flashmla_image_builds_its_source_and_leaves_the_toolchain_out() -> None:
+    """flashmla-13.3 builds FlashMLA in its image (built_in = "image") with a build-only
+    toolchain: a build stage compiles it with nvcc as CUDA_HOME, and the final image installs
+    the wheel that stage made, with neither nvcc nor CUDA_HOME in it."""
     result = CliRunner().invoke(
         app,
         ["build", "--solution", "flashmla-13.3", "--dry-run", "--locks-dir", str(REPO / "locks")],
     )
     assert result.exit_code == 0, result.output
-    text = result.output
-    assert "flash_mla-1.0.0+9241ae3-cp312-cp312-linux_x86_64.whl" in text
-    assert "nvidia-cuda-nvcc" not in text and "CUDA_HOME" not in text
-    assert "cuda-toolchain" not in text
+    dockerfile = result.output.split("# ---- staged build context")[0]
+    build, final = dockerfile.split("# the environment flashmla-13.3")
+    assert "FROM layer-torch-stack AS build-flash-mla" in build and "nvidia-cuda-nvcc" in build
+    assert 'CUDA_HOME="/opt/cuda"' in build and "COPY --from=cuda-toolchain" in build
+    assert "COPY --from=layer-built-flash-mla" in final
+    assert "nvidia-cuda-nvcc" not in final and "CUDA_HOME" not in final
+    assert "cuda-toolchain" not in final
 
 
 def test_a_build_only_toolchain_builds_the_sources_and_stays_out_of_the_image() -> None:
@@ -179,7 +184,10 @@ def test_build_only_components_stay_in_the_source_stages_only() -> None:
     assert "COPY --from=cuda-run-toolchain" in final and 'CUDA_HOME="/opt/cuda"' in final
     assert "COPY --from=cuda-toolchain " not in final
     staged = {folder for folder, _ in plan.staged_artifacts()}
-    assert {"wheels/cuda-toolchain", "wheels/cuda-run-toolchain"} <= staged
+    assert "wheels/cuda-toolchain" in staged and "wheels/cuda-run-toolchain" not in staged
+    nvcc = next(a for n, _, a in plan.toolchain.packages if n == "nvidia-cuda-nvcc")
+    assert plan.run_toolchain.borrowed == ((nvcc.sha256, f"wheels/cuda-toolchain/{nvcc.filename}"),)
+    assert f"COPY wheels/cuda-toolchain/{nvcc.filename}" in stage
 
     built = seal({**body, "sources": []})
     plan = plan_image(built)
@@ -205,3 +213,58 @@ def test_the_deepgemm_image_keeps_only_what_its_jit_runs() -> None:
         assert kept in stage, kept
     for left in ("cublas", "cusparse", "cusolver", "curand", "nvrtc"):
         assert left not in stage, left
+
+
+def _flashmla_over_trixie() -> ImagePlan:
+    from envaudit.lock.files import load_lock
+
+    return plan_image(load_lock(REPO / "locks" / "flashmla-13.3", "trixie-devbase"))
+
+
+def test_the_flashmla_image_over_its_substitute_renders_its_golden_dockerfile() -> None:
+    check_golden(
+        "flashmla-13.3-over-trixie-devbase.Dockerfile", render_dockerfile(_flashmla_over_trixie())
+    )
+
+
+def test_a_build_stage_starts_from_the_run_layer_its_requirements_hold_whole() -> None:
+    """FlashMLA's build requirements hold the torch stack's exact wheels: its build stage starts
+    from that layer's stage and installs only the 15 others, so torch is installed once."""
+    plan = _flashmla_over_trixie()
+    [source] = plan.sources
+    stack = next(layer for layer in plan.layers if layer.name == "torch-stack")
+    assert source.from_layer == "torch-stack"
+    names = {n for n, _, _ in source.build_requires.packages}
+    assert "torch" not in names and {"ninja", "wheel", "setuptools"} <= names
+    assert not names & {n for n, _, _ in stack.packages}
+    text = render_dockerfile(plan)
+    stage = text.split("FROM layer-torch-stack AS build-flash-mla")[1].split("\n\n")[0]
+    assert "python3 -m venv" not in stage and "-r /tmp/build-requires/requirements.txt" in stage
+
+
+def test_a_build_stage_whose_requirements_lack_a_layer_wheel_starts_from_the_installer() -> None:
+    """A run layer with a wheel the build does not require would put it in the build's venv:
+    the stage then starts from the installer, as before."""
+    plan = plan_image(sample_lock())
+    [source] = plan.sources
+    assert source.from_layer is None
+    assert "FROM installer AS build-flash-mla" in render_dockerfile(plan)
+
+
+def test_each_wheel_is_staged_once_and_copied_by_name_into_every_stage_that_installs_it() -> None:
+    """The torch stack's cuBLAS, cuRAND, cuSOLVER, cuSPARSE and nvJitLink are also toolchain
+    wheels, and the build's requirements repeat the packages layer: the context holds each
+    file once, in the first layer's folder, and the later stages copy it from there."""
+    plan = _flashmla_over_trixie()
+    staged = [a.sha256 for _, a in plan.staged_artifacts()]
+    assert len(staged) == len(set(staged))
+    every = {a.sha256 for layer in plan.all_layers() for _, _, a in layer.packages}
+    assert set(staged) == every
+    assert plan.toolchain is not None
+    assert {path.split("/")[1] for _, path in plan.toolchain.borrowed} == {"torch-stack"}
+    text = render_dockerfile(plan)
+    for layer in plan.all_layers():
+        for _, path in layer.borrowed:
+            assert path in text
+    files = [f.path for f in planned_files(plan) if f.path.endswith(".whl")]
+    assert len(files) == len(every)

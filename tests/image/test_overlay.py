@@ -108,3 +108,28 @@ def test_build_only_components_are_not_installed_over_the_stack() -> None:
     assert [n for n, _, _ in overlay.toolchain.packages] == ["nvidia-cuda-nvcc"]
     assert overlay.verified["added"] == 0  # a left-out component is not a missing package
     assert 'CUDA_HOME="/opt/cuda"' in render_overlay_dockerfile(overlay)
+
+
+@pytest.mark.parametrize(
+    ("built_in", "words", "hint"),
+    [
+        ("image", 'flash-mla (built_in = "image"', "envaudit build --env sample"),
+        (None, "flash-mla (not built yet)", "envaudit lock sample --rebuild flash-mla"),
+    ],
+)
+def test_a_source_without_a_wheel_in_the_lock_refuses_the_overlay(
+    built_in: str | None, words: str, hint: str
+) -> None:
+    """The overlay installs only the lock's wheels: a source the lock holds no wheel of would
+    be missing from the image, so the plan is refused (exit 2), naming env, source and way."""
+    lock = sample_lock()
+    body = lock.model_dump(mode="json", exclude={"closure_hash"})
+    body["sources"][0]["built_in"] = built_in
+    lock = seal(body)
+    drift = compare(lock, installed(**STACK, safetensors="0.8.0"), None, "3.12")
+    with pytest.raises(EnvauditError) as caught:
+        plan_overlay(lock, "b", "gpu-host-stack", "/opt/torch/.venv/bin/python", "c", drift)
+    error = caught.value
+    assert error.exit_code == 2
+    assert "sample:" in str(error) and "gpu-host-stack" in str(error) and words in str(error)
+    assert error.hint is not None and hint in error.hint and "without --over" in error.hint

@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from typer.testing import CliRunner
 
@@ -22,10 +23,12 @@ def diff_env(*argv: str) -> tuple[int, str]:
 
 
 def test_flashmla_13_1_against_13_3_is_the_compiler_and_what_it_built() -> None:
+    """And the base: 13.3 builds FlashMLA in its image, over noble-devbase (a compiler and
+    git), where 13.1's wheel was built on the host and its image is over noble-minbase."""
     code, out = diff_env("flashmla-13.1", "flashmla-13.3")
     assert code == 1
     groups = [line.split(":")[0] for line in out.splitlines() if " differ, " in line]
-    assert groups == ["CUDA toolchain", "source builds", "build flags and files"]
+    assert groups == ["CUDA toolchain", "source builds", "build flags and files", "base image"]
     assert "nvidia-cuda-nvcc     13.1.115" in out and "->  13.3.73" in out
     assert "flash-mla: build_env FLASH_MLA_SKIP_REG_SPILL_CHECK  (absent)  ->  1" in out
     assert "torch, Triton and CUDA libraries (17)" in out.splitlines()[-1]
@@ -105,3 +108,48 @@ def test_a_closure_hash_the_lock_has_moved_on_from_is_read_from_git_history(
     )
     assert missing.exit_code == 2
     assert "no lock with closure hash 0123abcd0123" in missing.output
+
+
+def test_a_substitute_base_s_closure_is_found_by_its_hash_now_and_in_history(
+    tmp_path: Path,
+) -> None:
+    """A line run over a declared substitute base names that substitute's closure
+    (locks/<env>/substitutes/<name>.json): it is found by its hash among the current locks,
+    and, once the substitute's closure has moved on, in git history, with the env's folder;
+    `reproduce` reruns it over the same substitute, asked for by name."""
+    from types import SimpleNamespace
+
+    from envaudit.commands.reproduce import _environment
+    from envaudit.lock.history import find_lock
+
+    locks = tmp_path / "locks"
+    shutil.copytree(REPO / "locks" / "flashmla-13.3", locks / "flashmla-13.3")
+    path = locks / "flashmla-13.3" / "substitutes" / "trixie-devbase.json"
+    old = json.loads(path.read_text())["closure_hash"]
+    found = find_lock(old[:16], locks)
+    assert found.origin == str(path) and found.lock.substitute is not None
+    assert found.env_toml is not None and "[[substitutes]]" in found.env_toml
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "add", ".")
+    git(tmp_path, "commit", "-qm", "first")
+    first = git(tmp_path, "rev-parse", "HEAD")
+    lock = json.loads(path.read_text())
+    lock["env_vars"] = {**lock["env_vars"], "MOVED": "on"}
+    lock["closure_hash"] = Lock.model_validate(lock).computed_closure_hash()
+    path.write_text(json.dumps(lock, indent=1))
+    git(tmp_path, "commit", "-qam", "moved on")
+    argv = ["diff-env", old[:12], str(path), "--locks-dir", str(locks)]
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 1, result.output
+    assert f"({first[:12]}:locks/flashmla-13.3/substitutes/trixie-devbase.json)" in result.output
+    notes: list[str] = []
+    line: Any = SimpleNamespace(closure_hash=old)  # all _environment reads of a line
+    env, env_locks, substitute = _environment(line, path, locks, tmp_path / "scratch", notes)
+    assert (env, substitute) == ("flashmla-13.3", "trixie-devbase")
+    kept = env_locks / "flashmla-13.3"
+    assert (kept / "env.toml").is_file()
+    assert (
+        json.loads((kept / "substitutes" / "trixie-devbase.json").read_text())["closure_hash"]
+        == old
+    )
+    assert "over the substitute base trixie-devbase" in notes[0] and first[:12] in notes[0]

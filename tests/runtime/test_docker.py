@@ -435,14 +435,18 @@ def test_a_container_the_engine_cannot_start_is_not_left_behind(
 
 
 def test_flashmla_build_says_everything_it_cannot_reach(engine_env: dict[str, str]) -> None:
-    """Its wheel is built (the lock records it): what the image needs is the base and the
-    store's wheels, named at once; no git source (the built wheel stands for it)."""
+    """Over its declared substitute base (trixie-devbase, which debootstrap can make here):
+    what the image needs is the store's wheels of that closure and FlashMLA's repository (it
+    is built in the image), named at once, each with the command or setting that provides it.
+    Without the substitute asked for, the base it declares is what stops it
+    (tests/image/test_substitute_base.py)."""
     env = {**engine_env, "ENVAUDIT_GIT_BASES": ""}
-    code, out = invoke(["build", "--solution", "flashmla-13.3"], env)
+    asked = ["--substitute-base", "trixie-devbase"]
+    code, out = invoke(["build", "--solution", "flashmla-13.3", *asked], env)
     assert code == 2, out
-    assert "not in the store" in out and "envaudit fetch flashmla-13.3" in out
-    assert "base noble-minbase" in out
-    assert "deepseek-ai/FlashMLA" not in out and "ENVAUDIT_GIT_BASES" not in out
+    assert "not in the store" in out
+    assert "envaudit fetch flashmla-13.3 --substitute-base trixie-devbase" in out
+    assert "deepseek-ai/FlashMLA" in out and "ENVAUDIT_GIT_BASES" in out
 
 
 def test_a_failing_build_step_is_quoted_with_the_build_s_last_lines(

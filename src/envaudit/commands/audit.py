@@ -123,6 +123,7 @@ class AuditRequest:
     device: str | None = None
     env: str | None = None
     over: str | None = None
+    substitute: str | None = None
     workload_timeout_s: float = 300.0
     resume: bool = False
     gpu_wait_s: float = 0.0
@@ -153,6 +154,7 @@ def audit(
         request.resume,
         locks_dir=request.locks_dir,
         gpu_wait_s=request.gpu_wait_s,
+        substitute=request.substitute,
     )
     names, solutions_root = solutions_to_audit(
         request.solutions,
@@ -183,7 +185,7 @@ def env_preparer(runtime_name: str, options: RunOptions, make_env: MakeEnv) -> B
     """A hook that makes an env ready in this runtime, returning why it cannot be had (one
     line, kept on the jobs that needed it) or None: one env that cannot be made does not stop
     the audit's other envs."""
-    runtime = get_runtime(runtime_name, options.env, options.over)
+    runtime = get_runtime(runtime_name, options.env, options.over, options.substitute)
 
     def prepare(env: str) -> str | None:
         try:

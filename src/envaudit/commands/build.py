@@ -65,8 +65,21 @@ def envs_to_build(
     )
 
 
-def plan_builds(envs: list[str], locks_dir: Path) -> list[BuildPlan]:
-    return [plan_build(name, locks_dir) for name in envs]
+def plan_builds(
+    envs: list[str], locks_dir: Path, substitute: str | None = None, over: str | None = None
+) -> list[BuildPlan]:
+    """Each env's build plan; with `substitute`, of that declared substitute base's closure
+    (one env only: a substitute is a declaration of one env.toml)."""
+    if substitute is not None and len(envs) != 1:
+        raise EnvauditError(
+            f"--substitute-base {substitute} names a substitute one env declares: build one env"
+            f" with it (--solution S or --env E), not {len(envs)}"
+        )
+    if substitute is not None and over is not None:
+        raise EnvauditError(
+            f"--substitute-base {substitute} and --over {over} name two different bases: choose one"
+        )
+    return [plan_build(name, locks_dir, substitute) for name in envs]
 
 
 def build_each(

@@ -37,6 +37,8 @@ class FetchRequest:
     store: Path | None = None
     """Store folder (None: ENVAUDIT_STORE)."""
     find_links: list[Path] | None = None
+    substitute: str | None = None
+    """The closure of this declared substitute base instead of the declared one."""
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,7 @@ def fetch_artifacts(request: FetchRequest, show: ShowDownloads | None = None) ->
     config = FetchConfig.from_environment(
         request.store, request.find_links, offline=request.offline
     )
-    locked = current_lock(env_dir(request.env, request.locks_dir))
+    locked = current_lock(env_dir(request.env, request.locks_dir), substitute=request.substitute)
     with show() if show is not None else nullcontext(None) as progress:
         report = fetch_lock(locked, config, progress, verify=request.verify)
     return FetchResult(

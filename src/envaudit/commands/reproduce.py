@@ -28,6 +28,7 @@ from envaudit.dataset.traceset import DatasetRootError, load_traceset
 from envaudit.errors import EXIT_USAGE, EnvauditError
 from envaudit.lock.history import (
     LockNotFound,
+    env_folder,
     find_lock,
     git_bytes,
     git_export,
@@ -78,6 +79,9 @@ class Reproduction:
     solution_file: Path | None = None
     """The file of the recorded revision (either layout), run as it is: a revision exported
     from git history is never confused with the current file of the same name."""
+    substitute: str | None = None
+    """The declared substitute base whose closure the line ran in (its closure is that
+    substitute's lock): the rerun asks for it by name, as the recorded run did."""
 
 
 def recorded_budget(timing: Timing | None) -> float | None:
@@ -108,7 +112,7 @@ def plan_reproduction(
     found = _solution_file(solution, solutions_root, data_root)
     file, origin = _solution_revision(line, found, scratch / "solutions")
     notes.append(origin)
-    env, env_locks = _environment(line, file, locks_dir, scratch / "locks", notes)
+    env, env_locks, substitute = _environment(line, file, locks_dir, scratch / "locks", notes)
     chosen_gpu, device = _device(line, gpu, other_driver, notes)
     return Reproduction(
         solution=solution,
@@ -118,6 +122,7 @@ def plan_reproduction(
         locks_dir=env_locks,
         solutions_root=solutions_root,
         solution_file=file,
+        substitute=substitute,
         gpu=chosen_gpu,
         device=device,
         evaluation=EvalOptions(
@@ -141,7 +146,8 @@ def run_reproduction(
         evaluation=plan.evaluation,
         report=report,
     )
-    run_job(request, runtime, replace(options, env=plan.env, locks_dir=plan.locks_dir))
+    asked = replace(options, env=plan.env, locks_dir=plan.locks_dir, substitute=plan.substitute)
+    run_job(request, runtime, asked)
     found = [
         line
         for _, line in result_lines(report)
@@ -241,9 +247,10 @@ def _environment(
     locks_dir: Path,
     scratch: Path,
     notes: list[str],
-) -> tuple[str | None, Path]:
-    """(env to run in, locks folder holding it): the recorded closure's lock, from history
-    when it has moved on; without a closure, the solution's declared env."""
+) -> tuple[str | None, Path, str | None]:
+    """(env to run in, locks folder holding it, substitute base): the recorded closure's lock,
+    from history when it has moved on (the env's whole folder, so a substitute's closure comes
+    with the env.toml that declares it); without a closure, the solution's declared env."""
     closure = line.closure_hash
     if not closure:
         declared = _declared_env(solution_file)
@@ -251,21 +258,24 @@ def _environment(
             "env: the line records no closure (the host interpreter's, or a FlashInfer-Bench"
             f" trace's): running in the solution's declared env {declared} instead"
         )
-        return declared, locks_dir
+        return declared, locks_dir, None
     try:
         found = find_lock(str(closure), locks_dir)
     except LockNotFound as exc:
         raise CannotReproduce(str(exc), exc.hint) from None
     env = found.lock.env
+    substitute = found.lock.substitute.name if found.lock.substitute is not None else None
+    over = f" over the substitute base {substitute}" if substitute else ""
     if ":" not in found.origin:
-        notes.append(f"env: {env}, closure {closure[:12]}, the current lock ({found.origin})")
-        return env, locks_dir
+        notes.append(f"env: {env}{over}, closure {closure[:12]}, the current lock ({found.origin})")
+        return env, locks_dir, substitute
     commit, path = found.origin.split(":", 1)
     repo = git_root(locks_dir)
     assert repo is not None  # history was searched in it
-    git_export(commit, str(Path(path).parent), repo, scratch)
-    notes.append(f"env: {env}, closure {closure[:12]}, its lock from commit {commit}")
-    return env, scratch / Path(path).parent.parent
+    folder = env_folder(Path(path))
+    git_export(commit, str(folder), repo, scratch)
+    notes.append(f"env: {env}{over}, closure {closure[:12]}, its lock from commit {commit}")
+    return env, scratch / folder.parent, substitute
 
 
 def _declared_env(solution_file: Path) -> str | None:
@@ -348,14 +358,19 @@ def _reproduce_in(
         ask.other_driver,
     )
     if chosen == "host":  # this interpreter as it is: the lock is checked, not made
-        plan = replace(plan, env=None, notes=[*plan.notes, "runtime: host (this interpreter)"])
+        notes = [*plan.notes, "runtime: host (this interpreter)"]
+        plan = replace(plan, env=None, substitute=None, notes=notes)
     env_check = recorded.context.env_check
     recorded_over = env_check.overlay_on if env_check else None
     over = ask.over or (recorded_over if get_runtime(chosen).takes_over else None)
     options = RunOptions(
-        over=over, workload_timeout_s=ask.workload_timeout_s, locks_dir=plan.locks_dir
+        over=over,
+        workload_timeout_s=ask.workload_timeout_s,
+        locks_dir=plan.locks_dir,
+        substitute=plan.substitute,
     )
-    runtime = get_runtime(chosen, plan.env, over)
+    # a substitute's closure is had only in a container runtime: the local one refuses it
+    runtime = get_runtime(chosen, plan.env, over, plan.substitute)
     if plan.env:
         make_env(runtime, replace(options, env=plan.env), plan.env)
     ask.out.mkdir(parents=True, exist_ok=True)

@@ -47,7 +47,7 @@ def run_solution(
 ) -> tuple[Job, BatchResult]:
     """Everything checked first (the runtime's name and options, then plan_run), then the env
     made (the --env override, else the one the solution declares), then the job supervised."""
-    runtime = get_runtime(runtime_name, options.env, options.over)
+    runtime = get_runtime(runtime_name, options.env, options.over, options.substitute)
     job = plan_run(request, runtime)
     env = options.env or job.context.env
     if env and runtime.takes_env:
@@ -81,6 +81,7 @@ class SolutionRunRequest:
     gpu: str | None = None
     env: str | None = None
     over: str | None = None
+    substitute: str | None = None
     evaluation: EvalOptions = field(default_factory=EvalOptions)
     reference_cache: Path | None = None
     report: Path | None = None
@@ -116,6 +117,7 @@ def run_requested(ask: SolutionRunRequest, make_env: MakeEnv) -> RunOutcome:
     options = RunOptions(
         env=ask.env,
         over=ask.over,
+        substitute=ask.substitute,
         workload_timeout_s=ask.workload_timeout_s,
         resume=ask.resume,
         locks_dir=ask.locks_dir,

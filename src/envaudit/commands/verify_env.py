@@ -25,6 +25,8 @@ class VerifyRequest:
     locks_dir: Path = Path("locks")
     store: Path | None = None
     """The store holding the locked wheels (None: ENVAUDIT_STORE)."""
+    substitute: str | None = None
+    """Compare with this declared substitute base's closure instead of the declared one."""
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,7 @@ class VerifyResult:
 
 def verify_environment(request: VerifyRequest) -> VerifyResult:
     """What is installed, hashed and compared with the lock."""
-    locked = load_lock(env_dir(request.env, request.locks_dir))
+    locked = load_lock(env_dir(request.env, request.locks_dir), request.substitute)
     if request.image is not None:
         from envaudit.image.build import image_distributions  # the Docker SDK, only here
 

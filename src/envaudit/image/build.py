@@ -25,6 +25,7 @@ from envaudit.image.overlay import (
     OverlayPlan,
     overlay_tag,
     plan_overlay,
+    refuse_unbuilt_sources,
     render_overlay_dockerfile,
 )
 from envaudit.image.plan import LABEL_PREFIX, VENV, ImagePlan, plan_image
@@ -34,6 +35,7 @@ from envaudit.lock.files import env_dir, load_spec
 from envaudit.lock.resolve import current_lock
 from envaudit.lock.store import Store
 from envaudit.lock.verify import LIST_SCRIPT, InstalledDist, compare, parse_listing
+from envaudit.schema.locks import SubstituteSpec, base_text
 from envaudit.settings import cache_root
 
 CLOSURE_LABEL = f"{LABEL_PREFIX}.closure-hash"
@@ -46,6 +48,8 @@ class BuildPlan:
     env_dir: Path
     git_sources: dict[str, str]
     recipe: BaseRecipe | None
+    substitutes: tuple[SubstituteSpec, ...] = ()
+    """The substitute bases env.toml declares (offered by name when the base cannot be made)."""
 
     @property
     def dockerfile(self) -> str:
@@ -68,14 +72,20 @@ class BuildResult:
     staged: list[StagedFile] = field(default_factory=list)
 
 
-def plan_build(env: str, locks_dir: Path = Path("locks")) -> BuildPlan:
-    """The build of this env's current lock (a stale or edited lock is refused)."""
+def plan_build(
+    env: str, locks_dir: Path = Path("locks"), substitute: str | None = None
+) -> BuildPlan:
+    """The build of this env's current lock (a stale or edited lock is refused); with
+    `substitute`, of that declared substitute base's closure (one env.toml does not declare is
+    refused, exit 2)."""
     folder = env_dir(env, locks_dir)
-    lock = current_lock(folder)
     spec = load_spec(folder)
+    if substitute is not None:
+        load_spec(folder, substitute)  # refuses a substitute env.toml does not declare
+    lock = current_lock(folder, substitute=substitute)
     git_sources = {s.name: s.git for s in spec.sources if s.git is not None}
     recipe = load_recipe(lock.base.recipe) if lock.base.recipe is not None else None
-    return BuildPlan(plan_image(lock), folder, git_sources, recipe)
+    return BuildPlan(plan_image(lock), folder, git_sources, recipe, tuple(spec.substitutes))
 
 
 def image_matches(image: ImageInfo, plan: ImagePlan) -> bool:
@@ -110,6 +120,7 @@ def build_image(
     existing = existing_image(engine, plan)
     if existing is not None and not no_cache:
         return BuildResult(plan.env, plan.tag, existing, False, time.monotonic() - started)
+    refuse_unmade_base(build, engine)
     problems = preflight(build, engine, config)
     if problems:
         raise EnvauditError(
@@ -157,6 +168,45 @@ def _built(
     )
 
 
+def refuse_unmade_base(build: BuildPlan, engine: Engine) -> None:
+    """A declared base that is not built and cannot be made here stops the build (exit 2),
+    naming the env, the base, why, and how to ask for a declared substitute: a substitute is
+    never taken unless asked for (`--substitute-base NAME`)."""
+    recipe = build.recipe
+    if recipe is None or build.image.substitute is not None:
+        return
+    if engine.image(recipe.tag) is not None:
+        return
+    reason = why_not_buildable(recipe)
+    if reason is None:
+        return
+    env = build.image.env
+    lock = build.env_dir / "lock.json"
+    message = (
+        f"{env}: the base its lock declares, {recipe.name} ({lock}), is not built and cannot"
+        f" be made here: {reason}"
+    )
+    if not build.substitutes:
+        raise EnvauditError(
+            message,
+            EXIT_USAGE,
+            hint=f"make {recipe.name} where it can be made and load it here, or declare a"
+            f" substitute base under [[substitutes]] in {build.env_dir / 'env.toml'}, lock it"
+            f" (`envaudit lock {env} --substitute-base NAME`) and ask for it by name",
+        )
+    offered = "; ".join(
+        f"`envaudit build --env {env} --substitute-base {s.name}` ({base_text(s.base)},"
+        f" Python {s.python or build.image.python})"
+        for s in build.substitutes
+    )
+    raise EnvauditError(
+        message + "; a substitute base is used only when asked for",
+        EXIT_USAGE,
+        hint=f"to build it over a substitute its env.toml declares (named in the image's labels"
+        f" and in every result line's env_check): {offered}",
+    )
+
+
 def preflight(build: BuildPlan, engine: Engine, config: FetchConfig) -> list[str]:
     """Everything the build would stop on, found before it starts: the base, the store, the
     sources' repositories."""
@@ -170,9 +220,10 @@ def preflight(build: BuildPlan, engine: Engine, config: FetchConfig) -> list[str
     absent = [a for _, a in plan.staged_artifacts() if not store.has(a)]
     if absent:
         size = sum(a.size for a in absent) / 1e6
+        asked = f" --substitute-base {plan.substitute_base}" if plan.substitute_base else ""
         problems.append(
             f"{len(absent)} artifact(s) ({size:.0f} MB) are not in the store {store.root}, e.g."
-            f" {absent[0].filename}: run `envaudit fetch {plan.env}`"
+            f" {absent[0].filename}: run `envaudit fetch {plan.env}{asked}`"
         )
     for source in plan.sources:
         if source.kind == "git":
@@ -203,7 +254,8 @@ def build_overlay(
     on_line: Callable[[str], None] | None = None,
 ) -> tuple[BuildResult, OverlayPlan | None]:
     """The image of `env` over the imported stack `recipe_name` (image/overlay.py); a no-op
-    when it exists. The base is imported first when missing and this machine is its source."""
+    when it exists. The base is imported first when missing and this machine is its source;
+    a lock with a source it holds no wheel of is refused before that (exit 2)."""
     started = time.monotonic()
     lock = current_lock(env_dir(env, locks_dir))
     recipe = load_recipe(recipe_name)
@@ -212,6 +264,7 @@ def build_overlay(
             f"--over {recipe_name}: not an imported stack (kind {recipe.kind!r})",
             hint='name a base recipe of kind "import" under containers/bases',
         )
+    refuse_unbuilt_sources(lock, recipe.name)
     tag = overlay_tag(lock.env, lock.closure_hash, recipe.name)
     existing = engine.image(tag)
     if existing is not None and not no_cache:

@@ -37,7 +37,7 @@ def planned_files(plan: ImagePlan) -> list[StagedFile]:
     files = [StagedFile("Dockerfile", None, "rendered from lock.json")]
     for layer in plan.all_layers():
         files.append(StagedFile(f"{layer.folder}/requirements.txt", None, "pins with hashes"))
-        for name, version, artifact in layer.packages:
+        for name, version, artifact in layer.own():
             files.append(
                 StagedFile(
                     f"{layer.folder}/{artifact.filename}", artifact.size, f"{name}=={version}"
@@ -77,7 +77,7 @@ def stage_context(
         folder = dest / layer.folder
         folder.mkdir(parents=True)
         (folder / "requirements.txt").write_text(layer.requirements())
-        for _, _, artifact in layer.packages:
+        for _, _, artifact in layer.own():  # a borrowed wheel is in an earlier layer's folder
             _link_or_copy(store.path_of(artifact), folder / artifact.filename)
     for source in plan.sources:
         _stage_source(source, store, config, dest, git_sources.get(source.name), plan.env)
@@ -135,8 +135,8 @@ def _tree_archive(source: SourceStage, rev: str, config: FetchConfig, git: str, 
         raise EnvauditError(
             f"source {source.name}: cannot reach {git} at {source.rev}: no git base is"
             " configured (ENVAUDIT_GIT_BASES is empty)",
-            hint="set ENVAUDIT_GIT_BASES to a git host or a folder of owner/name mirrors,"
-            f" or `envaudit lock {env} --rebuild {source.name}` on a machine that can build it",
+            hint="set ENVAUDIT_GIT_BASES to a git host or a folder of owner/name mirrors"
+            + source.wheel_instead(env),
         )
     kept.parent.mkdir(parents=True, exist_ok=True)
     errors = []
@@ -182,6 +182,5 @@ def _check_absent(source: SourceStage, remote: str, absent: tuple[str, ...], env
         f" records {recorded} ({len(absent)} vs {len(source.absent_files)} file(s)); an image"
         " builds only from the tree its lock describes",
         hint=f"`envaudit lock {env} --no-build` with ENVAUDIT_GIT_BASES set records what this"
-        f" repository lacks; `envaudit lock {env} --rebuild {source.name}` builds the wheel"
-        " instead, and the image then installs it",
+        " repository lacks" + source.wheel_instead(env),
     )

@@ -2,10 +2,12 @@
 
 Stages: `installer` (the base with a pip of its own), one stage per wheel layer (each installs
 only its wheels into an empty venv, offline, every hash required), the CUDA toolchain stage, one
-build stage per unbuilt source; the final stage copies the layers' venvs in plan order, so a
-layer shared by two environments is one layer on disk, and carries no wheel file. Nothing in any
-step can download: installs are `--no-index --require-hashes` from the build context, and the
-build runs with no network.
+build stage per unbuilt source (from the run layer its build requirements hold whole, when there
+is one: plan.py); the final stage copies the layers' venvs in plan order, so a layer shared by
+two environments is one layer on disk, and carries no wheel file. A stage copies its layer's
+folder and, file by file, the wheels staged in an earlier layer's folder (each wheel is in the
+context once). Nothing in any step can download: installs are `--no-index --require-hashes` from
+the build context, and the build runs with no network.
 """
 
 from __future__ import annotations
@@ -47,11 +49,18 @@ def render_dockerfile(plan: ImagePlan) -> str:
 
 
 def _header(plan: ImagePlan) -> str:
-    return (
+    header = (
         f"# envaudit image of {plan.env}, closure {plan.closure_hash}\n"
         "# Generated from lock.json by `envaudit build`; every artifact is installed by hash\n"
         "# from the build context, and the build runs with no network."
     )
+    if plan.substitute is not None:
+        header += (
+            f"\n# Over a {plan.substitute}, asked for with"
+            f" `--substitute-base {plan.substitute_base}`: this closure is"
+            f" substitutes/{plan.substitute_base}.json."
+        )
+    return header
 
 
 def _installer(plan: ImagePlan) -> str:
@@ -64,13 +73,42 @@ def _installer(plan: ImagePlan) -> str:
     )
 
 
+def _copy_wheels(layer: WheelLayer, folder: str = "/tmp/wheels") -> str:
+    """The layer's folder into `folder`, then the wheels it borrows from earlier layers' folders
+    (one COPY of named files: the engine's cache key is their content)."""
+    lines = f"COPY {layer.folder}/ {folder}/"
+    if layer.borrowed:
+        paths = [path for _, path in layer.borrowed]
+        lines += "\nCOPY " + " \\\n    ".join([*paths, f"{folder}/"])
+    return lines
+
+
 def _venv_install(layer: WheelLayer) -> str:
     return (
-        f"COPY {layer.folder}/ /tmp/wheels/\n"
+        _copy_wheels(layer) + "\n"
         f"RUN python3 -m venv --without-pip {VENV} \\\n"
         f" && {INSTALLER}/bin/pip --python {VENV}/bin/python install {PIP_OFFLINE} \\\n"
         f"    --find-links /tmp/wheels -r /tmp/wheels/requirements.txt"
     )
+
+
+REQUIRES = "/tmp/build-requires"
+"""Where a build stage started from a run layer gets the rest of its build requirements (that
+layer's own wheels are still under /tmp/wheels in its stage)."""
+
+
+def _requires_install(source: SourceStage) -> list[str]:
+    """The build requirements of a source's stage: into an empty venv, or, in a stage started
+    from a run layer, the ones that layer lacks into its venv (none: nothing to do)."""
+    if source.from_layer is None:
+        return [_venv_install(source.build_requires)]
+    if not source.build_requires.packages:
+        return []
+    return [
+        _copy_wheels(source.build_requires, REQUIRES),
+        f"RUN {INSTALLER}/bin/pip --python {VENV}/bin/python install {PIP_OFFLINE} \\\n"
+        f"    --find-links {REQUIRES} -r {REQUIRES}/requirements.txt && rm -rf {REQUIRES}",
+    ]
 
 
 def _layer_stage(layer: WheelLayer, plan: ImagePlan) -> str:
@@ -87,8 +125,8 @@ def _toolchain_stage(layer: WheelLayer) -> str:
     return (
         f"# the CUDA toolchain ({names}), a prefix of its own, not on the run-time path\n"
         f"FROM installer AS {layer.name}\n"
-        f"COPY {layer.folder}/ /tmp/wheels/\n"
-        f"RUN {toolchain_install(f'{INSTALLER}/bin/pip', '/tmp/wheels')}"
+        + _copy_wheels(layer)
+        + f"\nRUN {toolchain_install(f'{INSTALLER}/bin/pip', '/tmp/wheels')}"
     )
 
 
@@ -124,11 +162,16 @@ def _build_env(source: SourceStage, plan: ImagePlan) -> list[tuple[str, str]]:
 def _build_stage(source: SourceStage, plan: ImagePlan) -> str:
     pins = [f"rev {source.rev}"] if source.rev else [f"sdist {source.sdist}"]
     pins += [f"{path} at {rev}" for path, rev in source.submodules]
-    lines = [
-        f"# source build of {source.name}: {', '.join(pins)}",
-        f"FROM installer AS build-{source.name}",
-        _venv_install(source.build_requires),
-    ]
+    lines = [f"# source build of {source.name}: {', '.join(pins)}"]
+    if source.from_layer is not None:
+        lines += [
+            f"# its build requirements hold the layer {source.from_layer} whole: the stage starts"
+            f" from it and adds {len(source.build_requires.packages)} wheel(s)",
+            f"FROM layer-{source.from_layer} AS build-{source.name}",
+        ]
+    else:
+        lines.append(f"FROM installer AS build-{source.name}")
+    lines += _requires_install(source)
     if plan.toolchain is not None:
         lines.append(f"COPY --from=cuda-toolchain {TOOLCHAIN}/ {TOOLCHAIN}/")
         lines.append(_cuda_home_link(plan))

@@ -13,7 +13,6 @@ import io
 import os
 import re
 import tarfile
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -171,9 +170,10 @@ class Engine:
         steps = cached = 0
         current = ""
         image_id: str | None = None
-        with _engine_call(f"building {tag}"), context_tar(context) as archive:
+        with _engine_call(f"building {tag}"):
             stream = self.client.api.build(
-                fileobj=archive,
+                # an iterator: requests sends it chunked, as it is read (the stubs say IO)
+                fileobj=context_tar(context),  # type: ignore[arg-type]
                 custom_context=True,
                 tag=tag,
                 labels=labels,
@@ -289,27 +289,36 @@ class Engine:
             self.client.images.remove(reference, force=True, noprune=False)
 
 
-@contextmanager
-def context_tar(context: Path) -> Iterator[IO[bytes]]:
-    """The build context as a tar in which every file is a regular entry, in sorted order.
+CHUNK = 1 << 20
+"""Bytes of a context file read at a time while it is sent."""
+
+
+def context_tar(context: Path) -> Iterator[bytes]:
+    """The build context as a tar, in chunks, streamed to the engine as it is read: no copy of
+    it is written first (a context holds gigabytes of wheels, which the engine unpacks once
+    more on the same disk). Every file is a regular entry, in sorted order.
 
     Python's tarfile (and so the SDK's own context tar) writes a second path to one inode as a
-    hard link to the first. A wheel staged in two layers (the torch stack's cuBLAS also in the
-    CUDA toolchain) then changes the engine's cache checksum of the folder holding the link, so
-    two envs with the same torch stack stop sharing its layer."""
-    with tempfile.TemporaryFile() as handle:
-        with tarfile.open(fileobj=handle, mode="w") as tar:
-            for path in sorted(context.rglob("*")):
-                info = tar.gettarinfo(str(path), path.relative_to(context).as_posix())
-                if info.islnk():
-                    info.type, info.linkname, info.size = tarfile.REGTYPE, "", path.stat().st_size
-                if info.isreg():
-                    with path.open("rb") as data:
-                        tar.addfile(info, data)
-                else:
-                    tar.addfile(info)
-        handle.seek(0)
-        yield handle
+    hard link to the first. A file staged twice (hard links to one store file) would then
+    change the engine's cache checksum of the folder holding the link with what another folder
+    holds, so two envs sharing a layer would stop sharing its stage."""
+    headers = tarfile.TarFile(fileobj=io.BytesIO(), mode="w")
+    for path in sorted(context.rglob("*")):
+        info = headers.gettarinfo(str(path), path.relative_to(context).as_posix())
+        if info.islnk():
+            info.type, info.linkname, info.size = tarfile.REGTYPE, "", path.stat().st_size
+        yield info.tobuf(headers.format, headers.encoding, headers.errors)
+        if not info.isreg():
+            continue
+        sent = 0
+        with path.open("rb") as data:
+            while chunk := data.read(min(CHUNK, info.size - sent)):
+                sent += len(chunk)
+                yield chunk
+        if sent != info.size:
+            raise EngineError(f"{path} changed while the build context was sent", EXIT_USAGE)
+        yield tarfile.NUL * (-sent % tarfile.BLOCKSIZE)
+    yield tarfile.NUL * (2 * tarfile.BLOCKSIZE)
 
 
 @contextmanager

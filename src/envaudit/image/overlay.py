@@ -10,6 +10,11 @@ an overlay. A package the stack lacks is installed over it from the store, by ha
 other package the stack holds at another version is replaced the same way (pip uninstalls the
 stack's copy in the image, never on the machine). The image records the base, its manifest and
 the comparison, replacements by name, so every line run in it says what it ran on.
+
+Sources are installed only as the wheels the lock holds: nothing is compiled over a stack (its
+compilers and build requirements are the machine's, not the lock's). A source the lock holds no
+wheel of (`built_in = "image"`, or not built yet) refuses the overlay (exit 2) before the base is
+imported, rather than give an image that silently lacks it.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from envaudit.errors import EXIT_FAILED, EnvauditError
+from envaudit.errors import EXIT_FAILED, EXIT_USAGE, EnvauditError
 from envaudit.image.dockerfile import (
     PIP_OFFLINE,
     cuda_home_link,
@@ -60,6 +65,46 @@ def overlay_tag(env: str, closure_hash: str, recipe: str) -> str:
     return f"envaudit/{env}:{closure_hash[:16]}-on-{recipe}"
 
 
+def refuse_unbuilt_sources(lock: Lock, recipe: str) -> None:
+    """Refuse (exit 2) an overlay of a lock with a source it holds no wheel of.
+
+    An overlay installs what the stack lacks from the store, and a source without a wheel has
+    nothing in the store: its image over the stack would lack the very package the env exists
+    for (flash_mla in flashmla-13.3), and the first line run in it would fail at import, not at
+    build. Compiling it over the stack instead would build with the machine's compilers and
+    packages rather than the lock's, so the env's own image is the way."""
+    unbuilt = [s for s in lock.sources if s.wheel is None]
+    if not unbuilt:
+        return
+    what = "; ".join(
+        f"{s.name} ("
+        + (
+            'built_in = "image": built only in the build stage of the env\'s own image'
+            if s.built_in == "image"
+            else "not built yet"
+        )
+        + ")"
+        for s in unbuilt
+    )
+    rebuild = [s.name for s in unbuilt if s.built_in != "image"]
+    hint = (
+        f"run {lock.env} in its own image instead, without --over: `envaudit build --env"
+        f" {lock.env}` (add `--substitute-base NAME` where its declared base cannot be made"
+        " here, as its env.toml says)"
+    )
+    if rebuild:
+        hint += "; or put the wheel in the lock: " + ", ".join(
+            f"`envaudit lock {lock.env} --rebuild {name}`" for name in rebuild
+        )
+    raise EnvauditError(
+        f"{lock.env}: no image over the imported stack {recipe}: such an image installs only"
+        f" wheels the lock holds, and lock.json holds no wheel of {what}; the image would lack"
+        f" {', '.join(s.name for s in unbuilt)}",
+        EXIT_USAGE,
+        hint=hint,
+    )
+
+
 def plan_overlay(
     lock: Lock,
     base: str,
@@ -71,7 +116,9 @@ def plan_overlay(
     stack_path: tuple[str, ...] = (),
 ) -> OverlayPlan:
     """The overlay of `lock` on a base whose interpreter compared as `drift`; refused when the
-    base holds another Python or another version of the lock's torch stack."""
+    base holds another Python or another version of the lock's torch stack, and (exit 2) when
+    the lock lacks the wheel of one of its sources (`refuse_unbuilt_sources`)."""
+    refuse_unbuilt_sources(lock, recipe)
     contradicting = [d for d in drift.different if TORCH_STACK.match(d.name)]
     if drift.python is not None or contradicting:
         found = [f"Python {drift.python[1]} (locked {drift.python[0]})"] if drift.python else []
@@ -90,7 +137,7 @@ def plan_overlay(
     added = tuple(
         (p.name, p.version, p.artifact) for p in lock.runtime_packages() if p.name in wanted
     )
-    built = [s for s in lock.sources if s.wheel is not None and s.name in wanted]
+    built = [s for s in lock.sources if s.name in wanted]
     added += tuple((s.name, s.version or "", s.wheel) for s in built if s.wheel is not None)
     verified = {
         "locked": drift.locked,

@@ -13,11 +13,19 @@ inputs are the same). The order puts what is most often shared first:
 and, beside the venv, the CUDA toolchain (`cuda` role: nvcc and its components) in a prefix of
 its own whose `nvidia/cu*` folder is the lock's `cuda.home`. Pure functions only: what the
 store holds or which images exist is looked up elsewhere.
+
+Two rules keep a build within the disk it needs. A source's build stage starts from the run
+layer its build requirements hold whole (FlashMLA's hold the torch stack's exact wheels), and
+installs only the rest: the torch stack is installed once, not again for the build. And each
+wheel is in the build context once: a layer's folder holds the wheels no earlier layer holds,
+and a stage copies the others file by file out of the folder that has them (the toolchain's
+cuBLAS out of the torch stack's), so the context the engine is sent and unpacks is not
+doubled by the torch stack's wheels.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from envaudit.schema.locks import TORCH_STACK, Artifact, Lock, LockedSource
@@ -40,10 +48,18 @@ class WheelLayer:
     name: str
     packages: tuple[Pinned, ...]
     target: Literal["venv", "toolchain"] = "venv"
+    borrowed: tuple[tuple[str, str], ...] = ()
+    """(sha256, context path) of the wheels of this layer staged in an earlier layer's folder
+    (`share_wheels`): copied from there, so each wheel is in the build context once."""
 
     @property
     def folder(self) -> str:
         return f"wheels/{self.name}"
+
+    def own(self) -> tuple[Pinned, ...]:
+        """The packages whose wheels this layer's folder holds."""
+        elsewhere = {sha for sha, _ in self.borrowed}
+        return tuple(p for p in self.packages if p[2].sha256 not in elsewhere)
 
     def requirements(self) -> str:
         return "".join(f"{n}=={v} --hash=sha256:{a.sha256}\n" for n, v, a in self.packages)
@@ -66,6 +82,17 @@ class SourceStage:
     absent_files: tuple[str, ...] = ()
     """Files of the pinned commits the lock records as lacking from the repository: the tree
     the image builds from must lack exactly these."""
+    built_in_image: bool = False
+    """Declared `built_in = "image"`: no lock ever holds its wheel; only the image builds it."""
+    from_layer: str | None = None
+    """The run layer the build stage starts from (its venv holds exactly that layer's wheels, all
+    of them build requirements); `build_requires` then holds only the others."""
+
+    def wheel_instead(self, env: str) -> str:
+        """The other way to a wheel, for a hint: none for a source built in images only."""
+        if self.built_in_image:
+            return ""
+        return f"; or `envaudit lock {env} --rebuild {self.name}` builds the wheel instead"
 
     @property
     def archive(self) -> str:
@@ -103,14 +130,22 @@ class ImagePlan:
     """`name@sha256:...` of a base pinned by registry digest (None for a recipe)."""
     base_registry: str | None = None
     """The tag that digest was resolved from (a base.registry lock)."""
+    substitute: str | None = None
+    """The lock is a declared substitute base's closure: what it stands in for, in words
+    (LockedSubstitute.text); None for the declared base's."""
+    substitute_base: str | None = None
+    """That substitute's name (`--substitute-base NAME`)."""
 
     @property
     def tag(self) -> str:
-        return image_tag(self.env, self.closure_hash)
+        """`envaudit/<env>:<closure16>`, with `-over-<substitute>` for a substitute base's
+        closure, so that the tag alone says the image is not over the declared base."""
+        tag = image_tag(self.env, self.closure_hash)
+        return tag if self.substitute_base is None else f"{tag}-over-{self.substitute_base}"
 
     def staged_artifacts(self) -> list[tuple[str, Artifact]]:
-        """(context folder, artifact) of every file copied out of the store."""
-        found = [(layer.folder, a) for layer in self.all_layers() for _, _, a in layer.packages]
+        """(context folder, artifact) of every file copied out of the store, each once."""
+        found = [(layer.folder, a) for layer in self.all_layers() for _, _, a in layer.own()]
         found += [("sources", s.sdist) for s in self.sources if s.sdist is not None]
         return found
 
@@ -150,7 +185,7 @@ def plan_image(lock: Lock) -> ImagePlan:
     ]
     cuda = tuple((p.name, p.version, p.artifact) for p in lock.toolchain_packages())
     at_run = tuple((p.name, p.version, p.artifact) for p in lock.run_toolchain_packages())
-    sources = tuple(_source_stage(s) for s in lock.sources if s.wheel is None)
+    sources = tuple(_source_stage(s, layers) for s in lock.sources if s.wheel is None)
     at_run_time = bool(at_run)
     # source stages build with the whole toolchain; the final image keeps the run-time part
     built_with = cuda if sources else at_run
@@ -158,7 +193,7 @@ def plan_image(lock: Lock) -> ImagePlan:
     run_toolchain = None
     if sources and at_run and at_run != cuda:
         run_toolchain = WheelLayer("cuda-run-toolchain", at_run, target="toolchain")
-    return ImagePlan(
+    plan = ImagePlan(
         env=lock.env,
         closure_hash=lock.closure_hash,
         spec_sha256=lock.spec_sha256,
@@ -175,6 +210,34 @@ def plan_image(lock: Lock) -> ImagePlan:
         base_pinned=lock.base.image,
         base_registry=lock.base.registry,
         labels=_labels(lock),
+        substitute=lock.substitute.text(lock.python) if lock.substitute is not None else None,
+        substitute_base=lock.substitute.name if lock.substitute is not None else None,
+    )
+    return share_wheels(plan)
+
+
+def share_wheels(plan: ImagePlan) -> ImagePlan:
+    """The plan with every wheel staged once: in the folder of the first layer (in
+    `all_layers` order) that installs it; later layers borrow it from there. The run layers
+    come first, so their folders, and the engine's cache of their stages, are the same
+    whatever toolchain or build stage an env adds."""
+    first: dict[str, str] = {}
+
+    def borrow(layer: WheelLayer) -> WheelLayer:
+        borrowed = []
+        for _, _, artifact in layer.packages:
+            if artifact.sha256 in first:
+                borrowed.append((artifact.sha256, f"{first[artifact.sha256]}/{artifact.filename}"))
+            else:
+                first[artifact.sha256] = layer.folder
+        return replace(layer, borrowed=tuple(borrowed))
+
+    layers = tuple(borrow(layer) for layer in plan.layers)
+    toolchain = borrow(plan.toolchain) if plan.toolchain is not None else None
+    run_toolchain = borrow(plan.run_toolchain) if plan.run_toolchain is not None else None
+    sources = tuple(replace(s, build_requires=borrow(s.build_requires)) for s in plan.sources)
+    return replace(
+        plan, layers=layers, toolchain=toolchain, run_toolchain=run_toolchain, sources=sources
     )
 
 
@@ -188,7 +251,24 @@ def _labels(lock: Lock) -> dict[str, str]:
     }
     if lock.base.registry is not None:
         labels[f"{LABEL_PREFIX}.base-registry-tag"] = lock.base.registry
+    if lock.substitute is not None:
+        labels.update(substitute_labels(lock))
     return labels
+
+
+SUBSTITUTE_LABEL = f"{LABEL_PREFIX}.substitute-base"
+
+
+def substitute_labels(lock: Lock) -> dict[str, str]:
+    """What an image built over a declared substitute base says of it: the substitute, the
+    declared base and Python it stands in for, and its own Python."""
+    assert lock.substitute is not None
+    return {
+        SUBSTITUTE_LABEL: lock.substitute.name,
+        f"{LABEL_PREFIX}.declared-base": lock.substitute.declared_base,
+        f"{LABEL_PREFIX}.declared-python": lock.substitute.declared_python,
+        f"{LABEL_PREFIX}.python": lock.python,
+    }
 
 
 def _from(lock: Lock) -> str:
@@ -198,8 +278,16 @@ def _from(lock: Lock) -> str:
     return base_tag(lock.base.recipe, lock.base.recipe_sha256)
 
 
-def _source_stage(source: LockedSource) -> SourceStage:
+def _source_stage(source: LockedSource, layers: list[WheelLayer]) -> SourceStage:
+    """The build stage of a source, starting from the largest run layer whose wheels are all
+    among its build requirements (the torch stack, for a torch extension) when there is one."""
     requires = tuple((p.name, p.version, p.artifact) for p in source.build_requires)
+    wanted = {a.sha256 for _, _, a in requires}
+    held = [layer for layer in layers if {a.sha256 for _, _, a in layer.packages} <= wanted]
+    start = max(held, key=lambda layer: sum(a.size for _, _, a in layer.packages), default=None)
+    if start is not None:
+        there = {a.sha256 for _, _, a in start.packages}
+        requires = tuple(p for p in requires if p[2].sha256 not in there)
     return SourceStage(
         name=source.name,
         kind=source.kind,
@@ -211,4 +299,6 @@ def _source_stage(source: LockedSource) -> SourceStage:
         sdist=source.sdist,
         files=tuple(sorted(source.files)),
         absent_files=tuple(sorted(source.absent_files or ())),
+        built_in_image=source.built_in == "image",
+        from_layer=start.name if start is not None else None,
     )

@@ -95,34 +95,46 @@ def lock_and_build(
     build: bool = True,
     rebuild: list[str] | None = None,
     bases_dir: Path = BASES_DIR,
+    substitute: str | None = None,
 ) -> tuple[Lock, list[str]]:
     """What `envaudit lock` does for one env: resolve, then build the sources (unless build is
     False: then each unbuilt git source's tree is only surveyed); `rebuild` names sources to
-    build again even when a wheel was carried over."""
-    sealed = lock_env(folder, config, bases_dir)
+    build again even when a wheel was carried over. `substitute`: that declared substitute
+    base's closure (its own Python: the sources are built or surveyed for it)."""
+    sealed = lock_env(folder, config, bases_dir, substitute)
+    spec = load_spec(folder, substitute)
     notes = [n for n in (s.stand_in() for s in sealed.sources) if n is not None]
     if not build:
-        surveyed, messages = survey_sources(sealed, load_spec(folder), config)
+        surveyed, messages = survey_sources(sealed, spec, config)
         return surveyed, [*messages, *notes]
     only = set(rebuild) if rebuild else None
     built, messages = build_sources(
-        sealed, load_spec(folder), config, only=only, rebuild=bool(rebuild), env_dir=folder
+        sealed, spec, config, only=only, rebuild=bool(rebuild), env_dir=folder
     )
+    in_image = {s.name for s in built.sources if s.built_in == "image"}
+    if in_image:  # built by the image only: their trees are surveyed, as --no-build does
+        pairs = zip(built.sources, messages, strict=True)
+        messages = [message for source, message in pairs if source.name not in in_image]
+        built, survey_lines = survey_sources(built, spec, config, in_image)
+        messages += survey_lines
     return built, [*messages, *notes]
 
 
-def survey_sources(lock: Lock, spec: EnvSpec, config: FetchConfig) -> tuple[Lock, list[str]]:
+def survey_sources(
+    lock: Lock, spec: EnvSpec, config: FetchConfig, names: set[str] | None = None
+) -> tuple[Lock, list[str]]:
     """For a lock made without building: check out each unbuilt git source as a build would and
     record the files of its pinned commits that the repository lacks (`absent_files`). An image
     built from the lock alone then builds from exactly the tree the lock describes, and refuses
     any other (image/context.py). A source whose repository cannot be reached here keeps what
-    it had, with the reason."""
+    it had, with the reason. `names`: only these sources."""
     repositories = {s.name: s.git for s in spec.sources}
     sources: list[LockedSource] = []
     messages: list[str] = []
     for source in lock.sources:
         git = repositories.get(source.name)
-        if source.kind != "git" or source.wheel is not None or git is None:
+        chosen = names is None or source.name in names
+        if source.kind != "git" or source.wheel is not None or git is None or not chosen:
             sources.append(source)
             continue
         try:
@@ -153,6 +165,8 @@ def _check_names(lock: Lock, only: set[str] | None) -> None:
 
 
 def _selected(source: LockedSource, only: set[str] | None, rebuild: bool) -> bool:
+    if source.built_in == "image":
+        return False
     named = only is None or source.name in only
     return (named or source.wheel is None) if rebuild else (named and source.wheel is None)
 

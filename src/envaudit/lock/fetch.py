@@ -145,7 +145,11 @@ def sources_built_in_images(lock: Lock) -> list[str]:
     return [
         f"source {s.name}: no wheel in the lock; `envaudit build` compiles it from its tree at"
         f" {s.rev} (ENVAUDIT_GIT_BASES must reach it), while the local and host runtimes need"
-        f" its wheel (`envaudit lock {lock.env} --rebuild {s.name}`)"
+        + (
+            ' its wheel, which no lock holds (built_in = "image": run this env in its image)'
+            if s.built_in == "image"
+            else f" its wheel (`envaudit lock {lock.env} --rebuild {s.name}`)"
+        )
         for s in lock.sources
         if s.wheel is None and s.status == "surveyed"
     ]
@@ -259,15 +263,24 @@ def _missing_message(what: str, artifact: Artifact, config: FetchConfig) -> str:
 
 
 def fetch_env(
-    env: str, locks_dir: Path, config: FetchConfig, progress: Progress | None = None
+    env: str,
+    locks_dir: Path,
+    config: FetchConfig,
+    progress: Progress | None = None,
+    substitute: str | None = None,
 ) -> None:
-    """Every artifact of the env's current lock into the store (a no-op when all are there);
-    a LockError naming the first missing ones otherwise."""
-    lock = current_lock(env_dir(env, locks_dir))
+    """Every artifact of the env's current lock (or its substitute base's closure) into the
+    store (a no-op when all are there); a LockError naming the first missing ones otherwise."""
+    lock = current_lock(env_dir(env, locks_dir), substitute=substitute)
     report = fetch_lock(lock, config, progress)
     if not report.complete:
         listed = "; ".join(report.missing[:3]) + (" ..." if len(report.missing) > 3 else "")
         raise LockError(
             f"{len(report.missing)} artifact(s) of {env} cannot be fetched: {listed}",
-            hint=f"`envaudit fetch {env}` says where it looked (find-links, mirrors, index)",
+            hint=f"`envaudit fetch {env}{_asked(substitute)}` says where it looked (find-links,"
+            " mirrors, index)",
         )
+
+
+def _asked(substitute: str | None) -> str:
+    return f" --substitute-base {substitute}" if substitute is not None else ""

@@ -4,7 +4,9 @@ or a closure hash, looked up in the current locks and then in git history.
 A result line names the closure it ran in; the lock may have moved on since (a version bump, a
 rebuilt wheel). The commit whose locks/<env>/lock.json carries that closure hash still describes
 it exactly, so `diff-env` and `reproduce` read the lock from there. git's pickaxe (`log -S`)
-finds the commits that added or removed the hash without reading every revision.
+finds the commits that added or removed the hash without reading every revision. A line run
+over a declared substitute base names that substitute's closure, kept beside the env's lock in
+locks/<env>/substitutes/<name>.json: those files are searched alike, now and in history.
 """
 
 from __future__ import annotations
@@ -60,10 +62,27 @@ class EditedLock(EnvauditError):
     """A lock.json whose recorded closure hash is not its content's (exit 1)."""
 
 
+LOCK_FILES = ("*/lock.json", "*/substitutes/*.json")
+"""Where locks are, under a locks folder: each env's own, and its substitute bases' closures."""
+LOCK_PATHSPECS = ("*lock.json", "*/substitutes/*.json")
+"""The same, as git pathspecs from the repository root (`*` crosses folders there)."""
+
+
+def lock_files(locks_dir: Path) -> list[Path]:
+    """Every lock file of a locks folder (LOCK_FILES), sorted."""
+    return sorted(path for pattern in LOCK_FILES for path in locks_dir.glob(pattern))
+
+
+def env_folder(path: Path) -> Path:
+    """The env folder of a lock file: its own folder, or, for a substitute base's closure
+    (<env>/substitutes/<name>.json), the folder above."""
+    return path.parent.parent if path.parent.name == "substitutes" else path.parent
+
+
 def _from_file(path: Path) -> FoundLock:
-    """A lock.json given as a file (and its env.toml beside it); LockNotFound (exit 2) naming
+    """A lock.json given as a file (and its env's env.toml); LockNotFound (exit 2) naming
     the file when it is no text (binary bytes, a device) or no lock."""
-    toml = path.parent / "env.toml"
+    toml = env_folder(path) / "env.toml"
     try:
         text = read_text(path)
         env_toml = read_text(toml) if toml.is_file() else None
@@ -91,7 +110,7 @@ def _parse(text: str, origin: str) -> Lock:
 
 
 def _by_closure(prefix: str, locks_dir: Path) -> FoundLock:
-    for path in sorted(locks_dir.glob("*/lock.json")):
+    for path in lock_files(locks_dir):
         try:
             current = _from_file(path)
         except EditedLock:
@@ -113,7 +132,7 @@ def _from_history(prefix: str, root: Path) -> FoundLock | None:
         for name in _files_holding(commit, prefix, root):
             lock = _parse(git_show(commit, name, root), f"{commit[:12]}:{name}")
             if lock.closure_hash.startswith(prefix):
-                toml = git_show(commit, str(Path(name).parent / "env.toml"), root, missing_ok=True)
+                toml = git_show(commit, str(env_folder(Path(name)) / "env.toml"), root, True)
                 return FoundLock(lock, f"{commit[:12]}:{name}", toml or None)
     return None
 
@@ -131,14 +150,14 @@ def git_root(folder: Path) -> Path | None:
 
 
 def _commits_touching(text: str, root: Path) -> list[str]:
-    """Commits (newest first) that add or remove `text` in some lock.json."""
-    result = run_git("log", "--all", "-S", text, "--format=%H", "--", "*lock.json", cwd=root)
+    """Commits (newest first) that add or remove `text` in some lock file."""
+    result = run_git("log", "--all", "-S", text, "--format=%H", "--", *LOCK_PATHSPECS, cwd=root)
     return result.stdout.split() if result.returncode == 0 else []
 
 
 def _files_holding(commit: str, text: str, root: Path) -> list[str]:
-    """Paths (from the repository root) of the lock.json files of `commit` containing text."""
-    result = run_git("grep", "-l", "-F", text, commit, "--", "*lock.json", cwd=root)
+    """Paths (from the repository root) of the lock files of `commit` containing text."""
+    result = run_git("grep", "-l", "-F", text, commit, "--", *LOCK_PATHSPECS, cwd=root)
     if result.returncode != 0:
         return []
     return [line.split(":", 1)[1] for line in result.stdout.splitlines() if ":" in line]
@@ -188,7 +207,7 @@ def stand_in_notes(
     parse are skipped here: `envaudit lock --check` is where they are refused."""
     wanted = set(closures)
     locks: dict[str, Lock] = {}
-    for path in sorted(locks_dir.glob("*/lock.json")):
+    for path in lock_files(locks_dir):
         try:
             lock = _from_file(path).lock
         except (LockNotFound, EditedLock):

@@ -18,7 +18,7 @@ from packaging.utils import parse_wheel_filename
 
 from envaudit.errors import EXIT_FAILED
 from envaudit.lock.config import FetchConfig, uv_binary
-from envaudit.lock.files import LockError, load_lock, load_spec
+from envaudit.lock.files import LockError, load_lock, load_spec, lock_command, lock_path
 from envaudit.lock.registry import tag_digest
 from envaudit.schema.locks import (
     Artifact,
@@ -28,8 +28,10 @@ from envaudit.schema.locks import (
     LockedCuda,
     LockedPackage,
     LockedSource,
+    LockedSubstitute,
     Role,
     SourceSpec,
+    base_text,
     digested_reference,
     normalize_name,
     seal,
@@ -42,12 +44,16 @@ from envaudit.settings import OFFLINE, value
 BASES_DIR = Path("containers/bases")
 
 
-def lock_env(folder: Path, config: FetchConfig, bases_dir: Path = BASES_DIR) -> Lock:
+def lock_env(
+    folder: Path, config: FetchConfig, bases_dir: Path = BASES_DIR, substitute: str | None = None
+) -> Lock:
     """Resolve folder/env.toml into a sealed Lock (not yet written): the run closure and, on
-    its own, the CUDA toolchain (role "cuda"), so that a name may be locked once per role."""
-    spec = load_spec(folder)
+    its own, the CUDA toolchain (role "cuda"), so that a name may be locked once per role.
+    With `substitute`, the closure of that declared substitute base: the same declarations
+    resolved for its base and Python, recording what it stands in for."""
+    spec = load_spec(folder, substitute)
     base = _locked_base(spec, bases_dir)  # first: a tag the registry lacks stops here
-    previous = _previous(folder)
+    previous = _previous(folder, substitute)
     sdist_names = [split_pin(s.sdist)[0] for s in spec.sources if s.sdist]
     requirements = [*spec.requirements, *(s.sdist for s in spec.sources if s.sdist)]
     pylock = resolve_pylock(
@@ -95,8 +101,24 @@ def lock_env(folder: Path, config: FetchConfig, bases_dir: Path = BASES_DIR) -> 
         "sources": [s.model_dump(mode="json") for s in sources],
         "env_vars": dict(spec.env),
         "resolver": uv_version(),
+        "substitute": _locked_substitute(folder, substitute),
     }
     return seal(body)
+
+
+def _locked_substitute(folder: Path, substitute: str | None) -> dict[str, Any] | None:
+    """What a substitute's closure records of the declared base it stands in for."""
+    if substitute is None:
+        return None
+    declared = load_spec(folder)
+    found = declared.substitute(substitute)
+    assert found is not None  # load_spec(folder, substitute) refused an undeclared one
+    return LockedSubstitute(
+        name=substitute,
+        declared_base=base_text(declared.base),
+        declared_python=declared.python,
+        note=found.note,
+    ).model_dump(mode="json")
 
 
 def resolve_toolchain(spec: EnvSpec, config: FetchConfig) -> list[LockedPackage]:
@@ -125,16 +147,16 @@ def sorted_packages(packages: Iterable[LockedPackage]) -> list[LockedPackage]:
     return sorted(packages, key=lambda p: (p.name, p.role))
 
 
-def current_lock(folder: Path, bases_dir: Path = BASES_DIR) -> Lock:
-    """lock.json, refused (exit 1) when edited by hand or stale against env.toml: what fetch
-    and environment builders start from."""
-    lock = load_lock(folder)
-    reasons = stale_reasons(folder, bases_dir, lock, ask_registry=False)
+def current_lock(folder: Path, bases_dir: Path = BASES_DIR, substitute: str | None = None) -> Lock:
+    """lock.json (or the declared substitute base's closure), refused (exit 1) when edited by
+    hand or stale against env.toml: what fetch and environment builders start from."""
+    lock = load_lock(folder, substitute)
+    reasons = stale_reasons(folder, bases_dir, lock, ask_registry=False, substitute=substitute)
     if reasons:
         raise LockError(
-            f"{folder / 'lock.json'} is stale: " + "; ".join(reasons),
+            f"{lock_path(folder, substitute)} is stale: " + "; ".join(reasons),
             exit_code=EXIT_FAILED,
-            hint=f"run `envaudit lock {folder.name}`",
+            hint=f"run `{lock_command(folder, substitute)}`",
         )
     return lock
 
@@ -144,14 +166,23 @@ def stale_reasons(
     bases_dir: Path = BASES_DIR,
     lock: Lock | None = None,
     ask_registry: bool = True,
+    substitute: str | None = None,
 ) -> list[str]:
     """Why lock.json no longer describes env.toml; empty when it is current. Offline, except
     that with `ask_registry` (what `lock --check` does) a base.registry tag is asked for again
     and a tag that now points elsewhere is a reason, both digests named; ENVAUDIT_OFFLINE=1
-    leaves that question out. Builds never ask: they use the locked digest."""
-    spec = load_spec(folder)
-    lock = lock or load_lock(folder)
+    leaves that question out. Builds never ask: they use the locked digest. `substitute`: that
+    substitute base's closure, against what env.toml declares for it."""
+    spec = load_spec(folder, substitute)
+    lock = lock or load_lock(folder, substitute)
     reasons = []
+    if substitute is not None:
+        recorded = _locked_substitute(folder, substitute)
+        if lock.substitute is None or lock.substitute.model_dump(mode="json") != recorded:
+            reasons.append(
+                f"substitute {substitute}: env.toml's declared base or its note changed since"
+                " the substitute's closure was made"
+            )
     if lock.spec_sha256 != spec.canonical_sha256():
         reasons.append(
             f"env.toml changed since the lock was made (declared {spec.canonical_sha256()},"
@@ -309,6 +340,7 @@ def _locked_source(
         "cuda_arch_list": list(source.cuda_arch_list),
         "files": source_file_hashes(folder, source.name, source.files),
         "historical": source.historical,
+        "built_in": source.built_in,
         "note": source.note,
     }
     if source.kind == "git":
@@ -357,7 +389,7 @@ def _carry_wheel(source: LockedSource, earlier: _Earlier) -> LockedSource:
     previous = earlier.lock
     if previous is None or previous.toolchain_packages() != earlier.toolchain:
         return source
-    outputs = {"wheel", "status", "note", "historical", "absent_files"}
+    outputs = {"wheel", "status", "note", "historical", "absent_files", "built_in"}
     if source.kind == "git":
         outputs.add("version")
     for old in previous.sources:
@@ -369,6 +401,8 @@ def _carry_wheel(source: LockedSource, earlier: _Earlier) -> LockedSource:
             return source.model_copy(
                 update={"absent_files": old.absent_files, "status": old.status}
             )
+        if source.built_in == "image":  # its wheel is made by the image build only
+            return source
         update = {"wheel": old.wheel, "status": "built", "absent_files": old.absent_files}
         if source.kind == "git":
             update["version"] = old.version
@@ -433,10 +467,10 @@ def _locked_base(spec: EnvSpec, bases_dir: Path) -> LockedBase:
     return LockedBase(recipe=spec.base.recipe, recipe_sha256=sha256_file(recipe))
 
 
-def _previous(folder: Path) -> Lock | None:
-    if not (folder / "lock.json").is_file():
+def _previous(folder: Path, substitute: str | None = None) -> Lock | None:
+    if not lock_path(folder, substitute).is_file():
         return None
     try:
-        return load_lock(folder)
+        return load_lock(folder, substitute)
     except LockError:
         return None

@@ -37,6 +37,9 @@ class RunOptions:
     gpu_wait_s: float = 0.0
     """How long a job waits for its GPU when another process holds it
     (runtime/scheduling/gpu_lock.py)."""
+    substitute: str | None = None
+    """Container runtimes: the image of the env's declared substitute base of this name
+    (`--substitute-base`), never taken unless named; every line records it."""
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,11 @@ def runtimes() -> dict[str, Runtime]:
     return {name: make_runtime(name) for name in RUNTIME_NAMES}
 
 
-def get_runtime(name: str, env: str | None = None, over: str | None = None) -> Runtime:
-    """The runtime `name`, refusing (exit 2) an --env or --over it would silently ignore."""
+def get_runtime(
+    name: str, env: str | None = None, over: str | None = None, substitute: str | None = None
+) -> Runtime:
+    """The runtime `name`, refusing (exit 2) an --env, --over or --substitute-base it would
+    silently ignore."""
     if name not in RUNTIME_NAMES:
         raise RunRequestError(
             f"no runtime {shown(name)}", hint=f"choose one of: {', '.join(RUNTIME_NAMES)}"
@@ -59,6 +62,17 @@ def get_runtime(name: str, env: str | None = None, over: str | None = None) -> R
             f"--over {shown(over)} does not apply to the {name} runtime (it has no image to"
             " lay over an imported stack)",
             hint="use --runtime docker (or podman) with --over, or leave --over out",
+        )
+    if substitute is not None and not runtime.takes_over:
+        raise RunRequestError(
+            f"--substitute-base {shown(substitute)} does not apply to the {name} runtime (it"
+            " builds no image over a base)",
+            hint="use --runtime docker (or podman) with --substitute-base, or leave it out",
+        )
+    if substitute is not None and over is not None:
+        raise RunRequestError(
+            f"--substitute-base {shown(substitute)} and --over {shown(over)} name two bases",
+            hint="choose one",
         )
     return runtime
 

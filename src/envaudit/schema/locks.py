@@ -256,11 +256,17 @@ class SourceSpec(_Strict):
         description="The original pins this git source stands in for, unreachable here"
         " (recorded, never built).",
     )
+    built_in: Literal["image"] | None = Field(
+        None,
+        description='"image": built only in the build stage of the env\'s image, from the lock'
+        " alone (`envaudit lock` surveys its tree and records no wheel, whatever base the image"
+        " is built over); unset: `envaudit lock` builds its wheel here and hashes it in.",
+    )
     note: str | None = None
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return _without_absent(handler(self), "historical", "jobs_env")
+        return _without_absent(handler(self), "historical", "jobs_env", "built_in")
 
     @model_validator(mode="after")
     def _kind(self) -> SourceSpec:
@@ -317,6 +323,45 @@ class SourceSpec(_Strict):
         return "git" if self.git is not None else "sdist"
 
 
+SUBSTITUTE_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+
+
+class SubstituteSpec(_Strict):
+    """A base this env may be built over instead of its declared `base`, where that base cannot
+    be made (no archive, no registry): a declared equivalent, resolved as a closure of its own
+    (`locks/<env>/substitutes/<name>.json`) for the Python that base provides. Never taken
+    unless asked for by name (`--substitute-base NAME`); every image and result line built
+    over it names it (docs/locks.md, "Substitute bases")."""
+
+    name: str = Field(description="How it is asked for: `--substitute-base NAME`.")
+    base: BaseSpec
+    python: str | None = Field(
+        None,
+        pattern=r"^3\.\d+$",
+        description="The Python the substitute base provides when it is not the env's: the"
+        " substitute's closure is resolved for it (its wheels differ where a package ships per"
+        " Python), and every line run over it records it.",
+    )
+    note: str = Field(min_length=1, description="Why it is equivalent, and what differs.")
+
+    @field_validator("name")
+    @classmethod
+    def _plain(cls, value: str) -> str:
+        if not SUBSTITUTE_NAME.match(value):
+            raise ValueError(f"substitute name {value!r}: lowercase letters, digits, . _ - only")
+        return value
+
+
+def base_text(base: BaseSpec) -> str:
+    """The base in words, as labels and result lines name it: `recipe NAME`, `registry TAG`
+    or `image REF`."""
+    if base.recipe is not None:
+        return f"recipe {base.recipe}"
+    if base.registry is not None:
+        return f"registry {base.registry}"
+    return f"image {base.image}"
+
+
 class EnvSpec(_Strict):
     """What a person writes in locks/<env>/env.toml."""
 
@@ -335,6 +380,15 @@ class EnvSpec(_Strict):
     cuda: CudaSpec | None = None
     sources: list[SourceSpec] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict, description="Runtime environment variables.")
+    substitutes: list[SubstituteSpec] = Field(
+        default_factory=list,
+        description="Bases this env may be built over, when asked for by name, where `base`"
+        " cannot be made; each is locked as a closure of its own.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_absent(handler(self), "substitutes")
 
     @field_validator("requirements", "constraints")
     @classmethod
@@ -349,11 +403,33 @@ class EnvSpec(_Strict):
         names = [s.name for s in self.sources]
         if len(set(names)) != len(names):
             raise ValueError(f"source names repeat: {names}")
+        substitutes = [s.name for s in self.substitutes]
+        if len(set(substitutes)) != len(substitutes):
+            raise ValueError(f"substitute names repeat: {substitutes}")
+        for substitute in self.substitutes:
+            if substitute.base == self.base:
+                raise ValueError(f"substitute {substitute.name!r} is the declared base itself")
         return self
 
     def canonical_sha256(self) -> str:
-        """Hash of what was declared (independent of TOML formatting and comments)."""
-        return canonical_sha256(self.model_dump(mode="json"))
+        """Hash of what was declared (independent of TOML formatting and comments). The
+        substitutes are left out: declaring where else the env may be built does not change
+        the env, so its lock stays current; each substitute's closure carries the hash of
+        `for_substitute(name)` instead."""
+        return canonical_sha256(self.model_dump(mode="json", exclude={"substitutes"}))
+
+    def substitute(self, name: str) -> SubstituteSpec | None:
+        return next((s for s in self.substitutes if s.name == name), None)
+
+    def for_substitute(self, name: str) -> EnvSpec:
+        """The spec a substitute's closure is resolved from: this one over the substitute's
+        base, for its Python, with no substitutes of its own (KeyError: not declared)."""
+        found = self.substitute(name)
+        if found is None:
+            raise KeyError(name)
+        return self.model_copy(
+            update={"base": found.base, "python": found.python or self.python, "substitutes": []}
+        )
 
 
 def _all_pinned(values: list[str], where: str) -> list[str]:
@@ -428,11 +504,22 @@ class LockedSource(_Strict):
     historical: HistoricalPin | None = Field(
         None, description="The original pins `rev` stands in for (from env.toml; never built)."
     )
+    built_in: Literal["image"] | None = Field(
+        None, description='"image": built in the image\'s build stage only (SourceSpec.built_in).'
+    )
     note: str | None = None
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return _without_absent(handler(self), "historical", "absent_files", "jobs_env")
+        return _without_absent(handler(self), "historical", "absent_files", "jobs_env", "built_in")
+
+    @model_validator(mode="after")
+    def _image_built(self) -> LockedSource:
+        if self.built_in == "image" and self.wheel is not None:
+            raise ValueError(
+                f"source {self.name!r} is built in the image (built_in) but records a wheel"
+            )
+        return self
 
     def stand_in(self) -> str | None:
         """In words, when this source stands in for unreachable historical pins: what is built
@@ -498,6 +585,23 @@ class LockedCuda(_Strict):
         return f"nvidia/cu{self.version.split('.')[0]}"
 
 
+class LockedSubstitute(_Strict):
+    """On a substitute's closure: which declared base it stands in for, and how it differs.
+    Its `base` and `python` are the substitute's; these are the declared ones."""
+
+    name: str
+    declared_base: str = Field(description="env.toml's base in words (`recipe noble-devbase`).")
+    declared_python: str
+    note: str
+
+    def text(self, python: str) -> str:
+        """One line for messages and labels."""
+        change = f", Python {python} for {self.declared_python}"
+        return f"substitute base {self.name} for the declared {self.declared_base}" + (
+            change if python != self.declared_python else ""
+        )
+
+
 class Lock(_Strict):
     lock_version: Literal[1] = 1
     env: str
@@ -510,7 +614,16 @@ class Lock(_Strict):
     sources: list[LockedSource] = Field(default_factory=list)
     env_vars: dict[str, str] = Field(default_factory=dict)
     resolver: str = Field(description="Tool and version that resolved the closure.")
+    substitute: LockedSubstitute | None = Field(
+        None,
+        description="Set on a substitute's closure (locks/<env>/substitutes/<name>.json): the"
+        " declared base and Python it stands in for.",
+    )
     closure_hash: str
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_absent(handler(self), "substitute")
 
     @model_validator(mode="after")
     def _keys(self) -> Lock:

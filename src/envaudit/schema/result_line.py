@@ -284,6 +284,12 @@ class EnvCheck(_Part):
     built_from_lock: bool | None = None
     image_labels_match: bool | None = None
     overlay_on: str | None = None
+    substitute_base: str | None = None
+    """The declared substitute base the image was built over, asked for by name
+    (`--substitute-base`); None: the lock's declared base (or no image)."""
+    substitute: str | None = None
+    """What that substitute stands in for, in words: the declared base, and the Python it
+    provides where it is not the declared one."""
     base_manifest_sha256: str | None = None
     verified: dict[str, Any] | None = None
 

@@ -31,10 +31,11 @@ from envaudit.image.build import (
     existing_image,
     image_matches,
     plan_build,
+    refuse_unmade_base,
 )
 from envaudit.image.engine import Engine, EngineError
 from envaudit.image.overlay import overlay_tag
-from envaudit.image.plan import HARNESS_MOUNT, LABEL_PREFIX, USER
+from envaudit.image.plan import HARNESS_MOUNT, LABEL_PREFIX, SUBSTITUTE_LABEL, USER
 from envaudit.lock.fetch import fetch_env
 from envaudit.runtime.base import Progress, RunOptions, Runtime
 from envaudit.runtime.devices import Gpu, device_nodes, require_gpu
@@ -406,18 +407,19 @@ class ContainerRuntime(Runtime):
             if not done.built or plan is None:
                 return None
             return f"built {done.tag} in {done.seconds:.0f} s over {options.over}: {plan.verified}"
-        build = plan_build(env, options.locks_dir)
+        build = plan_build(env, options.locks_dir, options.substitute)
         if existing_image(engine, build.image) is not None:
             return None
+        refuse_unmade_base(build, engine)  # before fetching gigabytes for nothing
         if build.recipe is not None and engine.image(build.recipe.tag) is None:
             reason = why_not_buildable(build.recipe)
-            if reason is not None:  # say so before fetching gigabytes for nothing
+            if reason is not None:  # a substitute asked for that cannot be made either
                 raise EnvauditError(
                     f"the image of {env} needs the base {build.recipe.name}, which is not in the"
                     f" engine and cannot be made here: {reason}",
                     hint="build or load that base, or run over an imported stack (--over)",
                 )
-        fetch_env(env, options.locks_dir, options.config, progress.on_fetch)
+        fetch_env(env, options.locks_dir, options.config, progress.on_fetch, options.substitute)
         done = build_image(
             build, engine, options.config, on_step=progress.on_step, on_base_line=progress.on_line
         )
@@ -425,7 +427,7 @@ class ContainerRuntime(Runtime):
 
     def prepare(self, job: Job, options: RunOptions) -> tuple[Job, Launcher]:
         engine = Engine.connect(self.kind)
-        build = plan_build(job.env_to_run(options.env), options.locks_dir)
+        build = plan_build(job.env_to_run(options.env), options.locks_dir, options.substitute)
         overlay: dict[str, Any] = {}
         if options.over is not None:
             tag = overlay_tag(build.image.env, build.image.closure_hash, options.over)
@@ -447,7 +449,17 @@ class ContainerRuntime(Runtime):
                 }
             over = f" --over {options.over}"
         else:
-            image, tag, over = existing_image(engine, build.image), build.image.tag, ""
+            image, tag = existing_image(engine, build.image), build.image.tag
+            asked = build.image.substitute_base
+            over = f" --substitute-base {asked}" if asked else ""
+            if image is not None and image.labels.get(SUBSTITUTE_LABEL) != asked:
+                raise EnvauditError(
+                    f"image {tag} does not say it is over the base asked for"
+                    f" ({asked or 'the declared base'}): its label {SUBSTITUTE_LABEL} is"
+                    f" {image.labels.get(SUBSTITUTE_LABEL)!r}",
+                    hint=f"remove it (`docker rmi {tag}`) and run"
+                    f" `envaudit build --env {build.image.env}{over}`",
+                )
         if image is None:
             raise EnvauditError(
                 f"the image of {build.image.env} ({tag}) is not built",
@@ -480,7 +492,12 @@ class ContainerRuntime(Runtime):
             image_digest=image.digests[0] if image.digests else None,
             gpu_access=passing.mode if passing.mode != "none" else None,
             env_check=EnvCheck(
-                matches=True, built_from_lock=not overlay, image_labels_match=True, **overlay
+                matches=True,
+                built_from_lock=not overlay,
+                image_labels_match=True,
+                substitute_base=build.image.substitute_base,
+                substitute=build.image.substitute,
+                **overlay,
             ),
         )
         launcher = ContainerLauncher(engine, image.id, job, environment, passing, jit_folder)

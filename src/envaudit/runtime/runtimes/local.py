@@ -16,7 +16,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from envaudit.errors import EXIT_FAILED
+from envaudit.errors import EXIT_FAILED, EXIT_USAGE
 from envaudit.lock.config import FetchConfig, uv_binary
 from envaudit.lock.fetch import fetch_env
 from envaudit.lock.files import LockError, env_dir
@@ -64,6 +64,13 @@ def installable(lock: Lock) -> list[tuple[str, str, Artifact]]:
     into a prefix of its own (`toolchain_of`)."""
     chosen = [(p.name, p.version, p.artifact) for p in lock.runtime_packages()]
     for source in lock.sources:
+        if source.wheel is None and source.built_in == "image":
+            raise LockError(
+                f"source {source.name} of {lock.env} is built only in the env's image"
+                ' (built_in = "image"): no lock holds its wheel',
+                exit_code=EXIT_USAGE,
+                hint=f"run {lock.env} in a container runtime (`--runtime docker`)",
+            )
         if source.wheel is None:
             raise LockError(
                 f"source {source.name} of {lock.env} has no built wheel in lock.json",

@@ -141,7 +141,9 @@ class AuditPlan:
         """The audit's runtime, made and checked against --env and --over once (RunRequestError,
         exit 2, when it refuses them): every step of the audit asks this one object."""
         if self._runtime is None:
-            self._runtime = get_runtime(self.runtime, self.options.env, self.options.over)
+            self._runtime = get_runtime(
+                self.runtime, self.options.env, self.options.over, self.options.substitute
+            )
         return self._runtime
 
     def suite_for(self, gpu: bool) -> str:
@@ -679,5 +681,7 @@ def _task_args(
         args += ["--env", plan.options.env]
     if plan.options.over:
         args += ["--over", plan.options.over]
+    if plan.options.substitute:
+        args += ["--substitute-base", plan.options.substitute]
     args += plan.evaluation_on(gpu).cli_args()
     return tuple(args)
