@@ -222,16 +222,16 @@ def test_an_audit_of_a_solution_that_imports_a_library_first_stages_two_ahead(
 
 
 def test_the_repository_s_library_solutions_are_those_that_import_a_library_first() -> None:
-    """The FA4, FlashInfer, FlashMLA, TileLang, NATTEN and DeepGEMM solutions of solutions/ (found
-    as an audit finds them) import their library first; the torch, Triton and FlexAttention ones
-    do not."""
+    """The FA4, FlashInfer, FlashMLA, TileLang, NATTEN, DeepGEMM and SGLang solutions of
+    solutions/ (found as an audit finds them) import their library first; the torch, Triton and
+    FlexAttention ones do not."""
     from envaudit.runtime.jobs import find_solution
     from envaudit.runtime.scheduling.audit import solution_imports_libraries_first
 
     root = Path(__file__).resolve().parents[2] / "solutions"
     names = sorted(p.parent.name for p in root.glob("*/solution.json"))
     found = {n for n in names if solution_imports_libraries_first(*find_solution(n, root))}
-    libraries = ("-fa4", "-flashinfer", "-flashmla", "-tilelang", "-natten", "-deepgemm")
+    libraries = ("-fa4", "-flashinfer", "-flashmla", "-tilelang", "-natten", "-deepgemm", "-sglang")
     libraries += ("-deepgemm-contiguous", "-deepgemm-masked")
     assert found == {n for n in names if n.endswith(libraries)}
     assert all(any(n.endswith(suffix) for n in found) for suffix in libraries)

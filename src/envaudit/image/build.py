@@ -277,16 +277,8 @@ def build_overlay(
     version = engine.run_python(base.id, recipe.interpreter, PYTHON_VERSION).strip()
     drift = compare(lock, installed, None, version.splitlines()[-1] if version else None)
     manifest = base.labels.get(f"{LABEL_PREFIX}.base-manifest-sha256", "")
-    plan = plan_overlay(
-        lock,
-        recipe.tag,
-        recipe.name,
-        recipe.interpreter,
-        manifest,
-        drift,
-        recipe.env,
-        recipe.search_path,
-    )
+    stack = (recipe.tag, recipe.name, recipe.interpreter, manifest)
+    plan = plan_overlay(lock, *stack, drift, recipe.env, recipe.search_path)
     with tempfile.TemporaryDirectory(prefix=f"{env}-", dir=_contexts_root()) as tmp:
         context = Path(tmp)
         (context / "Dockerfile").write_text(render_overlay_dockerfile(plan))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -132,6 +132,18 @@ def env_of(line: ResultLine) -> tuple[str, str | None]:
     return str(line.context.env or "unknown"), line.closure_hash
 
 
+Groups = dict[str, dict[str, dict[tuple[str, str, str | None], list[ResultLine]]]]
+
+
+def _grouped(lines: Sequence[ResultLine]) -> Groups:
+    """definition -> GPU model -> (solution, env, closure) -> its lines."""
+    groups: Groups = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    for line in lines:
+        env, closure = env_of(line)
+        groups[line.definition][gpu_model_of(line)][(line.solution, env, closure)].append(line)
+    return groups
+
+
 def build_summary(
     merged: MergeResult,
     solutions: Mapping[str, SolutionInfo],
@@ -142,12 +154,7 @@ def build_summary(
 ) -> Summary:
     """The one typed summary every output of the report renders. `locks` names the stand-ins
     of each environment and what two compared environments' locks differ in."""
-    groups: dict[str, dict[str, dict[tuple[str, str, str | None], list[ResultLine]]]] = defaultdict(
-        lambda: defaultdict(lambda: defaultdict(list))
-    )
-    for line in merged.lines:
-        env, closure = env_of(line)
-        groups[line.definition][gpu_model_of(line)][(line.solution, env, closure)].append(line)
+    groups = _grouped(merged.lines)
     numbers = result_line_numbers(merged.lines, merged.runs)
     repeats: dict[tuple[str, ...], list[ResultLine]] = defaultdict(list)
     for line in merged.runs:
