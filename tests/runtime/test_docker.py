@@ -441,7 +441,7 @@ def test_flashmla_build_says_everything_it_cannot_reach(engine_env: dict[str, st
     Without the substitute asked for, the base it declares is what stops it
     (tests/image/test_substitute_base.py)."""
     env = {**engine_env, "ENVAUDIT_GIT_BASES": ""}
-    asked = ["--substitute-base", "trixie-devbase"]
+    asked = ["--substitute-base", "trixie-devbase", "--no-cache"]  # an image made here earlier
     code, out = invoke(["build", "--solution", "flashmla-13.3", *asked], env)
     assert code == 2, out
     assert "not in the store" in out
