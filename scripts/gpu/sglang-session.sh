@@ -115,18 +115,8 @@ PY
       nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader
     } 2>&1 | tee "$out/probe.txt"
     ;;
-  up)
-    step engine setup
-    setup
-    step pylib python3 -m pip install --quiet --no-deps --no-index --target "$scratch/pylib" \
-      scratch/gpu-wheels/*.whl
-    step doctor python3 -m envaudit doctor
-    step base python3 -m envaudit base build gpu-host-os
-    ;;
-  stash)
-    mkdir -p "$scratch/stash"
-    for folder in "$@"; do step "stash-$(basename "$folder")" cp -r "$folder"/. "$scratch/stash/"; done
-    du -sh "$scratch/stash" | tee -a "$steps"
+  up | stash)  # as for the library envs, over another base and scratch folder
+    SCRATCH=$scratch BASE=gpu-host-os bash "$here/library-session.sh" "$cmd" "$out" "$@"
     ;;
   store)
     setup
