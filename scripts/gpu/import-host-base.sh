@@ -14,7 +14,11 @@
 # run time; a driver baked into an image would not match another machine's kernel module) and
 # the files Docker provides per container (etc/hostname, etc/hosts, etc/resolv.conf).
 # HOST_VENV (default /opt/torch/.venv) and HOST_BASE_PATHS (default "usr etc opt/torch lib
-# lib64 bin sbin") change what is described and imported.
+# lib64 bin sbin") change what is described and imported; HOST_BASE_EXCLUDES (tar patterns)
+# leaves more out. The OS layer alone, as containers/bases/gpu-host-os.toml takes it (`envaudit
+# base build gpu-host-os` is the recorded way; this is its by-hand twin):
+#   HOST_VENV=none HOST_BASE_PATHS="usr etc lib lib64 bin sbin var/lib/dpkg" \
+#   HOST_BASE_EXCLUDES="usr/local/* var/lib/dpkg/*-old" scripts/gpu/import-host-base.sh NAME
 set -euo pipefail
 
 if [ $# -lt 1 ] || [ $# -gt 2 ]; then
@@ -25,6 +29,7 @@ name=$1
 manifest=${2:-$(echo "$name" | tr '/:' '__').manifest.txt}
 venv=${HOST_VENV:-/opt/torch/.venv}
 read -r -a wanted <<<"${HOST_BASE_PATHS:-usr etc opt/torch lib lib64 bin sbin}"
+read -r -a excluded <<<"${HOST_BASE_EXCLUDES:-}"
 label=envaudit.host-manifest-sha256
 command -v docker >/dev/null || { echo "no docker on PATH: eval the output of scripts/gpu/docker-up.sh first" >&2; exit 2; }
 docker version --format '{{.Server.Version}}' >/dev/null || { echo "the engine at ${DOCKER_HOST:-its default socket} does not answer" >&2; exit 1; }
@@ -62,6 +67,7 @@ for p in "${wanted[@]}"; do
   if [ -e "/$p" ] || [ -L "/$p" ]; then paths+=("$p"); fi
 done
 joined=$(IFS=,; echo "${paths[*]}")
+[ ${#excluded[@]} -gt 0 ] && joined="$joined;-$(IFS=,; echo "${excluded[*]}")"
 if [ "${FORCE:-0}" != 1 ] && [ "$(docker image inspect --format \
      "{{index .Config.Labels \"$label\"}} {{index .Config.Labels \"envaudit.host-base-paths\"}}" \
      "$name" 2>/dev/null)" = "$sum $joined" ]; then
@@ -73,7 +79,7 @@ t0=$(date +%s.%N)
 set +o pipefail
 tar -C / -cf - --numeric-owner --warning=no-file-changed --ignore-failed-read \
     --exclude='usr/local/nvidia/*' --exclude=etc/hostname --exclude=etc/hosts --exclude=etc/resolv.conf \
-    "${paths[@]}" 2>"$manifest.tar.err" \
+    "${excluded[@]/#/--exclude=}" "${paths[@]}" 2>"$manifest.tar.err" \
   | docker import -c "LABEL $label=$sum" -c "LABEL envaudit.host-base-paths=$joined" - "$name"
 rcs=("${PIPESTATUS[@]}")
 set -o pipefail

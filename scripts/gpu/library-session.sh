@@ -4,6 +4,7 @@
 # own images over that stack. Each call runs one step; state lives outside the repository copy
 # (SCRATCH, default /root/ea) and survives only while the machine stays held.
 #   scripts/gpu/library-session.sh up OUT                  engine, envaudit's Python deps, base
+#                                                          (BASE, default gpu-host-stack)
 #   scripts/gpu/library-session.sh stash OUT FOLDER...     copy carried parts into the stash
 #   scripts/gpu/library-session.sh store OUT               join and verify the parts, fill the store
 #   scripts/gpu/library-session.sh audit OUT ENV_OVERRIDE|- SOLUTION...
@@ -52,7 +53,7 @@ case $cmd in
     step pylib python3 -m pip install --quiet --no-deps --no-index --target "$scratch/pylib" \
       scratch/gpu-wheels/*.whl
     step doctor python3 -m envaudit doctor
-    step base python3 -m envaudit base build gpu-host-stack
+    step base python3 -m envaudit base build "${BASE:-gpu-host-stack}"
     ;;
   stash)
     mkdir -p "$scratch/stash"

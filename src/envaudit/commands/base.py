@@ -36,13 +36,24 @@ def build_base_image(
     request: BaseBuildRequest, on_line: Callable[[str], None] | None = None
 ) -> BaseBuildResult:
     """The recipe read (refused, exit 2, when the name is no recipe), then the base built or
-    found; `on_line` gets each line of the build as it comes."""
-    from envaudit.image.base import build_base, load_recipe  # the Docker SDK, only here
-    from envaudit.image.engine import Engine
+    found; `on_line` gets each line of the build as it comes. Without an engine, a base this
+    machine could not make anyway says why (another machine's OS) before the engine's absence."""
+    from envaudit.errors import EXIT_USAGE, EnvauditError
+    from envaudit.image.base import build_base, load_recipe, why_not_buildable
+    from envaudit.image.engine import Engine, EngineError  # the Docker SDK, only here
 
     started = time.monotonic()
     recipe = load_recipe(request.name)
-    image, built = build_base(Engine.connect(), recipe, on_line, rebuild=request.rebuild)
+    try:
+        engine = Engine.connect()
+    except EngineError as exc:
+        reason = why_not_buildable(recipe)
+        if reason is None:
+            raise
+        raise EnvauditError(
+            f"base {recipe.name} cannot be made here: {reason}", EXIT_USAGE, hint=exc.one_line()
+        ) from None
+    image, built = build_base(engine, recipe, on_line, rebuild=request.rebuild)
     return BaseBuildResult(
         tag=recipe.tag,
         built=built,

@@ -1,7 +1,10 @@
 """Offline base images from the recipes in containers/bases, imported into the engine
-(`docker import`). Two kinds: `debootstrap` (a distribution root made from the distribution's own
-packages) and `import` (this machine's own software stack, e.g. a GPU machine's OS, CUDA toolkit
-and torch venv, taken from the folders the recipe names; only meaningful on that machine).
+(`docker import`). Three kinds: `debootstrap` (a distribution root made from the distribution's own
+packages), `import` (this machine's own software stack, e.g. a GPU machine's OS, CUDA toolkit
+and torch venv, taken from the folders the recipe names; an `--over` base, only meaningful on
+that machine) and `import-os` (that machine's OS layer alone, its Python packages and local
+installs left out: a base a lock's own closure is installed over, like a debootstrap root, made
+only on a machine whose OS release and system Python are the recipe's).
 
 The image is tagged by the recipe's hash (the one every lock on it records) and carries the
 hash of its package manifest (every installed package and version, also kept in the image at
@@ -40,6 +43,8 @@ MIRROR_SETTINGS = {"debian": DEBIAN_MIRROR, "ubuntu": UBUNTU_MIRROR}
 # an image would not match another machine's kernel module) and what Docker provides per
 # container.
 IMPORT_EXCLUDES = ("usr/local/nvidia/*", "etc/hostname", "etc/hosts", "etc/resolv.conf")
+IMPORT_KINDS = ("import", "import-os")
+"""The kinds taken from a machine's own folders (`tar | docker import`), not made from packages."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,17 @@ class BaseRecipe:
     """import: folders put before the system's on PATH in images over it (compilers, CUDA)."""
     env: tuple[tuple[str, str], ...] = ()
     """import: variables the stack expects (CUDA_HOME, ...), set in images over it."""
+    exclude: tuple[str, ...] = ()
+    """import kinds: tar patterns left out besides IMPORT_EXCLUDES (import-os: the machine's
+    local installs, its CUDA toolkit and Python packages among them)."""
+    os_release: tuple[tuple[str, str], ...] = ()
+    """import-os: the /etc/os-release fields (ID, VERSION_ID) of the only machine that can make
+    it; any other machine is refused before anything is imported."""
+
+    @property
+    def imported(self) -> bool:
+        """Taken from a machine's own folders rather than made from a distribution's packages."""
+        return self.kind in IMPORT_KINDS
 
     @property
     def sha256(self) -> str:
@@ -89,7 +105,7 @@ def load_recipe(name: str, bases_dir: Path = BASES_DIR) -> BaseRecipe:
     try:
         raw = loads_toml(read_text(path), str(path))
         kind = str(raw.get("kind", "debootstrap"))
-        if kind == "import":
+        if kind in IMPORT_KINDS:
             return BaseRecipe(
                 name=name,
                 path=path,
@@ -100,6 +116,10 @@ def load_recipe(name: str, bases_dir: Path = BASES_DIR) -> BaseRecipe:
                 interpreter=str(raw["interpreter"]),
                 search_path=tuple(str(p) for p in raw.get("search_path", [])),
                 env=tuple(sorted((str(k), str(v)) for k, v in raw.get("env", {}).items())),
+                exclude=tuple(str(p) for p in raw.get("exclude", [])),
+                os_release=tuple(
+                    sorted((str(k), str(v)) for k, v in raw.get("os_release", {}).items())
+                ),
             )
         return BaseRecipe(
             name=name,
@@ -127,6 +147,8 @@ def base_labels(recipe: BaseRecipe, manifest_sha256: str) -> dict[str, str]:
 
 def why_not_buildable(recipe: BaseRecipe) -> str | None:
     """One line saying why this machine cannot make the base, or None."""
+    if recipe.kind == "import-os":
+        return _why_not_this_os(recipe)
     if recipe.kind == "import":
         interpreter = Path(recipe.root) / recipe.interpreter.lstrip("/")
         if not interpreter.is_file() and not interpreter.is_symlink():
@@ -152,6 +174,52 @@ def why_not_buildable(recipe: BaseRecipe) -> str | None:
     return None
 
 
+def read_os_release(root: Path) -> dict[str, str]:
+    """The fields of root's os-release (etc/, else usr/lib/), quotes removed; {} when absent."""
+    for place in ("etc/os-release", "usr/lib/os-release"):
+        path = root / place
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        fields = {}
+        for line in text.splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key.strip() and not key.startswith("#"):
+                fields[key.strip()] = value.strip().strip("\"'")
+        return fields
+    return {}
+
+
+def _why_not_this_os(recipe: BaseRecipe) -> str | None:
+    """import-os: the machine's OS release must be the recipe's and its interpreter there, of
+    the recipe's Python (read from the interpreter's own folder name or asked of it)."""
+    root = Path(recipe.root)
+    found = read_os_release(root)
+    wanted = dict(recipe.os_release)
+    if any(found.get(k) != v for k, v in wanted.items()):
+        want = " ".join(f"{k}={v}" for k, v in sorted(wanted.items()))
+        have = " ".join(f"{k}={found.get(k, '?')}" for k in sorted(wanted))
+        pretty = found.get("PRETTY_NAME", "an unknown OS (no os-release)")
+        return (
+            f"it imports the OS layer of a machine with {want} ({recipe.path}), and this one"
+            f" is {pretty} ({have}): only that machine can make it"
+        )
+    interpreter = root / recipe.interpreter.lstrip("/")
+    if not interpreter.is_file():
+        return f"this machine has no {interpreter}, the recipe's Python {recipe.python}"
+    done = subprocess.run(
+        [str(interpreter), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0 or done.stdout.strip() != recipe.python:
+        seen = done.stdout.strip() or f"exit {done.returncode}"
+        return f"{interpreter} is Python {seen}, not the recipe's {recipe.python}"
+    return None
+
+
 def build_base(
     engine: Engine,
     recipe: BaseRecipe,
@@ -164,9 +232,17 @@ def build_base(
         return existing, False
     reason = why_not_buildable(recipe)
     if reason is not None:
-        raise EnvauditError(f"base {recipe.name} cannot be made here: {reason}", EXIT_USAGE)
-    if recipe.kind == "import":
+        where = " on the machine it is taken from" if recipe.imported else " where it can be"
+        raise EnvauditError(
+            f"base {recipe.name} cannot be made here: {reason}",
+            EXIT_USAGE,
+            hint=f"make it{where} (`envaudit base build {recipe.name}`), or load an image of it"
+            f" into this engine under {recipe.tag}",
+        )
+    if recipe.imported:
         imported = _import_tree(engine, recipe, Path(recipe.root), recipe.paths, on_line)
+        if recipe.kind == "import-os":
+            check_installer(engine, imported, recipe)
         manifest = stack_manifest(engine, imported, recipe)
     else:
         with tempfile.TemporaryDirectory(prefix="envaudit-base-") as tmp:
@@ -195,8 +271,8 @@ def _import_tree(
     present = [p for p in paths if (root / p).exists() or (root / p).is_symlink()]
     argv = ["tar", "--numeric-owner", "-C", str(root), "-c"]
     argv += ["--warning=no-file-changed", "--ignore-failed-read"]
-    if recipe.kind == "import":
-        argv += [f"--exclude={pattern}" for pattern in IMPORT_EXCLUDES]
+    if recipe.imported:
+        argv += [f"--exclude={pattern}" for pattern in (*IMPORT_EXCLUDES, *recipe.exclude)]
     with tempfile.TemporaryFile() as stderr:
         tar = subprocess.Popen([*argv, *present], stdout=subprocess.PIPE, stderr=stderr)
         assert tar.stdout is not None
@@ -213,11 +289,54 @@ def _import_tree(
 
 
 def stack_manifest(engine: Engine, image: str, recipe: BaseRecipe) -> str:
-    """What an imported stack is made of, read inside the imported image: its Python's
-    distributions and, where the stack has dpkg, its packages."""
+    """What an imported stack is made of, read inside the imported image: its OS release, its
+    Python's distributions and, where the stack has dpkg (import-os imports its database),
+    its packages. Nothing machine-specific (host name, driver, dates): two machines of one
+    software image give the same manifest."""
+    release = engine.run_python(image, recipe.interpreter, OS_RELEASE)
     listing = engine.run_python(image, recipe.interpreter, DISTRIBUTIONS)
     packages = engine.run_python(image, recipe.interpreter, DPKG_PACKAGES)
-    return f"# python {recipe.interpreter}\n{listing}# dpkg\n{packages}"
+    return f"# os\n{release}# python {recipe.interpreter}\n{listing}# dpkg\n{packages}"
+
+
+def check_installer(engine: Engine, image: str, recipe: BaseRecipe) -> None:
+    """An import-os base is what an image's installer stage starts from (`python3 -m venv`, with
+    pip from ensurepip, which Ubuntu ships apart from Python): refuse it, exit 2, and remove it
+    when its Python is not the recipe's or cannot make a venv with pip, rather than let every
+    image over it fail in its first step."""
+    found = engine.run_python(image, recipe.interpreter, INSTALLER_PROBE).strip()
+    if found == f"{recipe.python} venv-with-pip":
+        return
+    engine.client.images.remove(image)
+    raise EnvauditError(
+        f"base {recipe.name}: the imported {recipe.interpreter} reports {found!r}, not Python"
+        f" {recipe.python} making a venv with pip; an image's installer stage (`python3 -m venv`)"
+        " cannot start from it",
+        EXIT_USAGE,
+        hint=f"install the OS's venv package there (Ubuntu: python{recipe.python}-venv) and run"
+        f" `envaudit base build {recipe.name}` again",
+    )
+
+
+OS_RELEASE = (
+    "import pathlib\n"
+    "for place in ('/etc/os-release', '/usr/lib/os-release'):\n"
+    "    path = pathlib.Path(place)\n"
+    "    if path.exists():\n"
+    "        keep = ('ID=', 'VERSION_ID=', 'PRETTY_NAME=')\n"
+    "        lines = [x for x in path.read_text().splitlines() if x.startswith(keep)]\n"
+    "        print('\\n'.join(sorted(lines)))\n"
+    "        break\n"
+)
+
+
+INSTALLER_PROBE = (
+    "import os, subprocess, sys, tempfile\n"
+    "venv = os.path.join(tempfile.mkdtemp(), 'venv')\n"
+    "done = subprocess.run([sys.executable, '-m', 'venv', venv], capture_output=True)\n"
+    "made = done.returncode == 0 and os.path.exists(os.path.join(venv, 'bin', 'pip'))\n"
+    "print('%d.%d' % sys.version_info[:2], 'venv-with-pip' if made else 'no-venv-with-pip')\n"
+)
 
 
 DPKG_PACKAGES = (

@@ -260,9 +260,11 @@ def build_overlay(
     lock = current_lock(env_dir(env, locks_dir))
     recipe = load_recipe(recipe_name)
     if recipe.kind != "import":
+        os_only = " (a machine's OS layer without its Python stack)" if recipe.imported else ""
         raise EnvauditError(
-            f"--over {recipe_name}: not an imported stack (kind {recipe.kind!r})",
-            hint='name a base recipe of kind "import" under containers/bases',
+            f"--over {recipe_name}: not an imported stack (kind {recipe.kind!r}){os_only}",
+            hint='name a base recipe of kind "import" under containers/bases; an env that'
+            f" declares {recipe_name} as a substitute is built over it with --substitute-base",
         )
     refuse_unbuilt_sources(lock, recipe.name)
     tag = overlay_tag(lock.env, lock.closure_hash, recipe.name)

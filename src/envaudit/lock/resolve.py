@@ -56,8 +56,9 @@ def lock_env(
     previous = _previous(folder, substitute)
     sdist_names = [split_pin(s.sdist)[0] for s in spec.sources if s.sdist]
     requirements = [*spec.requirements, *(s.sdist for s in spec.sources if s.sdist)]
+    constraints = [*spec.constraints, *declared_pins(folder, spec, substitute)]
     pylock = resolve_pylock(
-        requirements, spec.constraints, spec.python, spec.platform, config, no_binary=sdist_names
+        requirements, constraints, spec.python, spec.platform, config, no_binary=sdist_names
     )
     packages, sdists = _packages(pylock, spec, "runtime")
     toolchain = resolve_toolchain(spec, config)
@@ -104,6 +105,30 @@ def lock_env(
         "substitute": _locked_substitute(folder, substitute),
     }
     return seal(body)
+
+
+def declared_pins(folder: Path, spec: EnvSpec, substitute: str | None) -> list[str]:
+    """For a substitute over the declared Python, the declared closure's run versions as
+    constraints (`name==version`, those env.toml does not pin itself): the substitute's wheels
+    are then the declared closure's files, whenever either is locked, rather than what the
+    index offers on the day (uv's picks of unpinned dependencies move). None for the declared
+    closure, for a substitute of another Python (resolved for its own wheels) and while the
+    declared lock is missing or stale (`envaudit lock ENV` locks it first)."""
+    if substitute is None or not lock_path(folder).is_file():
+        return []
+    declared_spec = load_spec(folder)
+    if declared_spec.python != spec.python:
+        return []
+    try:
+        declared = load_lock(folder)
+    except LockError:
+        return []
+    if declared.spec_sha256 != declared_spec.canonical_sha256():
+        return []
+    own = {split_pin(p)[0] for p in [*spec.requirements, *spec.constraints]}
+    pins = {(p.name, p.version) for p in declared.packages if p.role == "runtime"}
+    pins |= {(s.name, s.version) for s in declared.sources if s.kind == "sdist" and s.version}
+    return sorted(f"{n}=={v}" for n, v in pins if normalize_name(n) not in own and v)
 
 
 def _locked_substitute(folder: Path, substitute: str | None) -> dict[str, Any] | None:
