@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from graph_modes import _find_workload  # this folder: the script's own
 from torch.profiler import ProfilerActivity, profile
 
 from envaudit.harness.evaluate import _input_copies
@@ -35,15 +36,6 @@ ROOT = Path(__file__).resolve().parents[1]
 CALLS = 256
 REPLAYS = 100
 PROFILED = 20
-
-
-def workload_of(label: str, definition: str) -> dict[str, Any]:
-    for path in (ROOT / "workloads" / "workloads").rglob(f"{definition}.jsonl"):
-        for line in path.read_text().splitlines():
-            row = json.loads(line)
-            if label in (row["workload"].get("label"), row["workload"]["uuid"]):
-                return dict(row["workload"])
-    raise SystemExit(f"no workload {label!r} of {definition}")
 
 
 def capture(launch: Any, copies: int, keep: bool) -> tuple[torch.cuda.CUDAGraph, list[Any]]:
@@ -93,7 +85,7 @@ def main() -> None:
         (ROOT / "workloads" / "definitions").rglob(solution["definition"] + ".json")
     )
     definition = json.loads(definition_file.read_text())
-    workload = workload_of(args.workload, solution["definition"])
+    workload = _find_workload(args.workload, solution["definition"])
     loaded = load_solution(solution, source_files(solution, folder))
     device = torch.device("cuda:0")
     inputs = materialize_inputs(definition, workload, ROOT / "workloads", device)
