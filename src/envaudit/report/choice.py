@@ -163,7 +163,7 @@ def choose(
     entries = [Entry.of(b) for b in blocks]
     left_out = [e.left_out(_why_not_passed(e.failed)) for e in entries if e.failed]
     left_out += [
-        LeftOut(solution=name, env=None, reason="measured only on " + ", ".join(models))
+        LeftOut(solution=name, env=None, reason="measured only on " + "; ".join(models))
         for name, models in sorted((elsewhere or {}).items())
     ]
     left_out += [

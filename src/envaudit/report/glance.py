@@ -109,12 +109,28 @@ def choice_rows(definition: str, dblock: DeviceBlock, choice: Choice) -> list[Gl
         first = choice.comparisons[0]
         out = left + [_left(item, definition, twice) for item in first.left_out]
         return [row(True, compared_text(first), f"none ({choice.reason})", out)]
-    rows = []
-    for i, comparison in enumerate(choice.comparisons):
-        out = left + [_left(item, definition, twice) for item in comparison.left_out]
-        base = row(i == 0, compared_text(comparison), "none", out)
-        rows.append(_choice(base, comparison, definition, choice.baseline))
-    return rows
+    first, *wider = choice.comparisons
+    out = left + [_left(item, definition, twice) for item in first.left_out]
+    out += [_wider_text(comparison, definition, twice) for comparison in wider]
+    return [
+        _choice(row(True, compared_text(first), "none", out), first, definition, choice.baseline)
+    ]
+
+
+def _wider_text(comparison: ChoiceComparison, definition: str, twice: set[str]) -> str:
+    """The second comparison (every workload the baseline passed, among the solutions that
+    ran them all) as one note of the row's left-out cell: one row per definition, and the
+    choice on the wider set beside the solutions it leaves out."""
+    suite = f" ({comparison.suite} suite)" if comparison.suite else ""
+    best = comparison.choice
+    chosen = "no choice"
+    if best is not None:
+        chosen = f"{short_name(best.solution, definition)} "
+        chosen += speedup_text(best.geomean_speedup, best.ci95)
+    left = "; ".join(_left(item, definition, twice) for item in comparison.left_out)
+    return f"on all {len(comparison.workloads)} workloads{suite}: {chosen}" + (
+        f", without {left}" if left else ""
+    )
 
 
 def compared_text(comparison: ChoiceComparison) -> str:
@@ -160,12 +176,20 @@ def ratio_text(ratio: Ratio) -> str:
     return f"{ratio.value:.4f}" + (f" [{bounds[0]:.4f}, {bounds[1]:.4f}]" if bounds else "")
 
 
+MEASURED_ONLY_ON = "measured only on "
+
+
 def _left(item: LeftOut, definition: str, twice: set[str]) -> str:
-    """ "fa4: not run on 2: ..."; a solution measured in two envs names the env it was in."""
+    """ "fa4: not run on 2: ..."; a solution measured in two envs names the env it was in; a
+    GPU model named by its name alone (the section's heading gives memory and driver)."""
     name = short_name(item.solution, definition)
     if item.solution in twice and item.env:
         name += f" ({item.env})"
-    return f"{name}: {item.reason}"
+    reason = item.reason
+    if reason.startswith(MEASURED_ONLY_ON):
+        models = reason.removeprefix(MEASURED_ONLY_ON).split("; ")
+        reason = MEASURED_ONLY_ON + ", ".join(m.split(",")[0] for m in models)
+    return f"{name}: {reason}"
 
 
 def reproduce_command(summary: Summary, number: int) -> str:
