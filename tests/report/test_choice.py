@@ -178,3 +178,17 @@ def test_a_smoke_run_chooses_nothing_and_a_declined_device_is_no_failure(tmp_pat
     text = render_markdown(summary, preferred, [], "envaudit merge")
     assert "none (smoke suite: a correctness check, whose times choose nothing)" in text
     assert "failed" not in text.split("## ")[1], text  # at a glance
+
+
+def test_each_workload_s_median_carries_its_own_spread(tmp_path: Path) -> None:
+    """A per-workload median is printed with half its interquartile range, as a share of it,
+    in performance.md and report.html alike (the line stores its quartiles)."""
+    from envaudit.report.html import render_html
+
+    lines = [line("d-torch", "w1", 10.0), line("d-fast", "w1", 2.0)]
+    lines[1]["timing"]["graph"]["iqr_ms"] = 0.036  # of a 1.8 ms graph median: ±1.0%
+    _, summary = summarize([write(tmp_path / "r.jsonl", lines)])
+    preferred = preferred_solutions(summary)
+    text = render_markdown(summary, preferred, [], "envaudit merge")
+    assert "| 1.8 ±1.0% | 2 |" in text, text
+    assert "1.8 ±1.0%" in render_html(summary, preferred, {}, tmp_path, "envaudit merge")

@@ -170,6 +170,16 @@ def _choice(
     )
 
 
+def median_text(median_ms: float | None, iqr_ms: float | None) -> str:
+    """ "0.1903 ±0.3%": a median (ms) with half its interquartile range, as a share of it (the
+    line's own spread, which a reader needs beside a single figure); "–" when not timed."""
+    if median_ms is None:
+        return "–"
+    if iqr_ms is None or median_ms <= 0:
+        return f"{median_ms:.4g}"
+    return f"{median_ms:.4g} ±{50 * iqr_ms / median_ms:.1f}%"
+
+
 def ratio_text(ratio: Ratio) -> str:
     """ "1.0054 [0.9868, 1.0243]": a ratio near 1, with four decimals."""
     bounds = ratio.ci95

@@ -29,6 +29,7 @@ from envaudit.report.glance import (
     interface_rows,
     interval_caption,
     interval_text,
+    median_text,
     plain_text,
     reproduce_command,
     short_name,
@@ -83,6 +84,9 @@ class RowView:
     flags: str
     graph_ms: float | None
     eager_ms: float | None
+    graph_text: str
+    eager_text: str
+    """The median with its spread, as shown (glance.median_text); the numbers sort."""
     speedup: float | None
     ci: str
     modes: str | None
@@ -239,6 +243,8 @@ def _row(
         flags="; ".join(row.timing_flags),
         graph_ms=row.graph_median_ms,
         eager_ms=row.eager_median_ms,
+        graph_text=median_text(row.graph_median_ms, row.graph_iqr_ms),
+        eager_text=median_text(row.eager_median_ms, row.eager_iqr_ms),
         speedup=row.speedup_primary if own else None,
         ci=interval_text(row.speedup_ci95) if own else "",
         modes=row.primary_timing if own else None,

@@ -14,6 +14,7 @@ from envaudit.report.glance import (
     interface_rows,
     interval_caption,
     interval_text,
+    median_text,
     reproduce_command,
     short_name,
     stand_in_notes,
@@ -34,10 +35,6 @@ def _num(value: float | None, digits: int = 3) -> str:
     if value is None:
         return "–"
     return f"{value:.{digits}f}" if abs(value) < 1000 else f"{value:.0f}"
-
-
-def _ms(value: float | None) -> str:
-    return "–" if value is None else f"{value:.4g}"
 
 
 def _short(text: str | None, n: int = 12) -> str:
@@ -222,8 +219,8 @@ def _workload_table(name: str, solutions: Sequence[SolutionBlock]) -> list[str]:
     """Long form, one row per (workload, solution), workloads in the summary's (label, uuid)
     order; a workload's name is written once, a ditto mark below it."""
     rows = [
-        "| workload | solution | status | graph median ms | eager median ms | speedup | 95% CI"
-        " | notes |",
+        "| workload | solution | status | graph median ms ±IQR/2 | eager median ms ±IQR/2"
+        " | speedup | 95% CI | notes |",
         "|---|---|---|---:|---:|---:|---|---|",
     ]
     labels = _solution_labels(name, solutions)
@@ -270,7 +267,8 @@ def _row_cells(entry: SolutionBlock, row: WorkloadRow) -> str:
     modes = row.primary_timing
     shown = _times(speedup) + (f" ({modes})" if speedup and modes and not entry.baseline else "")
     return (
-        f"{status} | {_ms(row.graph_median_ms)} | {_ms(row.eager_median_ms)}"
+        f"{status} | {median_text(row.graph_median_ms, row.graph_iqr_ms)}"
+        f" | {median_text(row.eager_median_ms, row.eager_iqr_ms)}"
         f" | {shown} | {_ci(bounds)} | {_notes(row, entry.baseline)}"
     )
 

@@ -119,6 +119,9 @@ class WorkloadRow(_Model):
     harness_hash: str | None = None
     eager_median_ms: float | None = None
     graph_median_ms: float | None = None
+    eager_iqr_ms: float | None = None
+    graph_iqr_ms: float | None = None
+    """The interquartile range of the line's samples in that mode: its own spread."""
     timing_flags: list[str] = Field(default_factory=list)
     """Why the judge does not trust this line's time (never ranked)."""
     figure: Figure | None = None
