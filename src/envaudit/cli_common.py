@@ -199,6 +199,17 @@ EnvOption = Annotated[
 
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+ThresholdOption = Annotated[
+    float,
+    typer.Option(
+        "--threshold",
+        metavar="PCT",
+        min=0,
+        help="Slower/faster only when the 95% interval of the time ratio (after/before, B/A)"
+        " lies wholly beyond 1 ± PCT/100 (0: beyond noise at all).",
+    ),
+]
+"""One meaning for `compare` and `bisect-env --on time`, by the report's comparison rule."""
 
 
 def json_text(value: object) -> str:

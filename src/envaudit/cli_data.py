@@ -14,6 +14,7 @@ from envaudit.cli_common import (
     DataRoot,
     JsonOption,
     SolutionsRoot,
+    ThresholdOption,
     json_text,
     parse_path,
     reported,
@@ -144,15 +145,7 @@ def compare(
         Path, typer.Argument(help="Result file, report folder or trace file of the base.")
     ],
     after: Annotated[Path, typer.Argument(help="The same, of the change.")],
-    threshold: Annotated[
-        float,
-        typer.Option(
-            "--threshold",
-            metavar="PCT",
-            help="Slower/faster only when the 95% interval of after/before lies wholly beyond"
-            " 1 ± PCT/100 (0: beyond noise at all).",
-        ),
-    ] = 0.0,
+    threshold: ThresholdOption = 0.0,
     across_envs: Annotated[
         bool,
         typer.Option("--across-envs", help="Pair lines of different envs (the env is no key)."),

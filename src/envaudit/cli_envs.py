@@ -16,6 +16,7 @@ from envaudit.cli_common import (
     OverOption,
     SolutionsRoot,
     SubstituteOption,
+    ThresholdOption,
     TimeoutOption,
     evaluation_flags,
     finite_seconds,
@@ -233,9 +234,7 @@ def bisect_env(
     on: Annotated[
         str, typer.Option("--on", help="status (per-workload statuses) or time (B/A ratio).")
     ] = "status",
-    threshold: Annotated[
-        float, typer.Option("--threshold", help="--on time: percent beyond which it counts.")
-    ] = 5.0,
+    threshold: ThresholdOption = 0.0,
     executor: Annotated[
         str, typer.Option("--executor", help="local, or slurm (each level one job array).")
     ] = "local",

@@ -367,3 +367,23 @@ def test_in_containers_every_step_is_an_image_of_its_lock(places: Path) -> None:
         image = engine.image(lines[0]["context"]["image_id"])
         assert image is not None
         assert image.labels["dev.envaudit.closure-hash"] == step["closure_hash"]
+
+
+def test_a_step_s_time_ratio_is_the_report_s_comparison_rule() -> None:
+    """bisect-env --on time divides what the report divides: each line's graph figure where
+    it has one, with the run-to-run floor of its kind, and the geometric mean over the
+    workloads both timed (report/intervals.py), not eager medians alone."""
+    from envaudit.commands.bisect import time_ratio
+    from envaudit.report.intervals import geomean_of, speedup_of
+    from envaudit.schema.result_line import ResultLine
+    from tests.report.test_merge import line
+
+    a = [ResultLine.model_validate(line("s", w, 10.0)) for w in ("w1", "w2")]
+    b = [ResultLine.model_validate(line("s", w, 12.0)) for w in ("w1", "w2", "w3")]
+    ratio, bounds = time_ratio(a, b)
+    pairs = [speedup_of(x, y) for x, y in zip(b[:2], a, strict=True)]
+    expected = geomean_of([pair.inverse() for pair in pairs if pair is not None])
+    assert expected is not None and expected.ci95 is not None
+    assert ratio is not None and math.isclose(ratio, 1.2)  # graph 10.8 / 9.0: w3 has no A line
+    assert bounds == (expected.ci95[0], expected.ci95[1])
+    assert bounds[0] > 1.0  # beyond the floor: a step like B at --threshold 0

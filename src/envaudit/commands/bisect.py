@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import shutil
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -34,14 +33,14 @@ from envaudit.lock.config import FetchConfig
 from envaudit.lock.fetch import fetch_lock
 from envaudit.lock.history import FoundLock, find_lock
 from envaudit.lock.store import Store
-from envaudit.report.intervals import geomean_interval, log_median_variance
+from envaudit.report.intervals import geomean_of, speedup_of
 from envaudit.runtime.base import RunOptions
 from envaudit.runtime.jobs import RunRequest, find_solution
 from envaudit.runtime.registry import get_runtime
 from envaudit.runtime.scheduling.slurm import Task, run_tasks, task_report
 from envaudit.schema.models import solution_source_hash
 from envaudit.schema.options import EvalOptions
-from envaudit.schema.result_line import ResultLine, TimingStats, result_lines
+from envaudit.schema.result_line import ResultLine, result_lines
 from envaudit.schema.slurm import SlurmSettings
 from envaudit.schema.writes import replace_text
 from envaudit.settings import cache_root
@@ -61,7 +60,7 @@ class BisectRequest:
     gpu: str | None = None
     device: str | None = None
     on: Criterion = "status"
-    threshold_pct: float = 5.0
+    threshold_pct: float = 0.0
     locks_dir: Path = Path("locks")
     data_root: Path = Path("workloads")
     solutions_root: Path = Path("solutions")
@@ -271,29 +270,20 @@ def agree_on_status(step_a: Step, step_b: Step, ends: Ends) -> CannotBisect:
 def time_ratio(
     a: Sequence[ResultLine], b: Sequence[ResultLine]
 ) -> tuple[float | None, tuple[float, float] | None]:
-    """Geometric mean over shared workloads of b's eager median / a's, with its 95% interval
-    (report/intervals.py)."""
-    mine = {line.workload.uuid: line.stats("eager") for line in a}
-    ratios, variances = [], []
+    """b's time over a's by the report's one comparison rule (report/intervals.py: each line's
+    graph figure where it has one, else its eager one, with the run-to-run floor of its kind):
+    the geometric mean over the workloads both timed, with its 95% interval."""
+    mine = {line.workload.uuid: line for line in a}
+    ratios = []
     for line in b:
-        theirs, base = line.stats("eager"), mine.get(line.workload.uuid)
-        ratio = _ratio(base, theirs)
-        if ratio is None:
-            continue
-        va, vb = log_median_variance(base), log_median_variance(theirs)
-        ratios.append(ratio)
-        variances.append((va or 0.0) + (vb or 0.0))
-    if not ratios:
+        base = mine.get(line.workload.uuid)
+        found = speedup_of(line, base) if base is not None else None
+        if found is not None:
+            ratios.append(found.inverse())
+    mean = geomean_of(ratios)
+    if mean is None or mean.ci95 is None:
         return None, None
-    mean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
-    return mean, geomean_interval(ratios, variances)
-
-
-def _ratio(base: TimingStats | None, other: TimingStats | None) -> float | None:
-    if base is None or other is None:
-        return None
-    a, b = base.positive_median(), other.positive_median()
-    return b / a if a and b else None
+    return mean.value, (mean.ci95[0], mean.ci95[1])
 
 
 StepSpec = tuple[Place, str, Folded]
