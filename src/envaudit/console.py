@@ -225,10 +225,12 @@ class AuditProgress:
     """An audit's jobs as they go (runtime/scheduling/audit.py JobProgress): on a terminal, a
     bar with the jobs done out of all and the time left, each job's outcome printed above it;
     elsewhere (a log, CI), one plain line as each job starts and one as it ends, with the
-    count and an estimate of the time left (the mean job time so far over the jobs left)."""
+    count and an estimate of the time left (the mean job time so far over the jobs left).
+    The bar starts when the jobs are planned: the envs' own bars (fetch, build) come before."""
 
-    def __init__(self, console: Console, bar: Progress | None) -> None:
-        self.console, self.bar = console, bar
+    def __init__(self, console: Console, terminal: bool) -> None:
+        self.console, self.terminal = console, terminal
+        self.bar: Progress | None = None
         self.total = self.started_jobs = self.done = 0
         self.began = time.monotonic()
         self.guard = threading.Lock()
@@ -237,8 +239,16 @@ class AuditProgress:
     def planned(self, jobs: int) -> None:
         with self.guard:
             self.total, self.began = jobs, time.monotonic()
-            if self.bar is not None:
+            if self.terminal and self.bar is None:
+                self.bar = Progress(*AUDIT_COLUMNS, console=self.console)
+                self.bar.start()
                 self.task = self.bar.add_task("audit", total=jobs)
+
+    def close(self) -> None:
+        """The bar (if any) stops, leaving its last state on the terminal."""
+        with self.guard:
+            if self.bar is not None:
+                self.bar.stop()
 
     def started(self, name: str, where: str) -> None:
         with self.guard:
@@ -266,20 +276,22 @@ class AuditProgress:
             )
 
 
+AUDIT_COLUMNS = (
+    TextColumn("{task.description}"),
+    BarColumn(),
+    MofNCompleteColumn(),
+    TimeElapsedColumn(),
+    TextColumn("left"),
+    TimeRemainingColumn(),
+)
+
+
 @contextmanager
 def audit_progress() -> Iterator[AuditProgress]:
     """The audit's progress on stderr: a live bar on a terminal, plain lines otherwise."""
     console = Console(stderr=True, highlight=False)
-    if not console.is_terminal:
-        yield AuditProgress(console, None)
-        return
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("left"),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns, console=console) as bar:
-        yield AuditProgress(console, bar)
+    progress = AuditProgress(console, console.is_terminal)
+    try:
+        yield progress
+    finally:
+        progress.close()

@@ -14,7 +14,7 @@ from envaudit.console import AuditProgress, audit_progress, duration_text, statu
 
 def test_plain_lines_count_the_jobs_and_estimate_the_time_left() -> None:
     out = io.StringIO()
-    progress = AuditProgress(Console(file=out, width=200, highlight=False), None)
+    progress = AuditProgress(Console(file=out, width=200, highlight=False), terminal=False)
     progress.planned(3)
     progress.started("a-torch", "cpu")
     progress.ended("a-torch", "cpu", Counter({"PASSED": 2, "INCORRECT_NUMERICAL": 1}), 4.0)
@@ -32,15 +32,14 @@ def test_plain_lines_count_the_jobs_and_estimate_the_time_left() -> None:
 
 
 def test_a_terminal_gets_a_bar_with_the_count_and_each_outcome() -> None:
-    from rich.progress import MofNCompleteColumn, Progress
-
     out = io.StringIO()
     console = Console(file=out, width=200, force_terminal=True, highlight=False)
-    with Progress(MofNCompleteColumn(), console=console) as bar:
-        progress = AuditProgress(console, bar)
-        progress.planned(2)
-        progress.started("a-torch", "GPU-1234")
-        progress.ended("a-torch", "GPU-1234", Counter({"PASSED": 4}), 2.0)
+    progress = AuditProgress(console, terminal=True)
+    assert progress.bar is None  # no bar before the jobs are planned (env builds show theirs)
+    progress.planned(2)
+    progress.started("a-torch", "GPU-1234")
+    progress.ended("a-torch", "GPU-1234", Counter({"PASSED": 4}), 2.0)
+    progress.close()
     text = out.getvalue()
     assert "a-torch on GPU-1234: 4 PASSED in 2 s" in text
     assert "1/2" in text
@@ -48,7 +47,8 @@ def test_a_terminal_gets_a_bar_with_the_count_and_each_outcome() -> None:
 
 def test_a_log_gets_plain_lines() -> None:
     with audit_progress() as progress:  # pytest's captured stderr is not a terminal
-        assert progress.bar is None
+        progress.planned(1)
+        assert progress.bar is None and not progress.terminal
 
 
 def test_texts() -> None:
