@@ -25,6 +25,7 @@ import os
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -110,33 +111,25 @@ def _sustained(graphs: list[Any], calls: int, flush: Any, nvml: Any) -> list[dic
     return trace
 
 
-def child(solution_name: str, label: str) -> dict[str, Any]:
-    """One process: the harness's timers, then the captures kept replay by replay."""
+def solution_calls(
+    solution_name: str, label: str, device: Any
+) -> tuple[Callable[[int], Any], list[dict[str, Any]]]:
+    """One of the project's solutions on a workload of its definition: its call on input copy
+    i, and the copies (each called once already, as the harness warms them)."""
     import torch
 
-    from envaudit.harness.environment import SmClock
     from envaudit.harness.evaluate import _input_copies
     from envaudit.harness.inputs import materialize_inputs
     from envaudit.harness.solution import load_solution, source_files
-    from envaudit.harness.timing import (
-        _capture,
-        _event_loop,
-        flush_buffer,
-        time_eager_cuda,
-        time_graph_cuda,
-    )
 
-    sol_dir = ROOT / "solutions" / solution_name
-    solution = json.loads((sol_dir / "solution.json").read_text())
+    folder = ROOT / "solutions" / solution_name
+    solution = json.loads((folder / "solution.json").read_text())
     definition_path = next(
         (ROOT / "workloads" / "definitions").rglob(solution["definition"] + ".json")
     )
     definition = json.loads(definition_path.read_text())
     workload = _find_workload(label, solution["definition"])
-    loaded = load_solution(solution, source_files(solution, sol_dir))
-    device = torch.device("cuda:0")
-    nvml = _nvml_handle()
-    start_state = _nvml_state(nvml)
+    loaded = load_solution(solution, source_files(solution, folder))
     inputs = materialize_inputs(definition, workload, ROOT / "workloads", device)
     copies = _input_copies(inputs, device)
 
@@ -146,6 +139,26 @@ def child(solution_name: str, label: str) -> dict[str, Any]:
     for i in range(len(copies)):
         launch(i)
     torch.cuda.synchronize(device)
+    return launch, copies
+
+
+def child(solution_name: str, label: str) -> dict[str, Any]:
+    """One process: the harness's timers, then the captures kept replay by replay."""
+    import torch
+
+    from envaudit.harness.environment import SmClock
+    from envaudit.harness.timing import (
+        _capture,
+        _event_loop,
+        flush_buffer,
+        time_eager_cuda,
+        time_graph_cuda,
+    )
+
+    device = torch.device("cuda:0")
+    nvml = _nvml_handle()
+    start_state = _nvml_state(nvml)
+    launch, copies = solution_calls(solution_name, label, device)
     clock = SmClock(device)
     eager = time_eager_cuda(launch, len(copies), device, clock)
     harness_graphs = [

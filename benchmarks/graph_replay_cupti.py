@@ -24,15 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from graph_modes import _find_workload  # this folder: the script's own
+from graph_modes import solution_calls  # this folder: the script's own
 from torch.profiler import ProfilerActivity, profile
 
-from envaudit.harness.evaluate import _input_copies
-from envaudit.harness.inputs import materialize_inputs
-from envaudit.harness.solution import load_solution, source_files
 from envaudit.harness.timing import _event_loop, flush_buffer
 
-ROOT = Path(__file__).resolve().parents[1]
 CALLS = 256
 REPLAYS = 100
 PROFILED = 20
@@ -79,24 +75,8 @@ def main() -> None:
     parser.add_argument("--workload", required=True)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    folder = ROOT / "solutions" / args.solution
-    solution = json.loads((folder / "solution.json").read_text())
-    definition_file = next(
-        (ROOT / "workloads" / "definitions").rglob(solution["definition"] + ".json")
-    )
-    definition = json.loads(definition_file.read_text())
-    workload = _find_workload(args.workload, solution["definition"])
-    loaded = load_solution(solution, source_files(solution, folder))
     device = torch.device("cuda:0")
-    inputs = materialize_inputs(definition, workload, ROOT / "workloads", device)
-    copies = _input_copies(inputs, device)
-
-    def launch(i: int) -> Any:
-        return loaded.call(copies[i], None, None)
-
-    for i in range(len(copies)):
-        launch(i)
-    torch.cuda.synchronize()
+    launch, copies = solution_calls(args.solution, args.workload, device)
     flush = flush_buffer(device)
     result: dict[str, Any] = {"solution": args.solution, "workload": args.workload}
     for name, keep in (("dropped", False), ("kept", True), ("dropped again", False)):

@@ -37,7 +37,7 @@ from envaudit.report.intervals import (
     ratio_of,
 )
 from envaudit.report.merge import Conflict, MergeResult, result_line_numbers
-from envaudit.schema.result_line import Achieved, Mode, ProbePoint, ResultLine
+from envaudit.schema.result_line import Achieved, ProbePoint, ResultLine
 from envaudit.schema.results import LineKey
 from envaudit.schema.summary import (
     ConflictInfo,
@@ -90,12 +90,6 @@ def _round(value: float | None, digits: int = 6) -> float | None:
     if value is None or not math.isfinite(value):
         return None
     return float(f"{value:.{digits}g}")
-
-
-def _iqr(line: ResultLine, mode: Mode) -> float | None:
-    """The line's interquartile range in `mode` (None where it was not timed that way)."""
-    stats = line.stats(mode)
-    return None if stats is None or stats.iqr_ms is None else float(stats.iqr_ms)
 
 
 def geomean(values: Iterable[float]) -> float | None:
@@ -402,8 +396,8 @@ def _workload_row(
         harness_hash=line.environment.harness_hash,
         eager_median_ms=_round(line.median("eager")),
         graph_median_ms=_round(line.median("graph")),
-        eager_iqr_ms=_round(_iqr(line, "eager")),
-        graph_iqr_ms=_round(_iqr(line, "graph")),
+        eager_iqr_ms=_round(line.iqr("eager")),
+        graph_iqr_ms=_round(line.iqr("graph")),
         timing_flags=list(line.timing.flags or []) if line.timing is not None else [],
         figure=figure,
         speedup_eager=same_mode["eager"],

@@ -259,6 +259,11 @@ class Outcome(_Part):
         stats = self.stats(mode)
         return None if stats is None or stats.median_ms is None else float(stats.median_ms)
 
+    def iqr(self, mode: Mode) -> float | None:
+        """The interquartile range of the mode's samples (None where it was not timed)."""
+        stats = self.stats(mode)
+        return None if stats is None or stats.iqr_ms is None else float(stats.iqr_ms)
+
 
 # ------------------------------------------------------------------ where it ran
 
