@@ -61,8 +61,14 @@ def podman_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, s
         assert code == 0, out
     tag = plan_build("torch-cpu").image.tag
     save = subprocess.Popen(["docker", "save", tag], stdout=subprocess.PIPE)
-    loaded = subprocess.run(["podman", "load"], stdin=save.stdout, capture_output=True, text=True)
-    assert save.wait() == 0 and loaded.returncode == 0, loaded.stderr
+    try:  # bounded: an engine that stalls fails this fixture, not the whole suite's time
+        loaded = subprocess.run(
+            ["podman", "load"], stdin=save.stdout, capture_output=True, text=True, timeout=600
+        )
+    except subprocess.TimeoutExpired:
+        save.kill()
+        raise
+    assert save.wait(timeout=60) == 0 and loaded.returncode == 0, loaded.stderr
     service = subprocess.Popen(
         ["podman", "system", "service", "--time=0", socket],
         stdout=subprocess.DEVNULL,
