@@ -40,14 +40,24 @@ def job_containers(engine: Engine, cache: Path) -> list[Any]:
     return [c for c in found if Path(c.labels[JOB_LABEL]).is_relative_to(cache)]
 
 
-def wait_for(what: str, test: Any, timeout: float) -> Any:
+def wait_for(what: str, test: Any, timeout: float, state: Any = None) -> Any:
+    """`test()` once it is true; else fail, saying what `state()` shows (on a CI machine that
+    fails this, the containers' states and the supervisor's output are all there is to read)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = test()
         if value:
             return value
         time.sleep(0.1)
-    raise AssertionError(f"{what}: not within {timeout:.0f} s")
+    raise AssertionError(f"{what}: not within {timeout:.0f} s; {state() if state else ''}")
+
+
+def describe(engine: Engine, cache: Path, supervisor: subprocess.Popen[bytes], log: Path) -> str:
+    """The job's containers with their states, and the supervisor's exit and output so far."""
+    containers = job_containers(engine, cache)
+    states = [(c.short_id, c.status, begun(Path(c.labels[JOB_LABEL]))) for c in containers]
+    told = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+    return f"containers (id, state, begun): {states}; supervisor exit {supervisor.poll()}: {told}"
 
 
 def test_sigkill_of_the_supervisor_removes_its_worker_container(
@@ -62,14 +72,18 @@ def test_sigkill_of_the_supervisor_removes_its_worker_container(
     argv += ["--solutions-root", str(tmp_path / "solutions"), "--workload", UUID_BLOB]
     argv += ["--report", str(tmp_path / "r.jsonl"), "--timeout", "300"]
     engine = Engine.connect()
-    supervisor = subprocess.Popen(
-        argv, env={**os.environ, **engine_env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
+    log = tmp_path / "supervisor.log"  # a file, not a pipe: nothing here reads while it runs
+    with log.open("wb") as told:
+        supervisor = subprocess.Popen(
+            argv, env={**os.environ, **engine_env}, stdout=subprocess.DEVNULL, stderr=told
+        )
     try:
+        state = lambda: describe(engine, cache, supervisor, log)  # noqa: E731
         running = wait_for(
             "the hanging solution's container runs its workload",
             lambda: [c for c in job_containers(engine, cache) if begun(Path(c.labels[JOB_LABEL]))],
             180,
+            state,
         )
         assert len(running) == 1
         supervisor.send_signal(signal.SIGKILL)
@@ -78,6 +92,7 @@ def test_sigkill_of_the_supervisor_removes_its_worker_container(
             "the worker container is gone after its supervisor was killed",
             lambda: not job_containers(engine, cache),
             KILLED_WITHIN_S,
+            state,
         )
     finally:
         if supervisor.poll() is None:
