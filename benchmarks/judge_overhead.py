@@ -6,7 +6,10 @@ the inputs again on a cache miss. This runs `envaudit audit` (`--runtime local` 
 torch-cpu lock on the CPU; pass `--runtime host` on a GPU) of the given
 solutions from each tree in the order given (say new, old, old, new), each run twice into its
 own folder: cold (references computed) and cached (the same folder again, the references read
-from its cache), and prints each run's wall time and the sum of its lines' phases.
+from its cache), and prints each run's wall time and the sum of its lines' phases. It also
+compares each PASSED line's figure (its eager median; the graph median where there is one)
+between the trees: the ratio of the trees' medians over their cached runs, beside the scatter
+of each tree's own runs, so "the figures did not move" is a measured statement.
 
     python benchmarks/judge_overhead.py --old OLD_SRC [--gpu GPU-<uuid> --runtime host]
         [--suite smoke] [--env torch-cpu] [--solution S ...] [--order new,old,old,new]
@@ -69,6 +72,23 @@ def phases(out: Path) -> dict[str, float]:
     return dict(total)
 
 
+def figures(out: Path) -> dict[str, float]:
+    """Each PASSED line's figure in ms, keyed "solution workload-label mode" (graph where the
+    line has it, else eager)."""
+    found: dict[str, float] = {}
+    for raw in (out / "results.jsonl").read_text().splitlines():
+        line = json.loads(raw)
+        timing = line.get("timing") or {}
+        if line.get("status") != "PASSED":
+            continue
+        for mode in ("graph", "eager"):
+            median = (timing.get(mode) or {}).get("median_ms")
+            if median:
+                found[f"{line['solution']} {line['workload']['label']} {mode}"] = float(median)
+                break
+    return found
+
+
 def one_run(src: Path, args: argparse.Namespace, solutions: list[str]) -> dict[str, Any]:
     folder = Path(tempfile.mkdtemp(prefix="judge-overhead-"))
     try:
@@ -76,9 +96,28 @@ def one_run(src: Path, args: argparse.Namespace, solutions: list[str]) -> dict[s
         cold_phases = phases(folder)
         (folder / "results.jsonl").unlink()
         cached = audit(src, folder, args, solutions)
-        return {"cold_s": cold, "cached_s": cached, "cold": cold_phases, "cached": phases(folder)}
+        return {
+            "cold_s": cold,
+            "cached_s": cached,
+            "cold": cold_phases,
+            "cached": phases(folder),
+            "figures_ms": figures(folder),
+        }
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def compare_figures(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per line: new/old ratio of the trees' medians, and each tree's own spread (max/min of
+    its runs), which is the noise the ratio has to beat before it means anything."""
+    rows = []
+    keys = set.intersection(*(set(r["figures_ms"]) for r in runs))
+    for key in sorted(keys):
+        of = {t: [r["figures_ms"][key] for r in runs if r["tree"] == t] for t in ("new", "old")}
+        spread = max(max(v) / min(v) for v in of.values())
+        ratio = statistics.median(of["new"]) / statistics.median(of["old"])
+        rows.append({"line": key, "new_over_old": ratio, "own_spread": spread, **of})
+    return rows
 
 
 def main() -> None:
@@ -115,8 +154,25 @@ def main() -> None:
             f"median {kind}: new {by['new']:.1f}, old {by['old']:.1f},"
             f" new/old {by['new'] / by['old']:.3f}"
         )
+    rows = compare_figures(runs) if ran == set(trees) else []
+    for row in rows:
+        beyond = not (1 / row["own_spread"] <= row["new_over_old"] <= row["own_spread"])
+        print(
+            f"{row['line']}: new/old {row['new_over_old']:.3f},"
+            f" own runs' spread {row['own_spread']:.3f}{'  BEYOND' if beyond else ''}"
+        )
+    if rows:
+        ratios = sorted(row["new_over_old"] for row in rows)
+        outside = sum(
+            not (1 / r["own_spread"] <= r["new_over_old"] <= r["own_spread"]) for r in rows
+        )
+        print(
+            f"figures: {len(rows)} lines, new/old median {statistics.median(ratios):.3f}"
+            f" (range {ratios[0]:.3f}-{ratios[-1]:.3f}); {outside} beyond their own runs' spread"
+        )
     if args.json:
-        args.json.write_text(json.dumps({"solutions": solutions, "runs": runs}, indent=1))
+        document = {"solutions": solutions, "runs": runs, "figures": rows}
+        args.json.write_text(json.dumps(document, indent=1))
 
 
 if __name__ == "__main__":
