@@ -5,9 +5,10 @@ the CPU is preceded by a fresh draw of one input and followed by a copy of its o
 slot the judge reads. Neither is inside the timed interval, but both touch memory between
 calls that used to run back to back. This times a sub-millisecond call like the shipped
 dense-attention baseline's (torch SDPA, bf16, batch 2, 24 tokens, 16 heads of 72) through
-`time_wall_clock`, with stand-ins for those two steps (torch's own `normal_` into the input, a
-`copy_` into one of 1000 slots), and with a parallel fill that wakes torch's thread pool after
-the draw (if the pool fell asleep during the draw, this takes the cost back out of the call).
+`time_wall_clock`, with those two steps as the harness takes them (torch's own `normal_` into
+the input; a `copy_` into the harness's own memfd slots, `witness.Slots`), and with a parallel
+fill that wakes torch's thread pool after the draw (if the pool fell asleep during the draw,
+this takes the cost back out of the call).
 
     python benchmarks/cpu_window_parts.py [--threads N] [--copies 1] [--order none,both,...]
 
@@ -26,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from envaudit.harness.timing import NO_WINDOW, Window, time_wall_clock
+from envaudit.harness.witness import Slots, slot_count
 
 SCALE = 1.0 / math.sqrt(72)
 SLOTS = 1000
@@ -45,7 +47,9 @@ class Steps(Window):
         self.copies, self.draw, self.copy, self.wake = copies, draw, copy, wake
         self.count = len(copies)
         self.generator = torch.Generator().manual_seed(1)
-        self.slots = [torch.empty_like(copies[0]["q"]) for _ in range(SLOTS)]
+        layouts = [(tuple(copies[0]["q"].shape), copies[0]["q"].dtype)]
+        cpu = torch.device("cpu")
+        self.slots = Slots(layouts, min(slot_count(layouts, cpu), SLOTS), cpu)  # the harness's
         self.pool = torch.empty(32768 * torch.get_num_threads(), dtype=torch.uint8)
         self.first = 0
 
@@ -60,10 +64,10 @@ class Steps(Window):
 
     def keep(self, step: int, result: Any) -> None:
         if self.copy:
-            self.slots[(step - self.first) % SLOTS].copy_(result)
+            self.slots.outputs((step - self.first) % self.slots.count)[0].copy_(result)
 
     def batch_cap(self) -> int:
-        return SLOTS
+        return self.slots.count
 
 
 def main() -> None:
