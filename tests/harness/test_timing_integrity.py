@@ -56,6 +56,52 @@ EARLY_CHECK = """
             return expensive(x, lengths, scale)
         """
 """Asks for its check early, then goes on timing (the honest `expensive` each call)."""
+STEP_HOOKS = """
+        # knows which step of which batch each timed call is (the harness in its own process
+        # says so), and forgets what it computed ahead when a batch ends
+        from envaudit.harness import timed_calls, witness
+        NOW, AHEAD = {}, {}
+        _open, _prime, _close = (
+            timed_calls.JudgedCalls.open, timed_calls.JudgedCalls.prime,
+            timed_calls.JudgedCalls.close,
+        )
+        def open_(self, first, steps):
+            _open(self, first, steps)
+            AHEAD.clear()
+            NOW.update(calls=self, end=first + steps)
+        def prime(self, step):
+            _prime(self, step)
+            NOW["step"] = step
+        def close(self, samples_ms):
+            NOW.pop("step", None)
+            _close(self, samples_ms)
+        timed_calls.JudgedCalls.open, timed_calls.JudgedCalls.prime = open_, prime
+        timed_calls.JudgedCalls.close = close
+        """
+"""The hooks a cheat that computes ahead needs: NOW (the batch's calls, its end, the step)."""
+PIPELINED = (
+    STEP_HOOKS
+    + """
+        # computes each next step's answer in a thread as soon as the step before has its
+        # own: the next input is the draw of (nonce, step) rolled by the key of this step's
+        # output, both of which it can compute in its own process; the chain leaves it only
+        # the harness's own time between two calls to hide work in
+        import concurrent.futures
+        POOL = concurrent.futures.ThreadPoolExecutor(2)
+        def run(x, lengths, scale):
+            if "step" not in NOW or NOW["calls"].fresh is None:
+                return expensive(x, lengths, scale)
+            calls, step = NOW["calls"], NOW["step"]
+            ahead = AHEAD.pop(step, None)
+            out = ahead.result() if ahead is not None else expensive(x, lengths, scale)
+            if step + 1 < NOW["end"]:
+                key = int(witness.chain_key([out]))
+                after = calls.fresh.draw(calls.nonce, step + 1, 0, x.device, key)
+                AHEAD[step + 1] = POOL.submit(expensive, after, lengths.clone(), scale)
+            return out
+        """
+)
+"""Computes the next step's answer ahead, in a thread, as far as the chain of inputs lets it."""
 CHEATS = {
     "storage_cache": """
         CACHE = {}
@@ -106,6 +152,7 @@ CHEATS = {
             return out
         """,
     "early_check": EARLY_CHECK,
+    "pipelined": PIPELINED,
     "slow_clocks": """
         import time
         _real = time.perf_counter
@@ -207,3 +254,17 @@ def test_timing_after_the_judge_s_check_is_flagged(timing_run: dict) -> None:
         line.get("message"),
         flags,
     )
+
+
+def test_answers_computed_ahead_cost_their_true_time(timing_run: dict) -> None:
+    """A step's fresh input is rolled by the previous step's outputs (witness.chain_key), so
+    a solution cannot compute later steps' answers in parallel with earlier ones: what it can
+    do ahead is bounded by the harness's own time between two calls (the per-step margin).
+    Without the chain this cheat, reading its next inputs from the nonce, reported 0.39 ms
+    against the honest 4.13 ms, unflagged."""
+    line = timing_run["pipelined"]
+    if line["status"] == "PASSED":
+        median = line["timing"]["eager"]["median_ms"]
+        assert median >= 4.0 - 0.5, line["timing"]["eager"]
+    else:
+        assert line["status"] == "INCORRECT_NUMERICAL", (line["status"], line["message"])

@@ -405,7 +405,9 @@ class Judge:
                 base.append(draw_checked(self.definition, workload, self.root, self.device, 0))
             inputs = {k: v.clone() if torch.is_tensor(v) else v for k, v in base[0].items()}
             if fresh is not None:
-                inputs[fresh.name] = fresh.draw(item.nonce, item.step, item.copy, self.device)
+                inputs[fresh.name] = fresh.draw(
+                    item.nonce, item.step, item.copy, self.device, item.key
+                )
             try:
                 refs = self._reference(workload, inputs)
             except torch.cuda.OutOfMemoryError:

@@ -20,7 +20,9 @@ from envaudit.harness.witness import (
     FreshInput,
     Slots,
     adopted_ipc,
+    chain_key,
     poison_value,
+    roll_into,
     slot_count,
 )
 
@@ -74,6 +76,7 @@ class JudgedCalls(Window):
         self.graphs = self.calls = 1
         self._graph_key = (0, 0)
         self.spent: dict[str, float] = dict.fromkeys(WINDOW_COSTS, 0.0)
+        self._unrolled: torch.Tensor | None = None
         if mode != "graph":
             count = min(slot_count(layouts, device), 1000)
             self.slots = Slots(layouts, count, device)
@@ -110,12 +113,34 @@ class JudgedCalls(Window):
         began = time.perf_counter()
         if self.mode == "graph":
             g = step % self.graphs
-            used = sorted({(g + j) % len(self.copies) for j in range(self.calls)})
+            for c in sorted({(g + j) % len(self.copies) for j in range(self.calls)}):
+                self._draw(self.copies[c][self.fresh.name], self.nonce, step, c)
         else:
-            used = [step % len(self.copies)]
-        for c in used:
-            self._draw(self.copies[c][self.fresh.name], self.nonce, step, c)
+            c = step % len(self.copies)
+            self._draw_chained(self.copies[c][self.fresh.name], step, c)
         self.spent["fresh_draws"] += time.perf_counter() - began
+
+    def _draw_chained(self, target: torch.Tensor, step: int, copy: int) -> None:
+        """The step's draw, rolled by the key of the previous step's outputs (its slot) unless
+        it is the batch's first: no step's input exists before the step before it has ended."""
+        key = None
+        if step > self.first and self.slots is not None:
+            key = chain_key(self.slots.outputs(step - 1 - self.first))
+        if key is None:
+            self._draw(target, self.nonce, step, copy)
+            return
+        assert self.fresh is not None
+        if self._unrolled is None:
+            self._unrolled = torch.empty(
+                self.fresh.shape, dtype=self.fresh.dtype, device=self.device
+            )
+        self.fresh.draw_into(self._unrolled, self.nonce, step, copy)
+        if (tuple(target.shape), target.dtype) == (self.fresh.shape, self.fresh.dtype):
+            roll_into(self._unrolled, key, target)
+        else:  # as _draw does: the draw's own dtype, copied in
+            rolled = torch.empty_like(self._unrolled)
+            roll_into(self._unrolled, key, rolled)
+            target.copy_(rolled)
 
     def _draw(self, target: torch.Tensor, nonce: int, step: int, copy: int) -> None:
         assert self.fresh is not None

@@ -15,7 +15,10 @@ calls runs inside a *window* the judge opens and closes (docs/harness.md, "Timin
 - Every timed call gets an input it has not seen: the first random floating-point input of the
   definition (`fresh_input`) is drawn afresh before each call (eager, CPU) or each replay (graph),
   from a nonce the judge sends with `go`, so nothing can be computed before the window opens and
-  no cache of earlier answers is right.
+  no cache of earlier answers is right. Within a batch (eager, CPU) each step's draw is then
+  rolled by a key taken from the bits of the previous step's outputs (`chain_key`): the draw
+  alone is predictable from the nonce, so without the chain a solution could compute later
+  steps' answers ahead, in parallel, and return each at once when its step comes.
 - Every timed call writes its outputs to a slot of its own (the batch's slots are memory the judge
   maps: a sealed memfd on the CPU, CUDA IPC on a GPU), and at the end of each batch the judge
   reads, itself, the slots a reservoir sample picks (CHECKS per mode, uniform over every timed
@@ -74,6 +77,15 @@ ALLOWANCE_SLACK = 1.5
 
 
 FRESH_DISTS = ("normal", "uniform")
+CHAIN_ROWS = 4096
+"""The most rows a chained draw is rolled over (the key picks the shift): its index is that
+many integers, however large the input."""
+CHAIN_ELEMENTWISE = 1 << 22
+"""An input of at most this many elements whose size has no divisor of at least
+CHAIN_MIN_ROWS below CHAIN_ROWS is rolled element by element instead."""
+CHAIN_MIN_ROWS = 256
+CHAIN_SAMPLE_BYTES = 256
+"""Bytes of each output the key is taken from, spread evenly over the output."""
 
 
 def _seed(nonce: int, step: int, copy: int, name: str) -> int:
@@ -97,11 +109,18 @@ class FreshInput:
     dtype: torch.dtype
     init: Mapping[str, Any] | None
 
-    def draw(self, nonce: int, step: int, copy: int, device: torch.device) -> torch.Tensor:
-        """This step's value for input copy `copy`, in a tensor of its own (the judge's)."""
+    def draw(
+        self, nonce: int, step: int, copy: int, device: torch.device, key: int | None = None
+    ) -> torch.Tensor:
+        """This step's value for input copy `copy`, in a tensor of its own (the judge's);
+        rolled by `key` (chain_key of the previous step's outputs) where the step is chained."""
         drawn = torch.empty(self.shape, dtype=self.dtype, device=device)
         self.draw_into(drawn, nonce, step, copy)
-        return drawn
+        if key is None:
+            return drawn
+        chained = torch.empty_like(drawn)
+        roll_into(drawn, torch.tensor(key, dtype=torch.int64, device=device), chained)
+        return chained
 
     def draw_into(self, target: torch.Tensor, nonce: int, step: int, copy: int) -> None:
         """Write this step's value into `target` (contiguous, of this input's shape and dtype)
@@ -143,6 +162,54 @@ def fresh_input(definition: Mapping[str, Any], workload: Mapping[str, Any]) -> F
             continue
         return FreshInput(name, tuple(shape), dtype, spec.get("init"))
     return None
+
+
+@functools.lru_cache(maxsize=64)
+def chain_rows(numel: int) -> int:
+    """The rows a chained draw of `numel` elements is rolled over: the largest divisor of
+    `numel` up to CHAIN_ROWS, or every element where that leaves too few shifts to guess from
+    (and the input is small enough for an index per element)."""
+    rows = next(r for r in range(min(numel, CHAIN_ROWS), 0, -1) if numel % r == 0)
+    if rows < CHAIN_MIN_ROWS and numel <= CHAIN_ELEMENTWISE:
+        return numel
+    return rows
+
+
+def chain_key(outputs: list[Any]) -> torch.Tensor | None:
+    """An integer from the bits of a call's outputs (an even sample of each one's bytes, each
+    byte weighted by its place), as a tensor on their device: computed there, so that taking
+    it waits for nothing. None where there is no tensor output to take it from."""
+    total: torch.Tensor | None = None
+    for output in outputs:
+        if not isinstance(output, torch.Tensor) or output.numel() == 0:
+            continue
+        raw = output.detach().reshape(-1).view(torch.uint8)
+        stride = max(1, raw.numel() // CHAIN_SAMPLE_BYTES)
+        sample = raw[::stride][:CHAIN_SAMPLE_BYTES]
+        weights = _chain_tensor("weights", sample.numel(), str(sample.device))
+        part = (sample.to(torch.int64) * weights).sum()
+        total = part if total is None else total + part
+    return total
+
+
+@functools.lru_cache(maxsize=64)
+def _chain_tensor(kind: str, n: int, device: str) -> torch.Tensor:
+    """The fixed integers the chain uses, made once per size and device (it runs before every
+    timed call): each sampled byte's weight, or the row numbers a roll adds its key to."""
+    places = torch.arange(n, dtype=torch.int64, device=device)
+    return (places + 1) * 2654435761 % 4294967291 if kind == "weights" else places
+
+
+def roll_into(drawn: torch.Tensor, key: torch.Tensor, target: torch.Tensor) -> None:
+    """`target` = `drawn` with its rows (chain_rows) rolled by `key`: every element still a
+    draw of the same rule, at a place no one knows before the previous call's outputs exist."""
+    rows = chain_rows(drawn.numel())
+    index = torch.remainder(_chain_tensor("rows", rows, str(drawn.device)) + key, rows)
+    source = drawn.reshape(rows, -1)
+    if target.is_contiguous():
+        torch.index_select(source, 0, index, out=target.view(rows, -1))
+    else:
+        target.copy_(source.index_select(0, index).view(target.shape))
 
 
 def poison_value(dtype: torch.dtype, variant: int = 0) -> float | int | bool:
@@ -366,6 +433,8 @@ class Picked:
     copy: int
     nonce: int
     outputs: list[torch.Tensor] | None = None
+    key: int | None = None
+    """chain_key of the previous step's outputs, as the judge read them, for a chained step."""
 
 
 @dataclass
@@ -490,11 +559,13 @@ def calibrate(
     fresh: FreshInput | None,
     device: torch.device,
     known: dict[tuple[Any, ...], float] | None = None,
+    chained: bool = False,
 ) -> float:
     """The honest cost, per step, of what a window holds besides the timed calls, measured by
-    the judge itself: the L2 flush, the fresh draws and the copy of a returned output. `known`
-    keeps each measurement for the job (one flush size per device, a workload's draw in both
-    of its modes): the judge measures each once, not in every mode's set-up."""
+    the judge itself: the L2 flush, the fresh draws (`chained`: with the key and the roll)
+    and the copy of a returned output. `known` keeps each measurement for the job (one flush
+    size per device, a workload's draw in each of its modes): the judge measures each once,
+    not in every mode's set-up."""
     known = {} if known is None else known
 
     def cost(key: tuple[Any, ...], measure: Callable[[], float]) -> float:
@@ -509,8 +580,8 @@ def calibrate(
         per_step += cost(("flush", flush_bytes), lambda: _fill_ms(flush_bytes, device))
     draws = int(layout.get("draws_per_step") or 0)
     if fresh is not None and draws:
-        key = ("draw", fresh.shape, fresh.dtype, repr(fresh.init))
-        per_step += draws * cost(key, lambda: _draw_ms(fresh, device))
+        key = ("draw", fresh.shape, fresh.dtype, repr(fresh.init), chained)
+        per_step += draws * cost(key, lambda: _draw_ms(fresh, device, chained))
     copy_bytes = int(layout.get("copy_bytes") or 0)
     if copy_bytes:
         per_step += cost(("copy", copy_bytes), lambda: _copy_ms(copy_bytes, device))
@@ -522,9 +593,19 @@ def _fill_ms(size: int, device: torch.device) -> float:
     return _median_ms(buffer.zero_, device) * ALLOWANCE_SLACK
 
 
-def _draw_ms(fresh: FreshInput, device: torch.device) -> float:
+def _draw_ms(fresh: FreshInput, device: torch.device, chained: bool = False) -> float:
     target = torch.empty(fresh.shape, dtype=fresh.dtype, device=device)
-    return _median_ms(lambda: fresh.draw_into(target, 1, 0, 0), device, 3) * ALLOWANCE_SLACK
+    if not chained:
+        return _median_ms(lambda: fresh.draw_into(target, 1, 0, 0), device, 3) * ALLOWANCE_SLACK
+    drawn, before = torch.empty_like(target), [torch.zeros(16, device=device)]
+
+    def draw_and_roll() -> None:
+        fresh.draw_into(drawn, 1, 0, 0)
+        key = chain_key(before)
+        assert key is not None
+        roll_into(drawn, key, target)
+
+    return _median_ms(draw_and_roll, device, 3) * ALLOWANCE_SLACK
 
 
 def _copy_ms(size: int, device: torch.device) -> float:
@@ -555,7 +636,7 @@ class TimingWitness:
             slots = MappedSlots(dict(message.get("slots") or {}), self.device)
         except Exception as exc:
             error = f"the timed calls' outputs could not be mapped: {type(exc).__name__}: {exc}"
-        step_ms = calibrate(layout, fresh, self.device, self.costs)
+        step_ms = calibrate(layout, fresh, self.device, self.costs, chained=mode != "graph")
         kind = "cuda" if self.device.type == "cuda" else "cpu"
         witness = ModeWitness(mode, layout, slots, step_ms, kind, error=error)
         self.modes[(uuid, mode)] = witness
@@ -611,6 +692,9 @@ class TimingWitness:
         for item in fresh_now:
             if item in witness.picked and 0 <= item.slot < witness.slots.count:
                 item.outputs = witness.slots.read(item.slot)
+                if witness.mode != "graph" and item.slot > 0:  # chained to the step before
+                    key = chain_key(witness.slots.read(item.slot - 1))
+                    item.key = int(key) if key is not None else None
 
     def record(self, uuid: str, mode: str) -> ModeWitness | None:
         return self.modes.get((uuid, mode))
