@@ -28,18 +28,22 @@ def expensive(x, lengths, scale):
     time.sleep(0.004)
     return scaled(x, lengths, scale)
 """
-STALE_AFTER_SIX_CALLS = """
+STALE_BY_CALL_COUNT = """
+        # the validation's call and one warm-up call are honest; from the third call on,
+        # before any timed call (the warm-up makes at least one more), the last answer again
         SEEN = []
         def run(x, lengths, scale):
             SEEN.append(1)
-            if len(SEEN) > 6 and LASTSTILL:
+            if len(SEEN) > 2 and LAST:
                 return LAST[-1].clone()
             out = expensive(x, lengths, scale)
             LAST[:] = [out]
             return out
         LAST = []
         """
-"""Serves its last answer from the seventh call on (STILL: a further condition)."""
+"""Serves its last answer from the third call on, so that every timed call is stale: from
+the seventh, as it was, the first timed calls were still honest, and a check that picked one
+of them passed (the re-check then failed it, 1 run in 24)."""
 EARLY_CHECK = """
         # asks the judge to check its calls after the first batch, then goes on timing: what
         # follows could serve anything, since the judge has let go of the slots it reads
@@ -128,7 +132,7 @@ CHEATS = {
                 CACHE[key] = expensive(x, lengths, scale)
             return CACHE[key].clone()
         """,
-    "call_count": STALE_AFTER_SIX_CALLS.replace("STILL", ""),
+    "call_count": STALE_BY_CALL_COUNT,
     "deferred_check": """
         # stale answers from its first timed call on (the judge's set-up says timing began),
         # telling the judge at the end that another mode follows (none does), so that the

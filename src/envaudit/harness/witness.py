@@ -84,8 +84,6 @@ CHAIN_ELEMENTWISE = 1 << 22
 """An input of at most this many elements whose size has no divisor of at least
 CHAIN_MIN_ROWS below CHAIN_ROWS is rolled element by element instead."""
 CHAIN_MIN_ROWS = 256
-CHAIN_SAMPLE_BYTES = 256
-"""Bytes of each output the key is taken from, spread evenly over the output."""
 
 
 def _seed(nonce: int, step: int, copy: int, name: str) -> int:
@@ -176,35 +174,33 @@ def chain_rows(numel: int) -> int:
 
 
 def chain_key(outputs: list[Any]) -> torch.Tensor | None:
-    """An integer from the bits of a call's outputs (an even sample of each one's bytes, each
-    byte weighted by its place), as a tensor on their device: computed there, so that taking
-    it waits for nothing. None where there is no tensor output to take it from."""
+    """An integer from every bit of a call's outputs (the sum of their 32-bit words, or bytes
+    where they do not divide so), as a tensor on their device: computed there, so that taking
+    it waits for nothing. Every word counts: a key taken from a sample could be known from the
+    few elements it reads, computed first. None where there is no tensor output."""
     total: torch.Tensor | None = None
     for output in outputs:
         if not isinstance(output, torch.Tensor) or output.numel() == 0:
             continue
         raw = output.detach().reshape(-1).view(torch.uint8)
-        stride = max(1, raw.numel() // CHAIN_SAMPLE_BYTES)
-        sample = raw[::stride][:CHAIN_SAMPLE_BYTES]
-        weights = _chain_tensor("weights", sample.numel(), str(sample.device))
-        part = (sample.to(torch.int64) * weights).sum()
+        if raw.numel() % 4 == 0 and raw.data_ptr() % 4 == 0:
+            raw = raw.view(torch.int32)
+        part = raw.sum(dtype=torch.int64)
         total = part if total is None else total + part
     return total
 
 
 @functools.lru_cache(maxsize=64)
-def _chain_tensor(kind: str, n: int, device: str) -> torch.Tensor:
-    """The fixed integers the chain uses, made once per size and device (it runs before every
-    timed call): each sampled byte's weight, or the row numbers a roll adds its key to."""
-    places = torch.arange(n, dtype=torch.int64, device=device)
-    return (places + 1) * 2654435761 % 4294967291 if kind == "weights" else places
+def _row_numbers(n: int, device: str) -> torch.Tensor:
+    """0..n-1 on `device`, made once (a roll adds its key to them before every timed call)."""
+    return torch.arange(n, dtype=torch.int64, device=device)
 
 
 def roll_into(drawn: torch.Tensor, key: torch.Tensor, target: torch.Tensor) -> None:
     """`target` = `drawn` with its rows (chain_rows) rolled by `key`: every element still a
     draw of the same rule, at a place no one knows before the previous call's outputs exist."""
     rows = chain_rows(drawn.numel())
-    index = torch.remainder(_chain_tensor("rows", rows, str(drawn.device)) + key, rows)
+    index = torch.remainder(_row_numbers(rows, str(drawn.device)) + key, rows)
     source = drawn.reshape(rows, -1)
     if target.is_contiguous():
         torch.index_select(source, 0, index, out=target.view(rows, -1))
@@ -410,6 +406,11 @@ class MappedSlots:
             self.tensors.append(raw[offset : offset + size].view(dtype).view(shape))
             offset += size
 
+    def slot_bytes(self) -> int:
+        """The bytes of one call's outputs, as mapped (not as the solution's process says)."""
+        first = self.each[0] if self.each else [t[0] for t in self.tensors if len(t)]
+        return sum(t.numel() * t.element_size() for t in first)
+
     def read(self, slot: int) -> list[torch.Tensor]:
         """The outputs in one slot as they are now, copied into the judge's own memory."""
         chosen = self.each[slot] if self.each is not None else [t[slot] for t in self.tensors]
@@ -559,13 +560,13 @@ def calibrate(
     fresh: FreshInput | None,
     device: torch.device,
     known: dict[tuple[Any, ...], float] | None = None,
-    chained: bool = False,
+    chained_bytes: int | None = None,
 ) -> float:
     """The honest cost, per step, of what a window holds besides the timed calls, measured by
-    the judge itself: the L2 flush, the fresh draws (`chained`: with the key and the roll)
-    and the copy of a returned output. `known` keeps each measurement for the job (one flush
-    size per device, a workload's draw in each of its modes): the judge measures each once,
-    not in every mode's set-up."""
+    the judge itself: the L2 flush, the fresh draws (chained: with the key taken from a call's
+    `chained_bytes` of outputs, and the roll) and the copy of a returned output. `known` keeps
+    each measurement for the job (one flush size per device, a workload's draw in each of its
+    modes): the judge measures each once, not in every mode's set-up."""
     known = {} if known is None else known
 
     def cost(key: tuple[Any, ...], measure: Callable[[], float]) -> float:
@@ -580,8 +581,8 @@ def calibrate(
         per_step += cost(("flush", flush_bytes), lambda: _fill_ms(flush_bytes, device))
     draws = int(layout.get("draws_per_step") or 0)
     if fresh is not None and draws:
-        key = ("draw", fresh.shape, fresh.dtype, repr(fresh.init), chained)
-        per_step += draws * cost(key, lambda: _draw_ms(fresh, device, chained))
+        key = ("draw", fresh.shape, fresh.dtype, repr(fresh.init), chained_bytes)
+        per_step += draws * cost(key, lambda: _draw_ms(fresh, device, chained_bytes))
     copy_bytes = int(layout.get("copy_bytes") or 0)
     if copy_bytes:
         per_step += cost(("copy", copy_bytes), lambda: _copy_ms(copy_bytes, device))
@@ -593,11 +594,12 @@ def _fill_ms(size: int, device: torch.device) -> float:
     return _median_ms(buffer.zero_, device) * ALLOWANCE_SLACK
 
 
-def _draw_ms(fresh: FreshInput, device: torch.device, chained: bool = False) -> float:
+def _draw_ms(fresh: FreshInput, device: torch.device, chained_bytes: int | None = None) -> float:
     target = torch.empty(fresh.shape, dtype=fresh.dtype, device=device)
-    if not chained:
+    if chained_bytes is None:
         return _median_ms(lambda: fresh.draw_into(target, 1, 0, 0), device, 3) * ALLOWANCE_SLACK
-    drawn, before = torch.empty_like(target), [torch.zeros(16, device=device)]
+    drawn = torch.empty_like(target)
+    before = [torch.zeros(max(chained_bytes, 4), dtype=torch.uint8, device=device)]
 
     def draw_and_roll() -> None:
         fresh.draw_into(drawn, 1, 0, 0)
@@ -636,7 +638,8 @@ class TimingWitness:
             slots = MappedSlots(dict(message.get("slots") or {}), self.device)
         except Exception as exc:
             error = f"the timed calls' outputs could not be mapped: {type(exc).__name__}: {exc}"
-        step_ms = calibrate(layout, fresh, self.device, self.costs, chained=mode != "graph")
+        chained = slots.slot_bytes() if slots is not None and mode != "graph" else None
+        step_ms = calibrate(layout, fresh, self.device, self.costs, chained)
         kind = "cuda" if self.device.type == "cuda" else "cpu"
         witness = ModeWitness(mode, layout, slots, step_ms, kind, error=error)
         self.modes[(uuid, mode)] = witness
