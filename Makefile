@@ -46,7 +46,7 @@ check-locks: bootstrap
 	.venv/bin/envaudit lock --all --check
 
 test: lint typecheck check-inputs check-locks
-	.venv/bin/pytest -q --durations=25 -o console_output_style=times
+	.venv/bin/pytest -q --durations=25
 
 schemas: bootstrap
 	$(PY) -m envaudit.schema.jsonschema docs/schema
