@@ -32,6 +32,7 @@ from envaudit.image.overlay import overlay_tag
 from envaudit.image.plan import VENV
 from envaudit.lock.config import FetchConfig
 from envaudit.lock.files import load_lock
+from envaudit.runtime.runtimes.docker import JOB_LABEL, labelled_containers
 from envaudit.schema.results import read_lines
 from tests.conftest import (
     REPO,
@@ -205,8 +206,8 @@ def test_a_container_killed_from_outside_is_that_workload_s_runtime_error(
     def kill_when_running() -> None:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not killed:
-            for container in engine.client.containers.list(filters={"label": "dev.envaudit.job"}):
-                job = Path(container.labels["dev.envaudit.job"])
+            for container, labels in labelled_containers(engine, JOB_LABEL, "running"):
+                job = Path(labels[JOB_LABEL])
                 if job.is_relative_to(Path(engine_env["ENVAUDIT_CACHE"])) and _begun(job):
                     container.kill()
                     killed.append(container.id)
@@ -373,8 +374,8 @@ def test_a_newcomer_gets_the_same_statuses_without_and_with_an_engine(
 
 def test_no_worker_container_is_left_behind(fault_lines: dict) -> None:
     engine = Engine.connect()
-    left = engine.client.containers.list(all=True, filters={"label": "dev.envaudit.job"})
-    assert not left, [c.labels for c in left]
+    left = labelled_containers(engine, JOB_LABEL)
+    assert not left, [labels for _, labels in left]
 
 
 def toy_launcher(tmp_path: Path, passing: Any) -> tuple[Any, Any]:
@@ -420,7 +421,7 @@ def test_a_container_the_engine_cannot_start_is_not_left_behind(
     """The engine creates a container before it starts it; a start it refuses (here: a device
     node that does not exist) is a usage error, and the created container is removed."""
     from envaudit.errors import EnvauditError
-    from envaudit.runtime.runtimes.docker import JOB_LABEL, GpuPassing
+    from envaudit.runtime.runtimes.docker import GpuPassing
 
     passing = GpuPassing("device-nodes", options={"devices": ["/dev/envaudit-absent:/dev/gpu"]})
     launcher, _ = toy_launcher(tmp_path, passing)
@@ -430,8 +431,8 @@ def test_a_container_the_engine_cannot_start_is_not_left_behind(
     with pytest.raises(EnvauditError, match="refused to start") as caught:
         launcher.start(job_dir, tmp_path / "worker.log")
     assert caught.value.exit_code == 2
-    left = engine.client.containers.list(all=True, filters={"label": f"{JOB_LABEL}={job_dir}"})
-    assert not left, [c.status for c in left]
+    left = labelled_containers(engine, f"{JOB_LABEL}={job_dir}")
+    assert not left, [c.status for c, _ in left]
 
 
 def test_flashmla_build_says_everything_it_cannot_reach(engine_env: dict[str, str]) -> None:

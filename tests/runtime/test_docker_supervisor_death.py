@@ -17,7 +17,7 @@ from typing import Any
 import docker.errors
 
 from envaudit.image.engine import Engine
-from envaudit.runtime.runtimes.docker import JOB_LABEL
+from envaudit.runtime.runtimes.docker import JOB_LABEL, labelled_containers
 from tests.conftest import UUID_BLOB, write_toy_root
 from tests.harness.test_faults import write_solution
 from tests.runtime.test_docker import engine_env, pytestmark  # noqa: F401
@@ -34,10 +34,11 @@ def begun(job: Path) -> bool:
     return '"begin"' in text or '\\"begin\\"' in text
 
 
-def job_containers(engine: Engine, cache: Path) -> list[Any]:
-    """Worker containers (any state) whose job folder is under this test's cache."""
-    found = engine.client.containers.list(all=True, filters={"label": JOB_LABEL})
-    return [c for c in found if Path(c.labels[JOB_LABEL]).is_relative_to(cache)]
+def job_containers(engine: Engine, cache: Path) -> list[tuple[Any, Path]]:
+    """Worker containers (any state) whose job folder is under this test's cache, with it."""
+    found = labelled_containers(engine, JOB_LABEL)
+    jobs = [(c, Path(labels[JOB_LABEL])) for c, labels in found]
+    return [(c, job) for c, job in jobs if job.is_relative_to(cache)]
 
 
 def wait_for(what: str, test: Any, timeout: float, state: Any = None) -> Any:
@@ -54,8 +55,7 @@ def wait_for(what: str, test: Any, timeout: float, state: Any = None) -> Any:
 
 def describe(engine: Engine, cache: Path, supervisor: subprocess.Popen[bytes], log: Path) -> str:
     """The job's containers with their states, and the supervisor's exit and output so far."""
-    containers = job_containers(engine, cache)
-    states = [(c.short_id, c.status, begun(Path(c.labels[JOB_LABEL]))) for c in containers]
+    states = [(c.short_id, c.status, begun(job)) for c, job in job_containers(engine, cache)]
     told = log.read_text(errors="replace")[-2000:] if log.exists() else ""
     return f"containers (id, state, begun): {states}; supervisor exit {supervisor.poll()}: {told}"
 
@@ -81,7 +81,7 @@ def test_sigkill_of_the_supervisor_removes_its_worker_container(
         state = lambda: describe(engine, cache, supervisor, log)  # noqa: E731
         running = wait_for(
             "the hanging solution's container runs its workload",
-            lambda: [c for c in job_containers(engine, cache) if begun(Path(c.labels[JOB_LABEL]))],
+            lambda: [c for c, job in job_containers(engine, cache) if begun(job)],
             180,
             state,
         )
@@ -97,6 +97,6 @@ def test_sigkill_of_the_supervisor_removes_its_worker_container(
     finally:
         if supervisor.poll() is None:
             supervisor.kill()
-        for container in job_containers(engine, cache):
+        for container, _ in job_containers(engine, cache):
             with contextlib.suppress(docker.errors.APIError):  # the reaper may be at it too
                 container.remove(force=True)

@@ -26,7 +26,7 @@ import pytest
 from envaudit import settings
 from envaudit.image.build import plan_build
 from envaudit.image.engine import Engine, EngineError
-from envaudit.runtime.runtimes.docker import JOB_LABEL
+from envaudit.runtime.runtimes.docker import JOB_LABEL, labelled_containers
 from envaudit.schema.results import read_lines
 from tests.conftest import REPO, SHIPPED_ROOT, skip_unless_ready
 from tests.harness.test_baselines_cpu import SOLUTIONS
@@ -114,6 +114,6 @@ def test_a_baseline_passes_in_a_podman_container(
     engine = Engine.connect("podman")
     assert context["image_id"] == engine.image(plan_build("torch-cpu").image.tag).id
     # the worker's container went with its job
-    left = engine.client.containers.list(all=True, filters={"label": JOB_LABEL})
+    left = labelled_containers(engine, JOB_LABEL)
     cache = podman_env["ENVAUDIT_CACHE"]
-    assert not [c for c in left if c.labels.get(JOB_LABEL, "").startswith(cache)]
+    assert not [labels for _, labels in left if labels.get(JOB_LABEL, "").startswith(cache)]

@@ -139,6 +139,19 @@ class ContainerHandle:
                 self.reaper.forget(self.container.id)
 
 
+def labelled_containers(
+    engine: Engine, label: str, status: str | None = None
+) -> list[tuple[Any, dict[str, str]]]:
+    """Containers (any state, or `status`) with `label` (a key, or key=value), each with its
+    labels, from the engine's list alone. The SDK's list inspects each container it lists, and
+    fails whole where one is removed between the two (as a reaper's or a job's own are)."""
+    filters: dict[str, str | list[str] | bool] = {"label": label}
+    if status:
+        filters["status"] = status
+    found = engine.client.containers.list(all=True, sparse=True, filters=filters)
+    return [(container, dict(container.attrs.get("Labels") or {})) for container in found]
+
+
 def remove_container(container: Any) -> None:
     """Remove a worker's container, asking again for a few seconds where the engine refuses for
     a moment (its removal already under way, a mount still busy): a container left behind holds
@@ -219,9 +232,7 @@ class ContainerLauncher:
         with contextlib.suppress(
             docker.errors.DockerException, requests.exceptions.RequestException
         ):
-            for container in self.engine.client.containers.list(
-                all=True, filters={"label": f"{JOB_LABEL}={job_dir}"}
-            ):
+            for container, _ in labelled_containers(self.engine, f"{JOB_LABEL}={job_dir}"):
                 remove_container(container)
 
     def start(self, job_dir: Path, log: Path) -> WorkerHandle:
@@ -329,10 +340,8 @@ def _start_error(exc: docker.errors.APIError, gpu: GpuPassing) -> EnvauditError:
 def remove_orphaned_containers(engine: Engine) -> None:
     """Exited worker containers whose job folder is gone (their supervisor was killed)."""
     with contextlib.suppress(docker.errors.DockerException, requests.exceptions.RequestException):
-        for container in engine.client.containers.list(
-            all=True, filters={"label": JOB_LABEL, "status": "exited"}
-        ):
-            if not Path(container.labels.get(JOB_LABEL, "")).exists():
+        for container, labels in labelled_containers(engine, JOB_LABEL, "exited"):
+            if not Path(labels.get(JOB_LABEL, "")).exists():
                 remove_container(container)
 
 
