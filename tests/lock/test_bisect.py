@@ -13,6 +13,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -171,6 +172,7 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         write_solution(base / "solutions", "toy-kernel", "toykernel")
         write_solution(base / "solutions", "toy-pair", "toypair_a")
         yield base
+    shutil.rmtree(base, ignore_errors=True)  # a store of the torch-cpu lock: 1.4 GB
 
 
 def bisect(

@@ -71,8 +71,9 @@ def invoke(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
 
 
 @pytest.fixture(scope="module")
-def engine_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """A store and cache of this module's own; the base and the torch-cpu image built."""
+def engine_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A store and cache of this module's own; the base and the torch-cpu image built. The
+    folder goes with the module (the suite's folders add up to gigabytes on CI's disk)."""
     base = tmp_path_factory.mktemp("docker")
     env = {"ENVAUDIT_STORE": str(base / "store"), "ENVAUDIT_CACHE": str(base / "cache")}
     code, out = invoke(["fetch", "torch-cpu", "--locks-dir", str(REPO / "locks")], env)
@@ -81,7 +82,8 @@ def engine_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     assert code == 0, out
     code, out = invoke(["build", "--env", "torch-cpu"], env)
     assert code == 0, out
-    return env
+    yield env
+    shutil.rmtree(base, ignore_errors=True)
 
 
 def test_second_build_is_a_no_op_and_labels_match_the_lock(engine_env: dict[str, str]) -> None:

@@ -61,14 +61,22 @@ def podman_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, s
         assert code == 0, out
     tag = plan_build("torch-cpu").image.tag
     save = subprocess.Popen(["docker", "save", tag], stdout=subprocess.PIPE)
-    try:  # bounded: an engine that stalls fails this fixture, not the whole suite's time
-        loaded = subprocess.run(
-            ["podman", "load"], stdin=save.stdout, capture_output=True, text=True, timeout=600
-        )
-    except subprocess.TimeoutExpired:
-        save.kill()
-        raise
-    assert save.wait(timeout=60) == 0 and loaded.returncode == 0, loaded.stderr
+    assert save.stdout is not None
+    loader = subprocess.Popen(
+        ["podman", "load"], stdin=save.stdout, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    # Only podman may hold the pipe's reading end: should it stop early (a full disk),
+    # `docker save` then gets a broken pipe instead of blocking for ever on a reader that
+    # never reads (the fixture once held the other end and waited without a limit).
+    save.stdout.close()
+    try:
+        _, told = loader.communicate(timeout=600)  # bounded: a stalled engine fails the fixture
+    finally:
+        for process in (save, loader):
+            if process.poll() is None:
+                process.kill()
+    saved = save.wait(timeout=60)
+    assert loader.returncode == 0 and saved == 0, (saved, told.decode(errors="replace"))
     service = subprocess.Popen(
         ["podman", "system", "service", "--time=0", socket],
         stdout=subprocess.DEVNULL,
@@ -82,6 +90,7 @@ def podman_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, s
     finally:
         service.terminate()
         service.wait(timeout=30)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def _wait_for(socket: str) -> None:
