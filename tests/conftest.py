@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +15,27 @@ import pytest
 from safetensors.numpy import save_file
 
 from envaudit import settings
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """uv's cache for this session only, unless the caller names one: the suite installs
+    wheels from stores in temporary folders, and uv keeps every such install's unpacked files
+    (about 8 GB a run) in its cache under paths no later run asks for again."""
+    if "UV_CACHE_DIR" in os.environ:
+        return
+    folder = tempfile.mkdtemp(prefix="envaudit-tests-uv-")
+    os.environ["UV_CACHE_DIR"] = folder
+    config.stash[_UV_CACHE] = folder
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    folder = config.stash.get(_UV_CACHE, None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+_UV_CACHE = pytest.StashKey[str]()
+
 
 REPO = Path(__file__).resolve().parents[1]
 
