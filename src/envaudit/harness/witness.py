@@ -174,19 +174,25 @@ def chain_rows(numel: int) -> int:
 
 
 def chain_key(outputs: list[Any]) -> torch.Tensor | None:
-    """An integer from every bit of a call's outputs (the sum of their 32-bit words, or bytes
-    where they do not divide so), as a tensor on their device: computed there, so that taking
-    it waits for nothing. Every word counts: a key taken from a sample could be known from the
-    few elements it reads, computed first. None where there is no tensor output."""
+    """An integer from every bit of a call's outputs, as a tensor on their device: computed
+    there, so that taking it waits for nothing. Every word counts: a key taken from a sample
+    could be known from the few elements it reads, computed first. The sum is of 64-bit words
+    as they are (wrapping, so its order does not matter and both processes get the same), the
+    few bytes past the last whole word apart: a sum that widened every element first made a
+    temporary twice the outputs' size before every call, which slowed the next call's own
+    allocation (GDN decode, 1 MB of outputs: 1.21x its figure). None where there is no tensor
+    output."""
     total: torch.Tensor | None = None
     for output in outputs:
         if not isinstance(output, torch.Tensor) or output.numel() == 0:
             continue
         raw = output.detach().reshape(-1).view(torch.uint8)
-        if raw.numel() % 4 == 0 and raw.data_ptr() % 4 == 0:
-            raw = raw.view(torch.int32)
-        part = raw.sum(dtype=torch.int64)
-        total = part if total is None else total + part
+        whole = raw.numel() // 8 * 8 if raw.data_ptr() % 8 == 0 else 0
+        parts = [raw[:whole].view(torch.int64).sum()] if whole else []
+        if whole < raw.numel():
+            parts.append(raw[whole:].sum(dtype=torch.int64))
+        for part in parts:
+            total = part if total is None else total + part
     return total
 
 
