@@ -187,8 +187,11 @@ def chain_key(outputs: list[Any]) -> torch.Tensor | None:
         if not isinstance(output, torch.Tensor) or output.numel() == 0:
             continue
         raw = output.detach().reshape(-1).view(torch.uint8)
-        whole = raw.numel() // 8 * 8 if raw.data_ptr() % 8 == 0 else 0
-        parts = [raw[:whole].view(torch.int64).sum()] if whole else []
+        whole = raw.numel() // 8 * 8
+        words = raw[:whole]
+        if words.data_ptr() % 8:  # the same words wherever they lie (a slot, the judge's copy)
+            words = words.clone()
+        parts = [words.view(torch.int64).sum()] if whole else []
         if whole < raw.numel():
             parts.append(raw[whole:].sum(dtype=torch.int64))
         for part in parts:
