@@ -135,12 +135,7 @@ class JudgedCalls(Window):
                 self.fresh.shape, dtype=self.fresh.dtype, device=self.device
             )
         self.fresh.draw_into(self._unrolled, self.nonce, step, copy)
-        if (tuple(target.shape), target.dtype) == (self.fresh.shape, self.fresh.dtype):
-            roll_into(self._unrolled, key, target)
-        else:  # as _draw does: the draw's own dtype, copied in
-            rolled = torch.empty_like(self._unrolled)
-            roll_into(self._unrolled, key, rolled)
-            target.copy_(rolled)
+        roll_into(self._unrolled, key, target)
 
     def _draw(self, target: torch.Tensor, nonce: int, step: int, copy: int) -> None:
         assert self.fresh is not None

@@ -211,10 +211,10 @@ def roll_into(drawn: torch.Tensor, key: torch.Tensor, target: torch.Tensor) -> N
     rows = chain_rows(drawn.numel())
     index = torch.remainder(_row_numbers(rows, str(drawn.device)) + key, rows)
     source = drawn.reshape(rows, -1)
-    if target.is_contiguous():
+    if target.is_contiguous() and target.dtype == drawn.dtype:
         torch.index_select(source, 0, index, out=target.view(rows, -1))
-    else:
-        target.copy_(source.index_select(0, index).view(target.shape))
+    else:  # copied in, in the target's own layout and dtype
+        target.copy_(source.index_select(0, index).view(drawn.shape))
 
 
 def poison_value(dtype: torch.dtype, variant: int = 0) -> float | int | bool:
@@ -417,7 +417,7 @@ class MappedSlots:
 
     def slot_bytes(self) -> int:
         """The bytes of one call's outputs, as mapped (not as the solution's process says)."""
-        first = self.each[0] if self.each else [t[0] for t in self.tensors if len(t)]
+        first = self.each[0] if self.each else [t[0] for t in self.tensors]
         return sum(t.numel() * t.element_size() for t in first)
 
     def read(self, slot: int) -> list[torch.Tensor]:
