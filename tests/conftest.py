@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import shutil
+import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +38,42 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 _UV_CACHE = pytest.StashKey[str]()
+UV_CACHE_LIMIT_BYTES = 1 << 30
+"""The most the session's own uv cache may hold after a test: the wheels it unpacks from the
+tests' temporary stores (torch at 700 MB each) reached 6.4 GB in one run, 5.6 GB within two
+modules, on a disk that CI shares with others (a run has failed on a full disk)."""
+_UV_ARCHIVES = pytest.StashKey[dict[str, int]]()
+
+
+@pytest.fixture(autouse=True)
+def _uv_cache_bounded(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Clears the session's uv cache after a test that left it above the limit (uv's own
+    `cache clean`; nothing else uses that cache between two tests); a caller's cache is left
+    alone. Each unpacked wheel is measured once, when it first appears."""
+    yield
+    folder = request.config.stash.get(_UV_CACHE, None)
+    if folder is None:
+        return
+    sizes = request.config.stash.setdefault(_UV_ARCHIVES, {})
+    archives = Path(folder) / "archive-v0"
+    names = {entry.name for entry in os.scandir(archives)} if archives.is_dir() else set()
+    for name in names - sizes.keys():
+        sizes[name] = _folder_bytes(archives / name)
+    if sum(sizes[name] for name in names) <= UV_CACHE_LIMIT_BYTES:
+        return
+    subprocess.run(
+        ["uv", "cache", "clean", "--cache-dir", folder], capture_output=True, check=False
+    )
+    sizes.clear()
+
+
+def _folder_bytes(folder: Path) -> int:
+    """Bytes the files under `folder` take on disk."""
+    total = 0
+    for path in folder.rglob("*"):
+        with contextlib.suppress(OSError):
+            total += path.lstat().st_blocks * 512
+    return total
 
 
 REPO = Path(__file__).resolve().parents[1]

@@ -289,7 +289,11 @@ class ForkServer:
         self.socket = self.folder / "socket"
         self.log = self.folder / "server.log"
         if not self.lingers:
-            self._start(python, env, [])
+            try:
+                self._start(python, env, [])
+            except BaseException:
+                shutil.rmtree(self.folder, ignore_errors=True)
+                raise
             return
         with (self.folder / "start.lock").open("a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
