@@ -7,9 +7,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 
-from envaudit.harness.witness import ModeWitness, cpu_wait_ns
+from envaudit.harness.witness import ModeWitness, cpu_waits_ns, longest_wait_ns
 
 
 def witness(window_ms: float, waited_ms: float | None, samples_ms: list[float]) -> ModeWitness:
@@ -34,23 +36,60 @@ def test_a_gap_the_waits_do_not_explain_stays_suspect() -> None:
     assert "contended" not in witness(420.0, None, [5.0] * 50).summary()
 
 
-def test_the_kernel_counts_a_thread_s_waits_for_a_cpu() -> None:
-    """Our own process's count grows while more busy processes than cores compete with it."""
-    before = cpu_wait_ns(os.getpid())
-    if before is None:
-        return  # a kernel without schedstat: the witness then names no cause
+def _spin(seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        pass
+
+
+def _while_busy(work: Callable[[], None]) -> None:
+    """Runs `work` while more busy processes than cores compete with this one."""
     hogs = [
         subprocess.Popen([sys.executable, "-c", "while True: pass"])
         for _ in range((os.cpu_count() or 1) * 2)
     ]
     try:
-        deadline = time.monotonic() + 1.0
-        while time.monotonic() < deadline:
-            pass
+        work()
     finally:
         for hog in hogs:
             hog.kill()
             hog.wait()
-    after = cpu_wait_ns(os.getpid())
-    assert after is not None and after > before, (before, after)
-    assert cpu_wait_ns(2**22 + 12345) is None  # no such process
+
+
+def test_the_kernel_counts_a_thread_s_waits_for_a_cpu() -> None:
+    """Our own process's count grows while more busy processes than cores compete with it."""
+    before = cpu_waits_ns(os.getpid())
+    if before is None:
+        return  # a kernel without schedstat: the witness then names no cause
+    _while_busy(lambda: _spin(1.0))
+    after = cpu_waits_ns(os.getpid())
+    assert after is not None and longest_wait_ns(before, after) > 0, (before, after)
+    assert cpu_waits_ns(2**22 + 12345) is None  # no such process
+
+
+def test_a_helper_thread_s_waits_count() -> None:
+    """A call whose work runs on another thread (a pool's, which lives on) while the calling
+    one sleeps waits as long as its helper is kept from a CPU: that thread's wait counts."""
+    before = cpu_waits_ns(os.getpid())
+    if before is None:
+        return
+    main = threading.get_native_id()
+    spun, release = threading.Event(), threading.Event()
+
+    def helper() -> None:
+        _spin(1.0)
+        spun.set()
+        release.wait()
+
+    pool_thread = threading.Thread(target=helper)
+    pool_thread.start()
+    try:
+        _while_busy(lambda: spun.wait())  # the calling thread sleeps: it waits for no CPU
+        after = cpu_waits_ns(os.getpid())
+    finally:
+        release.set()
+        pool_thread.join()
+    assert after is not None
+    longest = longest_wait_ns(before, after)
+    main_only = after[main] - before[main]
+    assert longest > 50e6 and longest > 5 * main_only, (longest, main_only)

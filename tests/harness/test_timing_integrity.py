@@ -106,6 +106,42 @@ PIPELINED = (
         """
 )
 """Computes the next step's answer ahead, in a thread, as far as the chain of inputs lets it."""
+MOVED_AHEAD = (
+    STEP_HOOKS
+    + """
+        # at a batch's first step, computes every later step's work in threads on the nonce's
+        # draws as they are; at each step it moves that answer as a roll by the chain's key
+        # would move the input (the toy's work is elementwise: moving its input moves its
+        # answer), with the key of its own previous output, which it knows
+        import concurrent.futures
+        import torch
+        POOL = concurrent.futures.ThreadPoolExecutor(8)
+        PREVIOUS = []
+        def core(x, scale):
+            time.sleep(0.004)
+            return x * scale
+        def run(x, lengths, scale):
+            if "step" not in NOW or NOW["calls"].fresh is None:
+                return expensive(x, lengths, scale)
+            calls, step = NOW["calls"], NOW["step"]
+            if step == calls.first:
+                copies = len(calls.copies)
+                for later in range(step + 1, NOW["end"]):
+                    drawn = calls.fresh.draw(calls.nonce, later, later % copies, x.device)
+                    AHEAD[later] = POOL.submit(core, drawn, scale)
+            ahead = AHEAD.pop(step, None)
+            if ahead is None or not PREVIOUS:
+                out = expensive(x, lengths, scale)
+            else:
+                moved = torch.empty_like(x)
+                witness.roll_into(ahead.result(), witness.chain_key(PREVIOUS), moved)
+                out = scaled(moved, lengths, 1.0)
+            PREVIOUS[:] = [out]
+            return out
+        """
+)
+"""Computes every later step's work ahead on the nonce's draws and moves each answer as a roll
+would: a rolled draw is a known draw moved (the GPU's chain), a seeded one (the CPU's) is new."""
 CHEATS = {
     "storage_cache": """
         CACHE = {}
@@ -157,6 +193,7 @@ CHEATS = {
         """,
     "early_check": EARLY_CHECK,
     "pipelined": PIPELINED,
+    "moved_ahead": MOVED_AHEAD,
     "slow_clocks": """
         import time
         _real = time.perf_counter
@@ -214,6 +251,8 @@ def test_the_honest_solution_passes_unflagged(timing_run: dict) -> None:
     assert timing["fresh_input"] == "x"
     # the line's median is the one the judge was told, and the sleep is in it
     assert timing["eager"]["median_ms"] >= 4.0
+    # the judge's clock verifies most of it: a 4 ms call beside a per-step allowance of 0.5 ms
+    assert 0.5 * 4.0 < judge["floor_ms"] <= timing["eager"]["median_ms"], judge
 
 
 @pytest.mark.parametrize(
@@ -260,15 +299,28 @@ def test_timing_after_the_judge_s_check_is_flagged(timing_run: dict) -> None:
     )
 
 
-def test_answers_computed_ahead_cost_their_true_time(timing_run: dict) -> None:
-    """A step's fresh input is rolled by the previous step's outputs (witness.chain_key), so
-    a solution cannot compute later steps' answers in parallel with earlier ones: what it can
-    do ahead is bounded by the harness's own time between two calls (the per-step margin).
-    Without the chain this cheat, reading its next inputs from the nonce, reported 0.39 ms
-    against the honest 4.13 ms, unflagged."""
-    line = timing_run["pipelined"]
+def wrong_or_at_its_true_cost(line: dict) -> None:
+    """A cheat's line fails its numerics, or passes at the honest 4 ms a call."""
     if line["status"] == "PASSED":
         median = line["timing"]["eager"]["median_ms"]
         assert median >= 4.0 - 0.5, line["timing"]["eager"]
     else:
         assert line["status"] == "INCORRECT_NUMERICAL", (line["status"], line["message"])
+
+
+def test_answers_computed_ahead_cost_their_true_time(timing_run: dict) -> None:
+    """A step's fresh input depends on the previous step's outputs (witness.chain_key), so
+    a solution cannot compute later steps' answers in parallel with earlier ones: what it can
+    do ahead is bounded by the harness's own time between two calls (the per-step margin).
+    Without the chain this cheat, reading its next inputs from the nonce, reported 0.39 ms
+    against the honest 4.13 ms, unflagged."""
+    wrong_or_at_its_true_cost(timing_run["pipelined"])
+
+
+def test_answers_moved_from_draws_computed_ahead_are_wrong(timing_run: dict) -> None:
+    """On the CPU the chain's key seeds each step's draw, so the nonce's own draws, which a
+    solution can compute ahead in parallel, are not the inputs it is timed on. When the key only
+    rolled those draws, this cheat (the work of every later step computed at the batch's start,
+    each answer then rolled as its input was) passed unflagged at 0.12 ms against the honest
+    4.14 ms a call."""
+    wrong_or_at_its_true_cost(timing_run["moved_ahead"])

@@ -21,6 +21,7 @@ from envaudit.harness.witness import (
     Slots,
     adopted_ipc,
     chain_key,
+    keyed_on_host,
     poison_value,
     roll_into,
     slot_count,
@@ -121,13 +122,17 @@ class JudgedCalls(Window):
         self.spent["fresh_draws"] += time.perf_counter() - began
 
     def _draw_chained(self, target: torch.Tensor, step: int, copy: int) -> None:
-        """The step's draw, rolled by the key of the previous step's outputs (its slot) unless
-        it is the batch's first: no step's input exists before the step before it has ended."""
+        """The step's draw with the key of the previous step's outputs (its slot) unless it is
+        the batch's first: seeded with it on the CPU, rolled by it on a GPU (keyed_on_host).
+        No step's input exists before the step before it has ended."""
         key = None
         if step > self.first and self.slots is not None:
             key = chain_key(self.slots.outputs(step - 1 - self.first))
         if key is None:
             self._draw(target, self.nonce, step, copy)
+            return
+        if keyed_on_host(target.device):
+            self._draw(target, self.nonce, step, copy, int(key))
             return
         assert self.fresh is not None
         if self._unrolled is None:
@@ -137,15 +142,17 @@ class JudgedCalls(Window):
         self.fresh.draw_into(self._unrolled, self.nonce, step, copy)
         roll_into(self._unrolled, key, target)
 
-    def _draw(self, target: torch.Tensor, nonce: int, step: int, copy: int) -> None:
+    def _draw(
+        self, target: torch.Tensor, nonce: int, step: int, copy: int, key: int | None = None
+    ) -> None:
         assert self.fresh is not None
         if target.is_contiguous() and (tuple(target.shape), target.dtype) == (
             self.fresh.shape,
             self.fresh.dtype,
         ):
-            self.fresh.draw_into(target, nonce, step, copy)
+            self.fresh.draw_into(target, nonce, step, copy, key)
         else:
-            target.copy_(self.fresh.draw(nonce, step, copy, target.device))
+            target.copy_(self.fresh.draw(nonce, step, copy, target.device, key))
 
     def keep(self, step: int, result: Any) -> None:
         if self.dps or self.slots is None:

@@ -15,10 +15,13 @@ calls runs inside a *window* the judge opens and closes (docs/harness.md, "Timin
 - Every timed call gets an input it has not seen: the first random floating-point input of the
   definition (`fresh_input`) is drawn afresh before each call (eager, CPU) or each replay (graph),
   from a nonce the judge sends with `go`, so nothing can be computed before the window opens and
-  no cache of earlier answers is right. Within a batch (eager, CPU) each step's draw is then
-  rolled by a key taken from the bits of the previous step's outputs (`chain_key`): the draw
+  no cache of earlier answers is right. Within a batch (eager, CPU) each step's draw then
+  depends on a key taken from the bits of the previous step's outputs (`chain_key`): the draw
   alone is predictable from the nonce, so without the chain a solution could compute later
-  steps' answers ahead, in parallel, and return each at once when its step comes.
+  steps' answers ahead, in parallel, and return each at once when its step comes. On the CPU
+  the key seeds the draw (a new draw); on a GPU it rolls the nonce's draw (`roll_into`),
+  since seeding would wait for the device: a rolled input is a known draw moved, whose answer
+  a solution can compute ahead where moving the input only moves the answer (docs/harness.md).
 - Every timed call writes its outputs to a slot of its own (the batch's slots are memory the judge
   maps: a sealed memfd on the CPU, CUDA IPC on a GPU), and at the end of each batch the judge
   reads, itself, the slots a reservoir sample picks (CHECKS per mode, uniform over every timed
@@ -86,9 +89,18 @@ CHAIN_MIN_ROWS below CHAIN_ROWS is rolled element by element instead."""
 CHAIN_MIN_ROWS = 256
 
 
-def _seed(nonce: int, step: int, copy: int, name: str) -> int:
-    digest = hashlib.sha256(f"{nonce}:{step}:{copy}:{name}".encode()).digest()
+def _seed(nonce: int, step: int, copy: int, name: str, key: int | None = None) -> int:
+    text = f"{nonce}:{step}:{copy}:{name}" + ("" if key is None else f":{key}")
+    digest = hashlib.sha256(text.encode()).digest()
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def keyed_on_host(device: torch.device) -> bool:
+    """Whether a chained step's draw on `device` is seeded with the key itself (the CPU, where
+    the key is a host value once computed) rather than rolled by it (a GPU, where reading the
+    key would wait for the device). A seeded draw is a new draw; a rolled one is the nonce's
+    draw moved, which a solution could compute ahead and move itself (module docstring)."""
+    return device.type != "cuda"
 
 
 @functools.cache
@@ -111,23 +123,28 @@ class FreshInput:
         self, nonce: int, step: int, copy: int, device: torch.device, key: int | None = None
     ) -> torch.Tensor:
         """This step's value for input copy `copy`, in a tensor of its own (the judge's);
-        rolled by `key` (chain_key of the previous step's outputs) where the step is chained."""
+        where the step is chained, drawn with `key` (chain_key of the previous step's outputs)
+        or rolled by it (keyed_on_host)."""
         drawn = torch.empty(self.shape, dtype=self.dtype, device=device)
-        self.draw_into(drawn, nonce, step, copy)
-        if key is None:
+        seeded = key is not None and keyed_on_host(drawn.device)
+        self.draw_into(drawn, nonce, step, copy, key if seeded else None)
+        if key is None or seeded:
             return drawn
         chained = torch.empty_like(drawn)
         roll_into(drawn, torch.tensor(key, dtype=torch.int64, device=device), chained)
         return chained
 
-    def draw_into(self, target: torch.Tensor, nonce: int, step: int, copy: int) -> None:
+    def draw_into(
+        self, target: torch.Tensor, nonce: int, step: int, copy: int, key: int | None = None
+    ) -> None:
         """Write this step's value into `target` (contiguous, of this input's shape and dtype)
         with one kernel, from torch's own generator (Philox on a GPU): both processes write the
         same bits from the same seed on the same device, at memory speed, where the counter
         draw of envaudit.harness.inputs does not. One kernel and no allocation, because it runs
-        before every timed call and all of it is wall time the audit pays."""
+        before every timed call and all of it is wall time the audit pays. `key`, where given,
+        is part of the seed (a chained step on the CPU)."""
         generator = _generator(str(target.device))
-        generator.manual_seed(_seed(nonce, step, copy, self.name))
+        generator.manual_seed(_seed(nonce, step, copy, self.name, key))
         init = dict(self.init or {"dist": "normal"})
         if init.get("dist") == "uniform":
             low, high = float(init.get("low", 0.0)), float(init.get("high", 1.0))
@@ -452,21 +469,36 @@ class Window:
     began_ns: int
     nonce: int
     first: int
-    waited_ns: int | None = None
-    """The solution's thread's wait for a CPU so far, when the window opened."""
+    waited_ns: dict[int, int] | None = None
+    """Each of the solution's threads' wait for a CPU so far, when the window opened."""
 
 
-def cpu_wait_ns(pid: int | None) -> int | None:
-    """How long the main thread of process `pid` has waited, runnable, for a CPU (the kernel's
-    run-queue wait, /proc/PID/schedstat): time a busy machine took from it, which the process
-    cannot write. None where the kernel keeps no such count."""
+def cpu_waits_ns(pid: int | None) -> dict[int, int] | None:
+    """How long each thread of process `pid` has waited, runnable, for a CPU (the kernel's
+    run-queue wait, /proc/PID/task/TID/schedstat), by thread id: time a busy machine took from
+    it, which the process cannot write. None where the kernel keeps no such count."""
     if pid is None:
         return None
+    waits = {}
     try:
-        with open(f"/proc/{pid}/schedstat", "rb") as handle:
-            return int(handle.read().split()[1])
-    except (OSError, ValueError, IndexError):
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
         return None
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as handle:
+                waits[int(tid)] = int(handle.read().split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return waits or None
+
+
+def longest_wait_ns(before: dict[int, int], after: dict[int, int]) -> int:
+    """The most any one thread waited for a CPU between two readings (a thread started in
+    between counts from zero, one ended is not seen). The longest, not the sum: threads wait
+    side by side, and a call that spreads its work over a pool waits for its slowest thread
+    while the calling one sleeps, waiting for no CPU."""
+    return max((wait - before.get(tid, 0) for tid, wait in after.items()), default=0)
 
 
 @dataclass
@@ -534,6 +566,10 @@ class ModeWitness:
             "steps": n,
             "step_median_ms": median,
             "allowance_ms": round(allowance, 6),
+            # The least step median this window would have let pass: how much of the figure
+            # the judge's clock verifies (near 0 where the harness's own work per step is as
+            # long as the call, as for sub-ms calls on the CPU: docs/harness.md).
+            "floor_ms": round(max(0.0, window - allowance) / RATIO / n, 6) if n else 0.0,
             "consistent": window <= bound,
             "checked_calls": self.checked
             if self.judged
@@ -610,13 +646,16 @@ def _draw_ms(fresh: FreshInput, device: torch.device, chained_bytes: int | None 
     drawn = torch.empty_like(target)
     before = [torch.zeros(max(chained_bytes, 4), dtype=torch.uint8, device=device)]
 
-    def draw_and_roll() -> None:
-        fresh.draw_into(drawn, 1, 0, 0)
+    def draw_chained() -> None:
         key = chain_key(before)
         assert key is not None
+        if keyed_on_host(device):
+            fresh.draw_into(target, 1, 0, 0, int(key))
+            return
+        fresh.draw_into(drawn, 1, 0, 0)
         roll_into(drawn, key, target)
 
-    return _median_ms(draw_and_roll, device, 3) * ALLOWANCE_SLACK
+    return _median_ms(draw_chained, device, 3) * ALLOWANCE_SLACK
 
 
 def _copy_ms(size: int, device: torch.device) -> float:
@@ -667,7 +706,7 @@ class TimingWitness:
         self._after_judged(uuid, mode)
         witness = self.modes[(uuid, mode)]
         nonce = secrets.randbits(62)
-        waited = cpu_wait_ns(self.solution_pid)
+        waited = cpu_waits_ns(self.solution_pid)
         witness.open = Window(time.monotonic_ns(), nonce, first, waited)
         return nonce
 
@@ -681,9 +720,9 @@ class TimingWitness:
             return
         samples = [v if math.isfinite(v) and v > 0 else 0.0 for v in samples_ms]
         witness.windows_ms.append((ended - window.began_ns) / 1e6)
-        waited = cpu_wait_ns(self.solution_pid)
+        waited = cpu_waits_ns(self.solution_pid)
         if waited is not None and window.waited_ns is not None:
-            witness.waited_ms.append((waited - window.waited_ns) / 1e6)
+            witness.waited_ms.append(longest_wait_ns(window.waited_ns, waited) / 1e6)
         witness.samples_ms += samples
         witness.steps.append(len(samples))
         batch = len(witness.windows_ms) - 1
