@@ -21,9 +21,7 @@ from envaudit.harness.witness import (
     Slots,
     adopted_ipc,
     chain_key,
-    keyed_on_host,
     poison_value,
-    roll_into,
     slot_count,
 )
 
@@ -115,7 +113,7 @@ class JudgedCalls(Window):
         if self.mode == "graph":
             g = step % self.graphs
             for c in sorted({(g + j) % len(self.copies) for j in range(self.calls)}):
-                self._draw(self.copies[c][self.fresh.name], self.nonce, step, c)
+                self.fresh.fill(self.copies[c][self.fresh.name], self.nonce, step, c)
         else:
             c = step % len(self.copies)
             self._draw_chained(self.copies[c][self.fresh.name], step, c)
@@ -123,36 +121,18 @@ class JudgedCalls(Window):
 
     def _draw_chained(self, target: torch.Tensor, step: int, copy: int) -> None:
         """The step's draw with the key of the previous step's outputs (its slot) unless it is
-        the batch's first: seeded with it on the CPU, rolled by it on a GPU (keyed_on_host).
-        No step's input exists before the step before it has ended."""
+        the batch's first (FreshInput.draw_chained_into): no step's input exists before the
+        step before it has ended."""
+        assert self.fresh is not None
         key = None
         if step > self.first and self.slots is not None:
             key = chain_key(self.slots.outputs(step - 1 - self.first))
         if key is None:
-            self._draw(target, self.nonce, step, copy)
+            self.fresh.fill(target, self.nonce, step, copy)
             return
-        if keyed_on_host(target.device):
-            self._draw(target, self.nonce, step, copy, int(key))
-            return
-        assert self.fresh is not None
-        if self._unrolled is None:
-            self._unrolled = torch.empty(
-                self.fresh.shape, dtype=self.fresh.dtype, device=self.device
-            )
-        self.fresh.draw_into(self._unrolled, self.nonce, step, copy)
-        roll_into(self._unrolled, key, target)
-
-    def _draw(
-        self, target: torch.Tensor, nonce: int, step: int, copy: int, key: int | None = None
-    ) -> None:
-        assert self.fresh is not None
-        if target.is_contiguous() and (tuple(target.shape), target.dtype) == (
-            self.fresh.shape,
-            self.fresh.dtype,
-        ):
-            self.fresh.draw_into(target, nonce, step, copy, key)
-        else:
-            target.copy_(self.fresh.draw(nonce, step, copy, target.device, key))
+        self._unrolled = self.fresh.draw_chained_into(
+            target, self.nonce, step, copy, key, self._unrolled
+        )
 
     def keep(self, step: int, result: Any) -> None:
         if self.dps or self.slots is None:
@@ -200,7 +180,7 @@ class JudgedCalls(Window):
         land in the first batch and, in a short measurement, look like a slowed clock."""
         began = time.perf_counter()
         if self.fresh is not None:
-            self._draw(self.copies[0][self.fresh.name], 0, 0, 0)
+            self.fresh.fill(self.copies[0][self.fresh.name], 0, 0, 0)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
         if self.mode == "graph":

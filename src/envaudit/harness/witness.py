@@ -123,16 +123,49 @@ class FreshInput:
         self, nonce: int, step: int, copy: int, device: torch.device, key: int | None = None
     ) -> torch.Tensor:
         """This step's value for input copy `copy`, in a tensor of its own (the judge's);
-        where the step is chained, drawn with `key` (chain_key of the previous step's outputs)
-        or rolled by it (keyed_on_host)."""
+        where the step is chained, with `key` (chain_key of the previous step's outputs)."""
         drawn = torch.empty(self.shape, dtype=self.dtype, device=device)
-        seeded = key is not None and keyed_on_host(drawn.device)
-        self.draw_into(drawn, nonce, step, copy, key if seeded else None)
-        if key is None or seeded:
-            return drawn
-        chained = torch.empty_like(drawn)
-        roll_into(drawn, torch.tensor(key, dtype=torch.int64, device=device), chained)
-        return chained
+        if key is None:
+            self.draw_into(drawn, nonce, step, copy)
+        else:
+            key_tensor = torch.tensor(key, dtype=torch.int64, device=device)
+            self.draw_chained_into(drawn, nonce, step, copy, key_tensor)
+        return drawn
+
+    def fill(
+        self, target: torch.Tensor, nonce: int, step: int, copy: int, key: int | None = None
+    ) -> None:
+        """draw_into for a target of this input's shape in any layout or dtype: drawn in place
+        where it is contiguous and of this input's dtype, copied in otherwise."""
+        if target.is_contiguous() and (tuple(target.shape), target.dtype) == (
+            self.shape,
+            self.dtype,
+        ):
+            self.draw_into(target, nonce, step, copy, key)
+        else:
+            target.copy_(self.draw(nonce, step, copy, target.device, key))
+
+    def draw_chained_into(
+        self,
+        target: torch.Tensor,
+        nonce: int,
+        step: int,
+        copy: int,
+        key: torch.Tensor,
+        unrolled: torch.Tensor | None = None,
+    ) -> torch.Tensor | None:
+        """`target` (this input's shape, any layout or dtype) = a chained step's draw, with
+        `key` (chain_key of the previous step's outputs, on the target's device): seeded with
+        it where keyed_on_host, else the nonce's draw, made in `unrolled` (allocated here when
+        None), rolled by it. Returns `unrolled` for the next step (None where seeded)."""
+        if keyed_on_host(target.device):
+            self.fill(target, nonce, step, copy, int(key))
+            return None
+        if unrolled is None:
+            unrolled = torch.empty(self.shape, dtype=self.dtype, device=target.device)
+        self.draw_into(unrolled, nonce, step, copy)
+        roll_into(unrolled, key, target)
+        return unrolled
 
     def draw_into(
         self, target: torch.Tensor, nonce: int, step: int, copy: int, key: int | None = None
@@ -609,9 +642,9 @@ def calibrate(
 ) -> float:
     """The honest cost, per step, of what a window holds besides the timed calls, measured by
     the judge itself: the L2 flush, the fresh draws (chained: with the key taken from a call's
-    `chained_bytes` of outputs, and the roll) and the copy of a returned output. `known` keeps
-    each measurement for the job (one flush size per device, a workload's draw in each of its
-    modes): the judge measures each once, not in every mode's set-up."""
+    `chained_bytes` of outputs, seeded or rolled by it) and the copy of a returned output.
+    `known` keeps each measurement for the job (one flush size per device, a workload's draw in
+    each of its modes): the judge measures each once, not in every mode's set-up."""
     known = {} if known is None else known
 
     def cost(key: tuple[Any, ...], measure: Callable[[], float]) -> float:
@@ -643,17 +676,13 @@ def _draw_ms(fresh: FreshInput, device: torch.device, chained_bytes: int | None 
     target = torch.empty(fresh.shape, dtype=fresh.dtype, device=device)
     if chained_bytes is None:
         return _median_ms(lambda: fresh.draw_into(target, 1, 0, 0), device, 3) * ALLOWANCE_SLACK
-    drawn = torch.empty_like(target)
     before = [torch.zeros(max(chained_bytes, 4), dtype=torch.uint8, device=device)]
+    unrolled: list[torch.Tensor | None] = [None]
 
     def draw_chained() -> None:
         key = chain_key(before)
         assert key is not None
-        if keyed_on_host(device):
-            fresh.draw_into(target, 1, 0, 0, int(key))
-            return
-        fresh.draw_into(drawn, 1, 0, 0)
-        roll_into(drawn, key, target)
+        unrolled[0] = fresh.draw_chained_into(target, 1, 0, 0, key, unrolled[0])
 
     return _median_ms(draw_chained, device, 3) * ALLOWANCE_SLACK
 
