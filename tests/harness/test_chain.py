@@ -1,11 +1,12 @@
 """The chain of timed steps (envaudit.harness.witness): the key both processes take from a
-step's outputs, and the roll it makes of the next step's draw."""
+step's outputs, and the new draw it makes of the next step's input (seeded on the CPU, keyed
+on the device on a GPU)."""
 
 from __future__ import annotations
 
 import torch
 
-from envaudit.harness.witness import FreshInput, chain_key, chain_rows, keyed_on_host, roll_into
+from envaudit.harness.witness import FreshInput, chain_key, keyed_on_host
 
 
 def test_the_key_is_the_same_wherever_the_outputs_lie() -> None:
@@ -30,16 +31,40 @@ def test_every_word_moves_the_key() -> None:
     assert chain_key([3.0]) is None
 
 
-def test_the_roll_keeps_every_element() -> None:
-    """A GPU's chained draw: the nonce's draw with its rows rolled by the key."""
-    fresh = FreshInput("q", (6, 5, 4), torch.float32, None)
-    drawn = fresh.draw(11, 3, 0, torch.device("cpu"))
+def test_a_keyed_draw_is_new_values_of_the_same_rule_that_the_judge_draws_again() -> None:
+    """A GPU's chained draw (run here on the CPU: the same torch kernels): the key XORed into
+    the nonce's random mantissas on the device. Not the nonce's draw moved, different for
+    another key, the same bits in any target layout and dtype, and still the rule's draw."""
+    cpu = torch.device("cpu")
+    fresh = FreshInput("q", (64, 40, 50), torch.float32, None)
     key = chain_key([torch.arange(10.0)])
     assert key is not None
-    rolled = torch.empty_like(drawn)
-    roll_into(drawn, key, rolled)
-    assert torch.equal(rolled.flatten().sort().values, drawn.flatten().sort().values)
-    assert not torch.equal(rolled, drawn) or int(key) % chain_rows(drawn.numel()) == 0
+    keyed = torch.empty(fresh.shape)
+    bits = fresh.draw_keyed_into(keyed, 11, 3, 0, key)
+    again = torch.empty_like(keyed)
+    fresh.draw_keyed_into(again, 11, 3, 0, key.clone(), bits)
+    assert torch.equal(keyed, again)
+    plain = fresh.draw(11, 3, 0, cpu)
+    assert not torch.equal(keyed.flatten().sort().values, plain.flatten().sort().values)
+    other = torch.empty_like(keyed)
+    fresh.draw_keyed_into(other, 11, 3, 0, key + 1)
+    assert (other != keyed).float().mean() > 0.99
+    assert torch.isfinite(keyed).all()
+    assert abs(float(keyed.mean())) < 0.02 and abs(float(keyed.std()) - 1) < 0.02
+    bf16 = (
+        torch.empty(fresh.shape, dtype=torch.bfloat16).transpose(0, 2).contiguous().transpose(0, 2)
+    )
+    fresh.draw_keyed_into(bf16, 11, 3, 0, key)
+    assert torch.equal(bf16, keyed.to(torch.bfloat16))
+    uniform = FreshInput("u", (100_000,), torch.float16, {"dist": "uniform", "low": -2, "high": 3})
+    drawn = torch.empty(uniform.shape, dtype=torch.float16)
+    uniform.draw_keyed_into(drawn, 5, 0, 1, key)
+    assert float(drawn.min()) >= -2 and float(drawn.max()) <= 3
+    assert abs(float(drawn.float().mean()) - 0.5) < 0.05
+    shifted = FreshInput("s", (100_000,), torch.float32, {"dist": "normal", "mean": 3, "std": 0.5})
+    drawn32 = torch.empty(shifted.shape)
+    shifted.draw_keyed_into(drawn32, 5, 0, 1, key)
+    assert abs(float(drawn32.mean()) - 3) < 0.01 and abs(float(drawn32.std()) - 0.5) < 0.01
 
 
 def test_on_the_cpu_the_key_seeds_a_new_draw_which_the_judge_draws_again() -> None:

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from tests.harness.test_gpu_faults import gpu_uuid
-from tests.harness.test_timing_integrity import EARLY_CHECK, STEP_HOOKS, timed_lines
+from tests.harness.test_timing_integrity import EARLY_CHECK, ROLL, STEP_HOOKS, timed_lines
 
 pytestmark = [
     pytest.mark.gpu,
@@ -113,18 +113,61 @@ CHEATS = {
                 out.record_stream(main)
             if step + 1 < NOW["end"] and calls.fresh is not None:
                 key = witness.chain_key([out])
-                drawn, rolled, kept = torch.empty_like(x), torch.empty_like(x), lengths.clone()
+                chained, kept = torch.empty_like(x), lengths.clone()
                 ready = torch.cuda.Event()
                 ready.record(main)
                 with torch.cuda.stream(SIDE[0]):
                     SIDE[0].wait_event(ready)
                     copy = (step + 1) % len(calls.copies)
-                    calls.fresh.draw_into(drawn, calls.nonce, step + 1, copy)
-                    witness.roll_into(drawn, key, rolled)
-                    after = work(rolled, kept, scale)
+                    calls.fresh.draw_chained_into(chained, calls.nonce, step + 1, copy, key)
+                    after = work(chained, kept, scale)
                     done = torch.cuda.Event()
                     done.record(SIDE[0])
                 AHEAD[step + 1] = (after, done)
+            return out
+        """,
+    "moved_ahead": STEP_HOOKS
+    + ROLL
+    + """
+        # eager: at a batch's first step, every later step's work starts on 8 side streams on
+        # the nonce's draws as they are; each step serves its answer moved as the chain would
+        # move the input, with the key of its own previous output (the toy's work is per
+        # element, so moving the input moves the answer)
+        STREAMS, PREVIOUS = [], []
+        def core(x, scale):
+            torch.cuda._sleep(200_000)
+            return x * scale
+        def run(x, lengths, scale):
+            if torch.cuda.is_current_stream_capturing() or "step" not in NOW:
+                return work(x, lengths, scale)
+            calls, step = NOW["calls"], NOW["step"]
+            if calls.fresh is None:
+                return work(x, lengths, scale)
+            main = torch.cuda.current_stream()
+            if not STREAMS:
+                STREAMS.extend(torch.cuda.Stream() for _ in range(8))
+            if step == calls.first:
+                ready = torch.cuda.Event()
+                ready.record(main)
+                for later in range(step + 1, NOW["end"]):
+                    side = STREAMS[later % len(STREAMS)]
+                    with torch.cuda.stream(side):
+                        side.wait_event(ready)
+                        copy = later % len(calls.copies)
+                        drawn = calls.fresh.draw(calls.nonce, later, copy, x.device)
+                        answer = core(drawn, scale)
+                        done = torch.cuda.Event()
+                        done.record(side)
+                    AHEAD[later] = (answer, done)
+            ahead = AHEAD.pop(step, None)
+            if ahead is None or not PREVIOUS:
+                out = work(x, lengths, scale)
+            else:
+                answer, done = ahead
+                main.wait_event(done)
+                answer.record_stream(main)
+                out = scaled(roll(answer, witness.chain_key(PREVIOUS)), lengths, 1.0)
+            PREVIOUS[:] = [out]
             return out
         """,
 }
@@ -152,7 +195,9 @@ def test_the_honest_solution_passes_unflagged_on_the_gpu(gpu_timing_run: dict) -
         assert line["timing"][mode]["median_ms"] >= 0.05, line["timing"][mode]
 
 
-@pytest.mark.parametrize("name", [n for n in CHEATS if n not in ("storage_cache", "pipelined")])
+@pytest.mark.parametrize(
+    "name", [n for n in CHEATS if n not in ("storage_cache", "pipelined", "moved_ahead")]
+)
 def test_no_cheat_passes_unflagged_on_the_gpu(gpu_timing_run: dict, name: str) -> None:
     line = gpu_timing_run[name]
     flags = (line.get("timing") or {}).get("flags") or []
@@ -174,6 +219,19 @@ def test_answers_computed_ahead_cost_their_true_time_on_the_gpu(gpu_timing_run: 
     started ahead on a side stream can overlap only the harness's own work between two calls
     (the draw, the flush): the eager figure stays above half the work's time, or it fails."""
     line = gpu_timing_run["pipelined"]
+    if line["status"] == "PASSED":
+        assert line["timing"]["eager"]["median_ms"] >= 0.05, line["timing"]["eager"]
+    else:
+        assert line["status"] == "INCORRECT_NUMERICAL", (line["status"], line["message"])
+
+
+def test_answers_moved_by_the_chain_key_cost_their_true_time_on_the_gpu(
+    gpu_timing_run: dict,
+) -> None:
+    """Every later step's work started ahead on the nonce's draws, each answer moved by the key
+    of the previous output: the chained draw must be new values, not a known draw moved, so
+    this fails or costs its true time (the eager figure above half the work's)."""
+    line = gpu_timing_run["moved_ahead"]
     if line["status"] == "PASSED":
         assert line["timing"]["eager"]["median_ms"] >= 0.05, line["timing"]["eager"]
     else:

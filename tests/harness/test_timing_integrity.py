@@ -106,8 +106,19 @@ PIPELINED = (
         """
 )
 """Computes the next step's answer ahead, in a thread, as far as the chain of inputs lets it."""
+ROLL = """
+        import torch
+        def roll(t, key):  # the chain's old move: rows (up to 4096) shifted by the key
+            n = t.numel()
+            rows = next(r for r in range(min(n, 4096), 0, -1) if n % r == 0)
+            rows = n if rows < 256 and n <= 1 << 22 else rows
+            index = torch.remainder(torch.arange(rows, device=t.device) + key, rows)
+            return t.reshape(rows, -1).index_select(0, index).view(t.shape)
+        """
+"""The chain's first form, which moved a known draw: a cheat moves its answers the same way."""
 MOVED_AHEAD = (
     STEP_HOOKS
+    + ROLL
     + """
         # at a batch's first step, computes every later step's work in threads on the nonce's
         # draws as they are; at each step it moves that answer as a roll by the chain's key
@@ -133,15 +144,15 @@ MOVED_AHEAD = (
             if ahead is None or not PREVIOUS:
                 out = expensive(x, lengths, scale)
             else:
-                moved = torch.empty_like(x)
-                witness.roll_into(ahead.result(), witness.chain_key(PREVIOUS), moved)
+                moved = roll(ahead.result(), witness.chain_key(PREVIOUS))
                 out = scaled(moved, lengths, 1.0)
             PREVIOUS[:] = [out]
             return out
         """
 )
 """Computes every later step's work ahead on the nonce's draws and moves each answer as a roll
-would: a rolled draw is a known draw moved (the GPU's chain), a seeded one (the CPU's) is new."""
+would: a rolled draw (the chain's first form) is a known draw moved; a seeded or keyed one is
+new."""
 CHEATS = {
     "storage_cache": """
         CACHE = {}

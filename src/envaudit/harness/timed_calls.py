@@ -75,7 +75,7 @@ class JudgedCalls(Window):
         self.graphs = self.calls = 1
         self._graph_key = (0, 0)
         self.spent: dict[str, float] = dict.fromkeys(WINDOW_COSTS, 0.0)
-        self._unrolled: torch.Tensor | None = None
+        self._bits: torch.Tensor | None = None
         if mode != "graph":
             count = min(slot_count(layouts, device), 1000)
             self.slots = Slots(layouts, count, device)
@@ -130,9 +130,7 @@ class JudgedCalls(Window):
         if key is None:
             self.fresh.fill(target, self.nonce, step, copy)
             return
-        self._unrolled = self.fresh.draw_chained_into(
-            target, self.nonce, step, copy, key, self._unrolled
-        )
+        self._bits = self.fresh.draw_chained_into(target, self.nonce, step, copy, key, self._bits)
 
     def keep(self, step: int, result: Any) -> None:
         if self.dps or self.slots is None:

@@ -19,9 +19,10 @@ calls runs inside a *window* the judge opens and closes (docs/harness.md, "Timin
   depends on a key taken from the bits of the previous step's outputs (`chain_key`): the draw
   alone is predictable from the nonce, so without the chain a solution could compute later
   steps' answers ahead, in parallel, and return each at once when its step comes. On the CPU
-  the key seeds the draw (a new draw); on a GPU it rolls the nonce's draw (`roll_into`),
-  since seeding would wait for the device: a rolled input is a known draw moved, whose answer
-  a solution can compute ahead where moving the input only moves the answer (docs/harness.md).
+  the key seeds the draw; on a GPU, where reading it would wait for the device, the device
+  XORs it into the random mantissa bits of the nonce's draw before they are mapped to the
+  draw's rule (`FreshInput.draw_keyed_into`). Either way the step's values are new: an answer
+  computed ahead on the nonce's draw answers nothing (docs/harness.md).
 - Every timed call writes its outputs to a slot of its own (the batch's slots are memory the judge
   maps: a sealed memfd on the CPU, CUDA IPC on a GPU), and at the end of each batch the judge
   reads, itself, the slots a reservoir sample picks (CHECKS per mode, uniform over every timed
@@ -80,13 +81,10 @@ ALLOWANCE_SLACK = 1.5
 
 
 FRESH_DISTS = ("normal", "uniform")
-CHAIN_ROWS = 4096
-"""The most rows a chained draw is rolled over (the key picks the shift): its index is that
-many integers, however large the input."""
-CHAIN_ELEMENTWISE = 1 << 22
-"""An input of at most this many elements whose size has no divisor of at least
-CHAIN_MIN_ROWS below CHAIN_ROWS is rolled element by element instead."""
-CHAIN_MIN_ROWS = 256
+MANTISSA_BITS = 23
+"""A float32's mantissa: the random bits a chained draw on a GPU keys (draw_keyed_into)."""
+ONE_BITS = 0x3F800000
+"""1.0's float32 bits: ORed (here XORed into bits below 2^23) into a mantissa, [1, 2)."""
 
 
 def _seed(nonce: int, step: int, copy: int, name: str, key: int | None = None) -> int:
@@ -97,9 +95,9 @@ def _seed(nonce: int, step: int, copy: int, name: str, key: int | None = None) -
 
 def keyed_on_host(device: torch.device) -> bool:
     """Whether a chained step's draw on `device` is seeded with the key itself (the CPU, where
-    the key is a host value once computed) rather than rolled by it (a GPU, where reading the
-    key would wait for the device). A seeded draw is a new draw; a rolled one is the nonce's
-    draw moved, which a solution could compute ahead and move itself (module docstring)."""
+    the key is a host value once computed) rather than keyed on the device (a GPU, where
+    reading the key would wait for the step before: draw_keyed_into). Both give new values;
+    seeding costs the CPU nothing beyond the draw, where the device's keying costs six kernels."""
     return device.type != "cuda"
 
 
@@ -152,20 +150,55 @@ class FreshInput:
         step: int,
         copy: int,
         key: torch.Tensor,
-        unrolled: torch.Tensor | None = None,
+        bits: torch.Tensor | None = None,
     ) -> torch.Tensor | None:
         """`target` (this input's shape, any layout or dtype) = a chained step's draw, with
         `key` (chain_key of the previous step's outputs, on the target's device): seeded with
-        it where keyed_on_host, else the nonce's draw, made in `unrolled` (allocated here when
-        None), rolled by it. Returns `unrolled` for the next step (None where seeded)."""
+        it where keyed_on_host, else keyed on the device (draw_keyed_into, its working
+        `bits` allocated here when None). Returns `bits` for the next step (None where
+        seeded)."""
         if keyed_on_host(target.device):
             self.fill(target, nonce, step, copy, int(key))
             return None
-        if unrolled is None:
-            unrolled = torch.empty(self.shape, dtype=self.dtype, device=target.device)
-        self.draw_into(unrolled, nonce, step, copy)
-        roll_into(unrolled, key, target)
-        return unrolled
+        return self.draw_keyed_into(target, nonce, step, copy, key, bits)
+
+    def draw_keyed_into(
+        self,
+        target: torch.Tensor,
+        nonce: int,
+        step: int,
+        copy: int,
+        key: torch.Tensor,
+        bits: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """`target` = a draw of this input's rule whose values depend on `key`, a tensor
+        read on its own device and never by the host (the host would wait for the step before).
+        The nonce's draw gives every element 23 random mantissa bits; the key's low 23 bits
+        are XORed into all of them (a bijection of the grid, so each element stays uniform on
+        it), and the result is mapped to the rule (the normal's inverse CDF, or the uniform's
+        range). Every value is new: an answer computed ahead on the nonce's draw is no answer
+        to this one, whatever the kernel (a roll, which only moved the draw's rows, left
+        answers that move with their input open). Six kernels, one working buffer of int32
+        (`bits`, returned for the next step)."""
+        if bits is None:
+            bits = torch.empty(self.shape, dtype=torch.int32, device=target.device)
+        generator = _generator(str(target.device))
+        generator.manual_seed(_seed(nonce, step, copy, self.name))
+        bits.random_(0, 1 << MANTISSA_BITS, generator=generator)
+        bits.bitwise_xor_(torch.bitwise_and(key, (1 << MANTISSA_BITS) - 1).add_(ONE_BITS))
+        value = bits.view(torch.float32)  # in [1, 2), every mantissa as likely
+        init = dict(self.init or {"dist": "normal"})
+        if init.get("dist") == "uniform":
+            low, high = float(init.get("low", 0.0)), float(init.get("high", 1.0))
+            torch.add(value.mul_(high - low), low - (high - low), out=target)
+            return bits
+        value.sub_(1.0 - 2.0**-24)  # (0, 1), exactly: never the inverse CDF's 0 or 1
+        mean, std = float(init.get("mean", 0.0)), float(init.get("std", 1.0))
+        if (mean, std) == (0.0, 1.0):
+            torch.special.ndtri(value, out=target)
+        else:
+            torch.add(torch.special.ndtri(value, out=value).mul_(std), mean, out=target)
+        return bits
 
     def draw_into(
         self, target: torch.Tensor, nonce: int, step: int, copy: int, key: int | None = None
@@ -212,17 +245,6 @@ def fresh_input(definition: Mapping[str, Any], workload: Mapping[str, Any]) -> F
     return None
 
 
-@functools.lru_cache(maxsize=64)
-def chain_rows(numel: int) -> int:
-    """The rows a chained draw of `numel` elements is rolled over: the largest divisor of
-    `numel` up to CHAIN_ROWS, or every element where that leaves too few shifts to guess from
-    (and the input is small enough for an index per element)."""
-    rows = next(r for r in range(min(numel, CHAIN_ROWS), 0, -1) if numel % r == 0)
-    if rows < CHAIN_MIN_ROWS and numel <= CHAIN_ELEMENTWISE:
-        return numel
-    return rows
-
-
 def chain_key(outputs: list[Any]) -> torch.Tensor | None:
     """An integer from every bit of a call's outputs, as a tensor on their device: computed
     there, so that taking it waits for nothing. Every word counts: a key taken from a sample
@@ -247,24 +269,6 @@ def chain_key(outputs: list[Any]) -> torch.Tensor | None:
         for part in parts:
             total = part if total is None else total + part
     return total
-
-
-@functools.lru_cache(maxsize=64)
-def _row_numbers(n: int, device: str) -> torch.Tensor:
-    """0..n-1 on `device`, made once (a roll adds its key to them before every timed call)."""
-    return torch.arange(n, dtype=torch.int64, device=device)
-
-
-def roll_into(drawn: torch.Tensor, key: torch.Tensor, target: torch.Tensor) -> None:
-    """`target` = `drawn` with its rows (chain_rows) rolled by `key`: every element still a
-    draw of the same rule, at a place no one knows before the previous call's outputs exist."""
-    rows = chain_rows(drawn.numel())
-    index = torch.remainder(_row_numbers(rows, str(drawn.device)) + key, rows)
-    source = drawn.reshape(rows, -1)
-    if target.is_contiguous() and target.dtype == drawn.dtype:
-        torch.index_select(source, 0, index, out=target.view(rows, -1))
-    else:  # copied in, in the target's own layout and dtype
-        target.copy_(source.index_select(0, index).view(drawn.shape))
 
 
 def poison_value(dtype: torch.dtype, variant: int = 0) -> float | int | bool:
@@ -642,7 +646,7 @@ def calibrate(
 ) -> float:
     """The honest cost, per step, of what a window holds besides the timed calls, measured by
     the judge itself: the L2 flush, the fresh draws (chained: with the key taken from a call's
-    `chained_bytes` of outputs, seeded or rolled by it) and the copy of a returned output.
+    `chained_bytes` of outputs, seeded or keyed by it) and the copy of a returned output.
     `known` keeps each measurement for the job (one flush size per device, a workload's draw in
     each of its modes): the judge measures each once, not in every mode's set-up."""
     known = {} if known is None else known
@@ -677,12 +681,12 @@ def _draw_ms(fresh: FreshInput, device: torch.device, chained_bytes: int | None 
     if chained_bytes is None:
         return _median_ms(lambda: fresh.draw_into(target, 1, 0, 0), device, 3) * ALLOWANCE_SLACK
     before = [torch.zeros(max(chained_bytes, 4), dtype=torch.uint8, device=device)]
-    unrolled: list[torch.Tensor | None] = [None]
+    bits: list[torch.Tensor | None] = [None]
 
     def draw_chained() -> None:
         key = chain_key(before)
         assert key is not None
-        unrolled[0] = fresh.draw_chained_into(target, 1, 0, 0, key, unrolled[0])
+        bits[0] = fresh.draw_chained_into(target, 1, 0, 0, key, bits[0])
 
     return _median_ms(draw_chained, device, 3) * ALLOWANCE_SLACK
 
