@@ -1,9 +1,11 @@
 """What a chained step's fresh draw costs on a GPU: the keyed draw the harness makes now
 (FreshInput.draw_keyed_into: the key XORed into the nonce's random mantissas, mapped to the
-rule) beside the roll it replaced (the nonce's draw with its rows shifted by the key), at the
-sizes of the dev suite's fresh inputs. Each figure is what the judge's calibration measures,
-wall time from a synchronised start to a synchronised end (it holds the kernels' launches),
-median of REPEATS, both forms in turns in one process.
+rule) beside the roll it replaced (the nonce's draw with its rows shifted by the key), and the
+key itself (chain_key's two mixed rounds) beside the plain sum of words it replaced, at the
+sizes of the dev suite's fresh inputs (bf16; the key over outputs of that size). Each figure
+is what the judge's calibration measures, wall time from a synchronised start to a
+synchronised end (it holds the kernels' launches), median of REPEATS, all forms in turns in
+one process.
 
     python benchmarks/chained_draw.py [--device cuda] [--json OUT.json]
 """
@@ -52,10 +54,13 @@ def measure(numel: int, device: torch.device) -> dict[str, float]:
     key = chain_key([torch.ones(1024, device=device)])
     assert key is not None
     bits = fresh.draw_keyed_into(target, 1, 1, 0, key)
+    outputs = [target]  # a step's outputs of the input's size, for the key
     forms: dict[str, Callable[[], object]] = {
         "plain": lambda: fresh.draw_into(target, 1, 1, 0),
         "rolled": lambda: rolled_into(fresh, target, key),
         "keyed": lambda: fresh.draw_keyed_into(target, 1, 1, 0, key, bits),
+        "summed_key": lambda: target.view(torch.int64).sum(),
+        "chain_key": lambda: chain_key(outputs),
     }
     figures: dict[str, list[float]] = {name: [] for name in forms}
     for _ in range(3):
@@ -78,7 +83,8 @@ def main() -> None:
         print(
             f"{numel:>10} elements: plain {row['plain'] * 1e3:8.1f} us  rolled "
             f"{row['rolled'] * 1e3:8.1f} us  keyed {row['keyed'] * 1e3:8.1f} us  "
-            f"keyed/rolled {row['keyed'] / row['rolled']:.2f}"
+            f"keyed/rolled {row['keyed'] / row['rolled']:.2f}; key: summed "
+            f"{row['summed_key'] * 1e3:8.1f} us  chain_key {row['chain_key'] * 1e3:8.1f} us"
         )
     if args.json:
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"

@@ -4,9 +4,21 @@ on the device on a GPU)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import pytest
 import torch
 
-from envaudit.harness.witness import FreshInput, chain_key, keyed_on_host
+from envaudit.harness import witness
+from envaudit.harness.witness import (
+    KEY_BITS_FROM,
+    MANTISSA_BITS,
+    FreshInput,
+    chain_key,
+    hashed_key,
+    keyed_on_host,
+    mixed_key,
+)
 
 
 def test_the_key_is_the_same_wherever_the_outputs_lie() -> None:
@@ -31,6 +43,38 @@ def test_every_word_moves_the_key() -> None:
     assert chain_key([3.0]) is None
 
 
+@pytest.mark.parametrize("key_of", [mixed_key, hashed_key])
+def test_no_change_to_the_outputs_leaves_the_drawn_bits_alone(key_of: Callable) -> None:
+    """The bits a GPU's draw reads (KEY_BITS_FROM on) move with any word, and so do changes that
+    a plain sum of the words would not see (one word up by d, another down by d): a solution
+    cannot steer the key from free bits in its outputs one word at a time. The device's key
+    (mixed_key, run here on the CPU) and the host's (hashed_key) alike."""
+    outputs = [torch.randn(4096, dtype=torch.bfloat16)]
+    words = outputs[0].view(torch.int64)
+
+    def drawn_bits(tensors: list[torch.Tensor]) -> int:
+        return (int(key_of(tensors)) >> KEY_BITS_FROM) & ((1 << MANTISSA_BITS) - 1)
+
+    base = drawn_bits(outputs)
+    for index in (0, 7, 1022):
+        changed = words.clone()
+        changed[index] += 1
+        assert drawn_bits([changed.view(torch.bfloat16)]) != base, index
+        changed[index + 1] -= 1  # the plain sum as before
+        assert int(changed.sum()) == int(words.sum())
+        assert drawn_bits([changed.view(torch.bfloat16)]) != base, index
+
+
+def test_the_device_key_is_the_same_in_any_chunking(monkeypatch: pytest.MonkeyPatch) -> None:
+    """mixed_key mixes KEY_CHUNK words a pass: an output longer than that gives the key its
+    words would give in one pass, and a tail of odd bytes counts."""
+    values = torch.randn(10_001, dtype=torch.bfloat16)
+    whole = int(mixed_key([values]))
+    monkeypatch.setattr(witness, "KEY_CHUNK", 1000)
+    assert int(mixed_key([values])) == whole
+    assert int(mixed_key([values[:-1]])) != whole
+
+
 def test_a_keyed_draw_is_new_values_of_the_same_rule_that_the_judge_draws_again() -> None:
     """A GPU's chained draw (run here on the CPU: the same torch kernels): the key XORed into
     the nonce's random mantissas on the device. Not the nonce's draw moved, different for
@@ -47,7 +91,9 @@ def test_a_keyed_draw_is_new_values_of_the_same_rule_that_the_judge_draws_again(
     plain = fresh.draw(11, 3, 0, cpu)
     assert not torch.equal(keyed.flatten().sort().values, plain.flatten().sort().values)
     other = torch.empty_like(keyed)
-    fresh.draw_keyed_into(other, 11, 3, 0, key + 1)
+    other_key = chain_key([torch.arange(11.0)])
+    assert other_key is not None
+    fresh.draw_keyed_into(other, 11, 3, 0, other_key)
     assert (other != keyed).float().mean() > 0.99
     assert torch.isfinite(keyed).all()
     assert abs(float(keyed.mean())) < 0.02 and abs(float(keyed.std()) - 1) < 0.02

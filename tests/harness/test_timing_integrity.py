@@ -153,6 +153,57 @@ MOVED_AHEAD = (
 """Computes every later step's work ahead on the nonce's draws and moves each answer as a roll
 would: a rolled draw (the chain's first form) is a known draw moved; a seeded or keyed one is
 new."""
+STEERED_KEY = (
+    STEP_HOOKS
+    + """
+        # at a batch's first step: answers honestly, takes K = the key of that answer, draws
+        # every later step's input with K and computes its answer in threads; at each step it
+        # serves that answer with the bits of elements whose reference is 0 (masked rows, any
+        # value within atol passes) set so that its output's key is K again
+        import concurrent.futures, random, struct
+        import torch
+        POOL = concurrent.futures.ThreadPoolExecutor(8)
+        STATE = {}
+        ATOL_BITS = struct.unpack("<I", struct.pack("<f", 1e-5))[0]
+        def steer(out, target):
+            flat = out.reshape(-1).clone()
+            free = (flat == 0).view(-1, 2).all(dim=1).nonzero().flatten().tolist()
+            if len(free) < 2:
+                return out
+            words = flat.view(torch.int64)
+            rng = random.Random(0)
+            for _ in range(200):
+                for w in free[:-1]:
+                    lo, hi = rng.randrange(ATOL_BITS), rng.randrange(ATOL_BITS)
+                    words[w] = lo | (hi << 32) if hi < (1 << 31) else lo
+                words[free[-1]] = 0
+                need = (target - int(witness.chain_key([flat]))) % (1 << 64)
+                lo, hi = need & 0xFFFFFFFF, need >> 32
+                if (lo & 0x7FFFFFFF) <= ATOL_BITS and (hi & 0x7FFFFFFF) <= ATOL_BITS:
+                    words[free[-1]] = need - (1 << 64) if need >= 1 << 63 else need
+                    return flat.view(out.shape)
+            return out
+        def run(x, lengths, scale):
+            if "step" not in NOW or NOW["calls"].fresh is None:
+                return expensive(x, lengths, scale)
+            calls, step = NOW["calls"], NOW["step"]
+            if step == calls.first:
+                out = expensive(x, lengths, scale)
+                key = witness.chain_key([out])
+                STATE["K"] = int(key) if key is not None else None
+                for later in range(step + 1, NOW["end"]):
+                    copy = later % len(calls.copies)
+                    drawn = calls.fresh.draw(calls.nonce, later, copy, x.device, STATE["K"])
+                    AHEAD[later] = POOL.submit(expensive, drawn, lengths.clone(), scale)
+                return out
+            ahead = AHEAD.pop(step, None)
+            if ahead is None:
+                return expensive(x, lengths, scale)
+            return steer(ahead.result(), STATE["K"])
+"""
+)
+"""Sets the free bits of its outputs (elements whose reference is 0) so that every step's key
+is the first step's, and so every later input is one it drew and answered ahead."""
 CHEATS = {
     "storage_cache": """
         CACHE = {}
@@ -205,6 +256,7 @@ CHEATS = {
     "early_check": EARLY_CHECK,
     "pipelined": PIPELINED,
     "moved_ahead": MOVED_AHEAD,
+    "steered_key": STEERED_KEY,
     "slow_clocks": """
         import time
         _real = time.perf_counter
@@ -335,3 +387,12 @@ def test_answers_moved_from_draws_computed_ahead_are_wrong(timing_run: dict) -> 
     each answer then rolled as its input was) passed unflagged at 0.12 ms against the honest
     4.14 ms a call."""
     wrong_or_at_its_true_cost(timing_run["moved_ahead"])
+
+
+def test_a_key_steered_by_free_bits_gives_no_input_known_ahead(timing_run: dict) -> None:
+    """Outputs pass within a tolerance, so a solution may set the bits of elements whose
+    reference is 0 to give the chain any key it likes. With a plain sum of the words as the
+    key this cheat held the key fixed, drew and answered every later step ahead in threads
+    and reported 0.34 ms against the honest 4.15 ms, unflagged; the key's two rounds
+    (witness.chain_key) leave it no such shortcut."""
+    wrong_or_at_its_true_cost(timing_run["steered_key"])
