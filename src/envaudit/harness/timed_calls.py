@@ -173,12 +173,17 @@ class JudgedCalls(Window):
 
     def setup(self) -> None:
         """Tell the judge how the calls are laid out and where their outputs are. One fresh
-        draw is made first, outside any window: its first use loads the generator's kernels
+        draw, and in eager mode one chained step's key and draw, are made first, outside any
+        window: their first use loads their kernels
         (CUDA loads modules lazily, ~15 ms on the H100), a one-time cost that would otherwise
         land in the first batch and, in a short measurement, look like a slowed clock."""
         began = time.perf_counter()
         if self.fresh is not None:
-            self.fresh.fill(self.copies[0][self.fresh.name], 0, 0, 0)
+            target = self.copies[0][self.fresh.name]
+            self.fresh.fill(target, 0, 0, 0)
+            key = None if self.slots is None else chain_key(self.slots.outputs(0))
+            if key is not None:  # a chained step's key and draw: kernels of their own
+                self._bits = self.fresh.draw_chained_into(target, 0, 0, 0, key, self._bits)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
         if self.mode == "graph":
