@@ -48,7 +48,7 @@ import re
 import secrets
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,7 +87,7 @@ KEY_BITS_FROM = 40
 """Where in the key those 23 bits start: its high bits, which every bit of every word moves
 (a product carries low bits up, never down)."""
 ONE_BITS = 0x3F800000
-"""1.0's float32 bits: ORed (here XORed into bits below 2^23) into a mantissa, [1, 2)."""
+"""1.0's float32 bits: with any 23 mantissa bits below them, a float in [1, 2)."""
 
 
 def _seed(nonce: int, step: int, copy: int, name: str, key: int | None = None) -> int:
@@ -187,9 +187,9 @@ class FreshInput:
             bits = torch.empty(self.shape, dtype=torch.int32, device=target.device)
         generator = _generator(str(target.device))
         generator.manual_seed(_seed(nonce, step, copy, self.name))
-        bits.random_(0, 1 << MANTISSA_BITS, generator=generator)
+        bits.random_(ONE_BITS, ONE_BITS + (1 << MANTISSA_BITS), generator=generator)
         mask = torch.bitwise_right_shift(key, KEY_BITS_FROM).bitwise_and_((1 << MANTISSA_BITS) - 1)
-        bits.bitwise_xor_(mask.add_(ONE_BITS))
+        bits.bitwise_xor_(mask)
         value = bits.view(torch.float32)  # in [1, 2), every mantissa as likely
         init = dict(self.init or {"dist": "normal"})
         if init.get("dist") == "uniform":
@@ -283,15 +283,27 @@ def hashed_key(tensors: list[torch.Tensor]) -> torch.Tensor:
 
 
 def mixed_key(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """chain_key on a device: the two rounds of mixed sums, on the tensors' device."""
-    words = [w for tensor in tensors for w in _words(tensor)]
-    return _mixed_sum(words, _mixed_sum(words, None))
+    """chain_key on a device: the two rounds of mixed sums (_mix_into), on the tensors' device.
+    Lean on purpose: on a GPU this runs before every judged eager step, and its host time
+    (launches and Python, not the kernels) is what it costs."""
+    chunks = [
+        words[start : start + KEY_CHUNK]
+        for tensor in tensors
+        for words in _words(tensor)
+        for start in range(0, words.numel(), KEY_CHUNK)
+    ]
+    buffers = [_key_buffers(chunk.numel(), chunk.device) for chunk in chunks]
+    if len(chunks) == 1:  # most steps: one output of fewer than KEY_CHUNK words
+        return _mix_into(chunks[0], _mix_into(chunks[0], None, *buffers[0]), *buffers[0])
+    first = _sum_of_parts(_mix_into(c, None, *b) for c, b in zip(chunks, buffers, strict=True))
+    return _sum_of_parts(_mix_into(c, first, *b) for c, b in zip(chunks, buffers, strict=True))
 
 
 KEY_MIX = -0x40A7B892E31B1A47
 """An odd 64-bit multiplier (2^64 less 0xBF58476D1CE4E5B9, as a signed word)."""
 KEY_CHUNK = 1 << 24
-"""The most 64-bit words chain_key mixes in one pass (its two kept buffers: 128 MB each)."""
+"""The most 64-bit words chain_key mixes in one pass (its two kept buffers: 128 MB each at
+most, one pair per size of output it has seen)."""
 
 
 def _words(output: torch.Tensor) -> list[torch.Tensor]:
@@ -299,6 +311,10 @@ def _words(output: torch.Tensor) -> list[torch.Tensor]:
     aligned, so a slot at any offset gives the judge's copy's key), the tail in one more."""
     if output.numel() == 0:
         return []
+    size = output.element_size()
+    if output.is_contiguous() and output.numel() * size % 8 == 0 and output.data_ptr() % 8 == 0:
+        flat = output.detach().view(-1)
+        return [flat.view(torch.int64) if size <= 8 else flat.view(torch.uint8).view(torch.int64)]
     raw = output.detach().reshape(-1).view(torch.uint8)
     whole = raw.numel() // 8 * 8
     words = []
@@ -312,32 +328,34 @@ def _words(output: torch.Tensor) -> list[torch.Tensor]:
     return words
 
 
-@functools.lru_cache(maxsize=8)
-def _key_buffers(words: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+@functools.lru_cache(maxsize=16)
+def _key_buffers(words: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Kept, not made before every step: a temporary the outputs' size made between two calls
     slowed the next call's own allocation (GDN decode, 1 MB of outputs: 1.21x its figure)."""
-    return tuple(torch.empty(words, dtype=torch.int64, device=device) for _ in range(2))  # type: ignore[return-value]
+    return (
+        torch.empty(words, dtype=torch.int64, device=device),
+        torch.empty(words, dtype=torch.int64, device=device),
+    )
 
 
-def _mixed_sum(words: list[torch.Tensor], salt: torch.Tensor | None) -> torch.Tensor:
-    """The wrapping sum over all `words` of m(w ^ salt), m(v) = u ^ (u >> 32) with u = v *
-    KEY_MIX (the shift arithmetic): a mix of 64-bit words that is no polynomial in v's bits,
-    so the sum for another salt cannot be had from counts of the words' bits; it must be
-    taken again over every word. Four or five kernels a chunk of KEY_CHUNK words, in the kept
-    buffers."""
+def _mix_into(
+    words: torch.Tensor, salt: torch.Tensor | None, mixed: torch.Tensor, shifted: torch.Tensor
+) -> torch.Tensor:
+    """The wrapping sum over `words` of m(w ^ salt), m(v) = u ^ (u >> 32) with u = v * KEY_MIX
+    (the shift arithmetic): a mix of 64-bit words that is no polynomial in v's bits, so the
+    sum for another salt cannot be had from counts of the words' bits; it must be taken again
+    over every word. Four or five kernels, in the kept buffers `mixed` and `shifted`."""
+    if salt is None:
+        torch.mul(words, KEY_MIX, out=mixed)
+    else:
+        torch.bitwise_xor(words, salt, out=mixed).mul_(KEY_MIX)
+    return mixed.bitwise_xor_(torch.bitwise_right_shift(mixed, 32, out=shifted)).sum()
+
+
+def _sum_of_parts(parts: Iterable[torch.Tensor]) -> torch.Tensor:
     total: torch.Tensor | None = None
-    for tensor in words:
-        for start in range(0, tensor.numel(), KEY_CHUNK):
-            chunk = tensor[start : start + KEY_CHUNK]
-            buffers = _key_buffers(min(tensor.numel(), KEY_CHUNK), str(tensor.device))
-            mixed, shifted = (b[: chunk.numel()] for b in buffers)
-            if salt is None:
-                torch.mul(chunk, KEY_MIX, out=mixed)
-            else:
-                torch.bitwise_xor(chunk, salt, out=mixed).mul_(KEY_MIX)
-            mixed.bitwise_xor_(torch.bitwise_right_shift(mixed, 32, out=shifted))
-            part = mixed.sum()
-            total = part if total is None else total.add_(part)
+    for part in parts:
+        total = part if total is None else total.add_(part)
     assert total is not None
     return total
 
