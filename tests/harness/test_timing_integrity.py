@@ -204,6 +204,32 @@ STEERED_KEY = (
 )
 """Sets the free bits of its outputs (elements whose reference is 0) so that every step's key
 is the first step's, and so every later input is one it drew and answered ahead."""
+FORGED_KEY = (
+    STEP_HOOKS
+    + """
+        # its own harness takes a fixed key for every chained step (chain_key patched where
+        # the harness calls it), so every later input is one it drew and answered ahead
+        import concurrent.futures
+        import torch
+        from envaudit.harness import timed_calls
+        FIXED = 12345
+        timed_calls.chain_key = lambda outputs: torch.tensor(FIXED)
+        POOL = concurrent.futures.ThreadPoolExecutor(8)
+        def run(x, lengths, scale):
+            if "step" not in NOW or NOW["calls"].fresh is None:
+                return expensive(x, lengths, scale)
+            calls, step = NOW["calls"], NOW["step"]
+            if step == calls.first:
+                for later in range(step + 1, NOW["end"]):
+                    copy = later % len(calls.copies)
+                    drawn = calls.fresh.draw(calls.nonce, later, copy, x.device, FIXED)
+                    AHEAD[later] = POOL.submit(expensive, drawn, lengths.clone(), scale)
+                return expensive(x, lengths, scale)
+            ahead = AHEAD.pop(step, None)
+            return ahead.result() if ahead is not None else expensive(x, lengths, scale)
+        """
+)
+"""Patches the key its own harness takes: the judge takes the key itself, from the slot."""
 CHEATS = {
     "storage_cache": """
         CACHE = {}
@@ -257,6 +283,7 @@ CHEATS = {
     "pipelined": PIPELINED,
     "moved_ahead": MOVED_AHEAD,
     "steered_key": STEERED_KEY,
+    "forged_key": FORGED_KEY,
     "slow_clocks": """
         import time
         _real = time.perf_counter
@@ -396,3 +423,14 @@ def test_a_key_steered_by_free_bits_gives_no_input_known_ahead(timing_run: dict)
     and reported 0.34 ms against the honest 4.15 ms, unflagged; the key's two rounds
     (witness.chain_key) leave it no such shortcut."""
     wrong_or_at_its_true_cost(timing_run["steered_key"])
+
+
+def test_a_key_forged_in_the_solution_s_process_gives_the_judge_another_input(
+    timing_run: dict,
+) -> None:
+    """The solution's harness takes a fixed key (its chain_key patched), so its inputs were
+    known ahead; the judge takes the key from the previous slot itself, draws the input the
+    chain says, and the answer to the forged one is wrong."""
+    line = timing_run["forged_key"]
+    assert line["status"] == "INCORRECT_NUMERICAL", (line["status"], line["message"])
+    assert "a timed call (eager)" in line["message"], line["message"]
