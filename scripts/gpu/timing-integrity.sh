@@ -4,7 +4,9 @@
 # fail or pass flagged beside an honest solution that passes unflagged; then the shipped
 # solutions' dev suites (host runtime, graph timing) must pass with no timing flag.
 #   scripts/gpu/timing-integrity.sh OUT BUDGET_S [SOLUTION...]    (carry scratch/gpu-wheels)
-# CHEATS=0 skips the cheat tests (a second call over more solutions).
+# CHEATS=0 skips the cheat tests (a second call over more solutions). Everything OUT holds but
+# the worker logs is also packed into OUT.tgz: the device tool brings back at most 8 files a
+# call, so point OUT outside $OUT and copy OUT.tgz there.
 set -u
 out=$1 budget=$2
 shift 2
@@ -35,3 +37,4 @@ for raw in open(sys.argv[1]):
             print(f'  {line["solution"][:40]:40} {mode:5} window {judge["window_ms"]:9.2f} reported {judge["reported_ms"]:9.2f} allowance {judge["allowance_ms"]:8.2f} checked {judge["checked_calls"]}')
 print("passed", passed, "flagged", flagged)
 PY
+tar czf "$out.tgz" -C "$out" --exclude='*.logs.tgz' .
