@@ -263,7 +263,7 @@ def chain_key(outputs: list[Any]) -> torch.Tensor | None:
     honest 4.15 ms, PASSED, unflagged. So on the CPU the key is SHA-256 of the outputs' bytes
     (the host reads it anyway, to seed the draw), and on a GPU two rounds of sums on the
     device: `first`, of each word mixed alone, then the key, of each word XORed with `first`
-    and mixed again (_mixed_sum). A change to any word changes `first` and with it every term
+    and mixed again (mixed_key). A change to any word changes `first` and with it every term
     of the second sum, so each candidate setting of free bits costs a pass over all the
     outputs, and a GPU's draw reads 23 of the key's bits (2^23 passes to steer it)."""
     tensors = [o.detach() for o in outputs if isinstance(o, torch.Tensor) and o.numel()]
