@@ -21,15 +21,22 @@ from envaudit.harness.witness import (
 )
 
 
-def test_the_key_is_the_same_wherever_the_outputs_lie() -> None:
+@pytest.mark.parametrize("key_of", [mixed_key, hashed_key])
+@pytest.mark.parametrize("numel", [3001, 3004])  # a tail past the last whole word, and none
+def test_the_key_is_the_same_wherever_the_outputs_lie(key_of: Callable, numel: int) -> None:
     """The solution's process takes it from a slot at any byte offset; the judge from its own
-    copy of that slot: an odd offset must not change it."""
-    values = torch.randn(3001, dtype=torch.bfloat16)
+    copy of that slot: an odd offset must not change it (mixed_key reads aligned words in
+    place and copies misaligned ones)."""
+    values = torch.randn(numel, dtype=torch.bfloat16)
     for offset in range(1, 9):
-        backing = torch.zeros(3001 + offset, dtype=torch.bfloat16)
+        backing = torch.zeros(numel + offset, dtype=torch.bfloat16)
         slot = backing[offset:]
         slot.copy_(values)
-        assert int(chain_key([slot])) == int(chain_key([slot.clone()])) == int(chain_key([values]))
+        assert int(key_of([slot])) == int(key_of([slot.clone()])) == int(key_of([values]))
+    strided = torch.zeros(numel, 2, dtype=torch.bfloat16)[:, 0]
+    strided.copy_(values)
+    assert int(key_of([strided])) == int(key_of([values]))
+    assert int(chain_key([values])) == int(hashed_key([values]))  # the CPU's key is hashed
 
 
 def test_every_word_moves_the_key() -> None:

@@ -278,7 +278,7 @@ def hashed_key(tensors: list[torch.Tensor]) -> torch.Tensor:
     """chain_key on the host: the first 8 bytes of SHA-256 over the tensors' bytes."""
     digest = hashlib.sha256()
     for tensor in tensors:
-        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().data)
+        digest.update(tensor.contiguous().view(-1).view(torch.uint8).numpy().data)
     return torch.tensor(int.from_bytes(digest.digest()[:8], "little", signed=True))
 
 
@@ -315,7 +315,7 @@ def _words(output: torch.Tensor) -> list[torch.Tensor]:
     if output.is_contiguous() and output.numel() * size % 8 == 0 and output.data_ptr() % 8 == 0:
         flat = output.detach().view(-1)
         return [flat.view(torch.int64) if size <= 8 else flat.view(torch.uint8).view(torch.int64)]
-    raw = output.detach().reshape(-1).view(torch.uint8)
+    raw = output.detach().contiguous().view(-1).view(torch.uint8)
     whole = raw.numel() // 8 * 8
     words = []
     if whole:
