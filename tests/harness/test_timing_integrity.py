@@ -398,6 +398,20 @@ def wrong_or_at_its_true_cost(line: dict) -> None:
         assert line["status"] == "INCORRECT_NUMERICAL", (line["status"], line["message"])
 
 
+def wrong_unless_checked_where_honest(line: dict, mode: str = "eager") -> None:
+    """For a cheat that answers each batch's first step honestly (its input is the nonce's
+    draw, which needs no shortcut) and every later step from work done ahead: it fails its
+    numerics, unless the judge's one check (a reservoir pick over every timed call) landed on
+    a batch's first step, a chance of one in the batch's length; then it passes, and the
+    judge's record says where it looked."""
+    if line["status"] == "PASSED":
+        judge = line["timing"][mode]["judge"]
+        assert judge["picked"] and all(slot == 0 for _, slot in judge["picked"]), judge
+    else:
+        assert line["status"] == "INCORRECT_NUMERICAL", (line["status"], line["message"])
+        assert f"a timed call ({mode})" in line["message"], line["message"]
+
+
 def test_answers_computed_ahead_cost_their_true_time(timing_run: dict) -> None:
     """A step's fresh input depends on the previous step's outputs (witness.chain_key), so
     a solution cannot compute later steps' answers in parallel with earlier ones: what it can
@@ -413,7 +427,7 @@ def test_answers_moved_from_draws_computed_ahead_are_wrong(timing_run: dict) -> 
     rolled those draws, this cheat (the work of every later step computed at the batch's start,
     each answer then rolled as its input was) passed unflagged at 0.12 ms against the honest
     4.14 ms a call."""
-    wrong_or_at_its_true_cost(timing_run["moved_ahead"])
+    wrong_unless_checked_where_honest(timing_run["moved_ahead"])
 
 
 def test_a_key_steered_by_free_bits_gives_no_input_known_ahead(timing_run: dict) -> None:
@@ -422,7 +436,7 @@ def test_a_key_steered_by_free_bits_gives_no_input_known_ahead(timing_run: dict)
     key this cheat held the key fixed, drew and answered every later step ahead in threads
     and reported 0.34 ms against the honest 4.15 ms, unflagged; the key's two rounds
     (witness.chain_key) leave it no such shortcut."""
-    wrong_or_at_its_true_cost(timing_run["steered_key"])
+    wrong_unless_checked_where_honest(timing_run["steered_key"])
 
 
 def test_a_key_forged_in_the_solution_s_process_gives_the_judge_another_input(
@@ -431,6 +445,4 @@ def test_a_key_forged_in_the_solution_s_process_gives_the_judge_another_input(
     """The solution's harness takes a fixed key (its chain_key patched), so its inputs were
     known ahead; the judge takes the key from the previous slot itself, draws the input the
     chain says, and the answer to the forged one is wrong."""
-    line = timing_run["forged_key"]
-    assert line["status"] == "INCORRECT_NUMERICAL", (line["status"], line["message"])
-    assert "a timed call (eager)" in line["message"], line["message"]
+    wrong_unless_checked_where_honest(timing_run["forged_key"])

@@ -701,6 +701,8 @@ class ModeWitness:
             if self.judged
             else len([p for p in self.picked if p.outputs is not None]),
             "timed_calls": self.seen,
+            # Where the checks looked: (batch, position in the batch) of each picked call.
+            "picked": [[item.batch, item.slot] for item in self.picked],
         }
         if self.waited_ms:
             record["waited_ms"] = round(waited, 6)
