@@ -202,16 +202,24 @@ def test_the_honest_solution_passes_unflagged_on_the_gpu(gpu_timing_run: dict) -
 
 
 @pytest.mark.parametrize(
-    "name", [n for n in CHEATS if n not in ("storage_cache", "pipelined", "moved_ahead")]
+    "name",
+    [n for n in CHEATS if n not in ("storage_cache", "pipelined", "moved_ahead", "side_stream")],
 )
 def test_no_cheat_passes_unflagged_on_the_gpu(gpu_timing_run: dict, name: str) -> None:
     line = gpu_timing_run[name]
     flags = (line.get("timing") or {}).get("flags") or []
-    if line["status"] == "PASSED" and not flags and name == "side_stream":
-        # the work on the side stream ran inside the timed region after all: its true cost
-        assert line["timing"]["eager"]["median_ms"] >= 0.1, line["timing"]["eager"]
-        return
     assert line["status"] != "PASSED" or flags, (line["status"], line.get("timing"))
+
+
+def test_work_left_on_a_side_stream_fails_is_flagged_or_costs_its_time(
+    gpu_timing_run: dict,
+) -> None:
+    """Unflagged, it passes only where the side stream's work ran inside the timed region after
+    all (an H100 read 0.257 ms a call for 0.1 ms of work): its true cost."""
+    line = gpu_timing_run["side_stream"]
+    flags = (line.get("timing") or {}).get("flags") or []
+    if line["status"] == "PASSED" and not flags:
+        assert line["timing"]["eager"]["median_ms"] >= 0.1, line["timing"]["eager"]
 
 
 def test_a_storage_keyed_cache_never_hits_on_the_gpu(gpu_timing_run: dict) -> None:

@@ -48,7 +48,7 @@ import re
 import secrets
 import statistics
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -283,7 +283,7 @@ def hashed_key(tensors: list[torch.Tensor]) -> torch.Tensor:
 
 
 def mixed_key(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """chain_key on a device: the two rounds of mixed sums (_mix_into), on the tensors' device.
+    """chain_key on a device: the two rounds of mixed sums (_mixed_sum), on the tensors' device.
     Lean on purpose: on a GPU this runs before every judged eager step, and its host time
     (launches and Python, not the kernels) is what it costs."""
     chunks = [
@@ -293,10 +293,7 @@ def mixed_key(tensors: list[torch.Tensor]) -> torch.Tensor:
         for start in range(0, words.numel(), KEY_CHUNK)
     ]
     buffers = [_key_buffers(chunk.numel(), chunk.device) for chunk in chunks]
-    if len(chunks) == 1:  # most steps: one output of fewer than KEY_CHUNK words
-        return _mix_into(chunks[0], _mix_into(chunks[0], None, *buffers[0]), *buffers[0])
-    first = _sum_of_parts(_mix_into(c, None, *b) for c, b in zip(chunks, buffers, strict=True))
-    return _sum_of_parts(_mix_into(c, first, *b) for c, b in zip(chunks, buffers, strict=True))
+    return _mixed_sum(chunks, buffers, _mixed_sum(chunks, buffers, None))
 
 
 KEY_MIX = -0x40A7B892E31B1A47
@@ -313,8 +310,7 @@ def _words(output: torch.Tensor) -> list[torch.Tensor]:
         return []
     size = output.element_size()
     if output.is_contiguous() and output.numel() * size % 8 == 0 and output.data_ptr() % 8 == 0:
-        flat = output.detach().view(-1)
-        return [flat.view(torch.int64) if size <= 8 else flat.view(torch.uint8).view(torch.int64)]
+        return [output.detach().view(-1).view(torch.uint8).view(torch.int64)]
     raw = output.detach().contiguous().view(-1).view(torch.uint8)
     whole = raw.numel() // 8 * 8
     words = []
@@ -338,23 +334,22 @@ def _key_buffers(words: int, device: torch.device) -> tuple[torch.Tensor, torch.
     )
 
 
-def _mix_into(
-    words: torch.Tensor, salt: torch.Tensor | None, mixed: torch.Tensor, shifted: torch.Tensor
+def _mixed_sum(
+    chunks: list[torch.Tensor],
+    buffers: list[tuple[torch.Tensor, torch.Tensor]],
+    salt: torch.Tensor | None,
 ) -> torch.Tensor:
-    """The wrapping sum over `words` of m(w ^ salt), m(v) = u ^ (u >> 32) with u = v * KEY_MIX
-    (the shift arithmetic): a mix of 64-bit words that is no polynomial in v's bits, so the
-    sum for another salt cannot be had from counts of the words' bits; it must be taken again
-    over every word. Four or five kernels, in the kept buffers `mixed` and `shifted`."""
-    if salt is None:
-        torch.mul(words, KEY_MIX, out=mixed)
-    else:
-        torch.bitwise_xor(words, salt, out=mixed).mul_(KEY_MIX)
-    return mixed.bitwise_xor_(torch.bitwise_right_shift(mixed, 32, out=shifted)).sum()
-
-
-def _sum_of_parts(parts: Iterable[torch.Tensor]) -> torch.Tensor:
+    """The wrapping sum over all words of m(w ^ salt), m(v) = u ^ (u >> 32) with u = v *
+    KEY_MIX (the shift arithmetic): a mix of 64-bit words that is no polynomial in v's bits,
+    so the sum for another salt cannot be had from counts of the words' bits; it must be
+    taken again over every word. Four or five kernels a chunk, in its kept buffers."""
     total: torch.Tensor | None = None
-    for part in parts:
+    for words, (mixed, shifted) in zip(chunks, buffers, strict=True):
+        if salt is None:
+            torch.mul(words, KEY_MIX, out=mixed)
+        else:
+            torch.bitwise_xor(words, salt, out=mixed).mul_(KEY_MIX)
+        part = mixed.bitwise_xor_(torch.bitwise_right_shift(mixed, 32, out=shifted)).sum()
         total = part if total is None else total.add_(part)
     assert total is not None
     return total
