@@ -1,11 +1,13 @@
-"""What a chained step's fresh draw costs on a GPU: the keyed draw the harness makes now
-(FreshInput.draw_keyed_into: the key XORed into the nonce's random mantissas, mapped to the
-rule) beside the roll it replaced (the nonce's draw with its rows shifted by the key), and the
-key itself (chain_key's two mixed rounds) beside the plain sum of words it replaced, at the
-sizes of the dev suite's fresh inputs (bf16; the key over outputs of that size). Each figure
-is what the judge's calibration measures, wall time from a synchronised start to a
-synchronised end (it holds the kernels' launches), median of REPEATS, all forms in turns in
-one process.
+"""What a chained step's harness work costs on a GPU: the key of the previous step's outputs
+and the keyed draw of the next input (chain_key, FreshInput.draw_keyed_into), launched op by op
+beside the same work replayed as one CUDA graph (GraphedChain, what the solution's process
+does in eager judged timing), with the plain draw of an unchained step for scale; at the sizes
+of the dev suite's fresh inputs (bf16; outputs of the input's size for the key).
+
+Two figures per form, all forms in turns in one process: `alone`, wall time from a
+synchronised start to a synchronised end (what the judge's calibration measures; median of
+REPEATS), and `in a row`, the wall time of ROW steps queued back to back then synchronised,
+per step: what the steps cost a timing loop whose host queues ahead of the device.
 
     python benchmarks/chained_draw.py [--device cuda] [--json OUT.json]
 """
@@ -21,52 +23,63 @@ from pathlib import Path
 
 import torch
 
-from envaudit.harness.witness import FreshInput, chain_key
+from envaudit.harness.witness import FreshInput, GraphedChain, chain_key, keyed_on_host
 
 REPEATS = 50
+ROW = 200
 SIZES = (4096, 1 << 16, 1 << 20, 1 << 24)
 
 
-def rolled_into(fresh: FreshInput, target: torch.Tensor, key: torch.Tensor) -> None:
-    """The chain's first GPU form: the nonce's draw, rows (up to 4096) shifted by the key."""
-    drawn = fresh.draw(1, 1, 0, target.device)
-    n = drawn.numel()
-    rows = next(r for r in range(min(n, 4096), 0, -1) if n % r == 0)
-    index = torch.remainder(torch.arange(rows, device=target.device) + key, rows)
-    torch.index_select(drawn.reshape(rows, -1), 0, index, out=target.view(rows, -1))
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
-def wall_ms(run: Callable[[], object], device: torch.device) -> float:
+def alone_ms(run: Callable[[], object], device: torch.device) -> float:
     times = []
     for _ in range(REPEATS):
-        torch.cuda.synchronize(device) if device.type == "cuda" else None
+        _sync(device)
         began = time.perf_counter()
         run()
-        torch.cuda.synchronize(device) if device.type == "cuda" else None
+        _sync(device)
         times.append((time.perf_counter() - began) * 1e3)
     return statistics.median(times)
 
 
+def in_a_row_ms(run: Callable[[], object], device: torch.device) -> float:
+    _sync(device)
+    began = time.perf_counter()
+    for _ in range(ROW):
+        run()
+    _sync(device)
+    return (time.perf_counter() - began) * 1e3 / ROW
+
+
 def measure(numel: int, device: torch.device) -> dict[str, float]:
-    """Each form's median wall time (ms) at `numel` bf16 elements, the forms in turns."""
+    """Each form's figures (ms) at `numel` bf16 elements."""
     fresh = FreshInput("x", (numel,), torch.bfloat16, None)
     target = torch.empty(fresh.shape, dtype=fresh.dtype, device=device)
-    key = chain_key([torch.ones(1024, device=device)])
-    assert key is not None
-    bits = fresh.draw_keyed_into(target, 1, 1, 0, key)
-    outputs = [target]  # a step's outputs of the input's size, for the key
+    outputs = [torch.randn(numel, device=device).to(torch.bfloat16)]
+
+    def op_by_op() -> None:
+        key = chain_key(outputs)
+        assert key is not None
+        fresh.draw_chained_into(target, 1, 1, 0, key)
+
     forms: dict[str, Callable[[], object]] = {
         "plain": lambda: fresh.draw_into(target, 1, 1, 0),
-        "rolled": lambda: rolled_into(fresh, target, key),
-        "keyed": lambda: fresh.draw_keyed_into(target, 1, 1, 0, key, bits),
-        "summed_key": lambda: target.view(torch.int64).sum(),
-        "chain_key": lambda: chain_key(outputs),
+        "key": lambda: chain_key(outputs),
+        "op_by_op": op_by_op,
     }
-    figures: dict[str, list[float]] = {name: [] for name in forms}
+    if not keyed_on_host(device):
+        chain = GraphedChain(fresh, [((numel,), torch.bfloat16)], [target])
+        forms["graphed"] = lambda: chain.draw(outputs, 1, 1, 0)
+    figures: dict[str, list[float]] = {}
     for _ in range(3):
         for name, run in forms.items():
             run()
-            figures[name].append(wall_ms(run, device))
+            figures.setdefault(f"{name}_alone", []).append(alone_ms(run, device))
+            figures.setdefault(f"{name}_in_a_row", []).append(in_a_row_ms(run, device))
     return {name: statistics.median(values) for name, values in figures.items()}
 
 
@@ -80,12 +93,12 @@ def main() -> None:
     for numel in SIZES:
         row = {"numel": numel, **measure(numel, device)}
         rows.append(row)
-        print(
-            f"{numel:>10} elements: plain {row['plain'] * 1e3:8.1f} us  rolled "
-            f"{row['rolled'] * 1e3:8.1f} us  keyed {row['keyed'] * 1e3:8.1f} us  "
-            f"keyed/rolled {row['keyed'] / row['rolled']:.2f}; key: summed "
-            f"{row['summed_key'] * 1e3:8.1f} us  chain_key {row['chain_key'] * 1e3:8.1f} us"
+        cells = "  ".join(
+            f"{name} {row[f'{name}_alone'] * 1e3:7.1f}/{row[f'{name}_in_a_row'] * 1e3:7.1f}"
+            for name in ("plain", "key", "op_by_op", "graphed")
+            if f"{name}_alone" in row
         )
+        print(f"{numel:>10} elements (us, alone/in a row): {cells}")
     if args.json:
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
         args.json.write_text(json.dumps({"device": name, "rows": rows}, indent=1))

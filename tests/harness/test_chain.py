@@ -134,3 +134,33 @@ def test_on_the_cpu_the_key_seeds_a_new_draw_which_the_judge_draws_again() -> No
     assert not torch.equal(solution_side.flatten().sort().values, plain.flatten().sort().values)
     other = fresh.draw(11, 3, 0, cpu, key + 1)
     assert not torch.equal(other, solution_side)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize(
+    "init", [None, {"dist": "uniform", "low": -2, "high": 3}, {"dist": "normal", "std": 0.5}]
+)
+def test_a_graphed_chain_draws_what_the_judge_draws_from_the_slot(init: dict | None) -> None:
+    """The solution's process replays the chained step in a CUDA graph (GraphedChain); the
+    judge draws it op by op from the slot it reads (FreshInput.draw with chain_key): the same
+    bits, step after step, for every input copy, with outputs of two layouts (one with a tail
+    past its last whole word) and a target of another layout and dtype; and the graph follows
+    the outputs it is given, not those it was captured with."""
+    cuda = torch.device("cuda")
+    fresh = FreshInput("q", (64, 40, 50), torch.float32, init)
+    layouts = [((33, 7), torch.bfloat16), ((5,), torch.float32)]
+    targets = [
+        torch.empty(fresh.shape, device=cuda),
+        torch.empty((50, 40, 64), dtype=torch.bfloat16, device=cuda).transpose(0, 2),
+    ]
+    chain = witness.GraphedChain(fresh, layouts, targets)
+    for step in range(1, 6):
+        outputs = [torch.randn(s, device=cuda).to(d) for s, d in layouts]
+        copy = step % len(targets)
+        chain.draw(outputs, 9, step, copy)
+        key = chain_key([o.clone() for o in outputs])
+        assert key is not None
+        judged = fresh.draw(9, step, copy, cuda, int(key))
+        assert torch.equal(targets[copy], judged.to(targets[copy].dtype))
+        assert not torch.equal(judged, fresh.draw(9, step, copy, cuda))

@@ -18,9 +18,11 @@ import torch
 from envaudit.harness.timing import Window
 from envaudit.harness.witness import (
     FreshInput,
+    GraphedChain,
     Slots,
     adopted_ipc,
     chain_key,
+    keyed_on_host,
     poison_value,
     slot_count,
 )
@@ -75,7 +77,7 @@ class JudgedCalls(Window):
         self.graphs = self.calls = 1
         self._graph_key = (0, 0)
         self.spent: dict[str, float] = dict.fromkeys(WINDOW_COSTS, 0.0)
-        self._bits: torch.Tensor | None = None
+        self.chain: GraphedChain | None = None
         if mode != "graph":
             count = min(slot_count(layouts, device), 1000)
             self.slots = Slots(layouts, count, device)
@@ -121,16 +123,21 @@ class JudgedCalls(Window):
 
     def _draw_chained(self, target: torch.Tensor, step: int, copy: int) -> None:
         """The step's draw with the key of the previous step's outputs (its slot) unless it is
-        the batch's first (FreshInput.draw_chained_into): no step's input exists before the
-        step before it has ended."""
+        the batch's first (FreshInput.draw_chained_into; on a GPU replayed in a GraphedChain):
+        no step's input exists before the step before it has ended."""
         assert self.fresh is not None
-        key = None
-        if step > self.first and self.slots is not None:
-            key = chain_key(self.slots.outputs(step - 1 - self.first))
+        if step == self.first or self.slots is None:
+            self.fresh.fill(target, self.nonce, step, copy)
+            return
+        previous = self.slots.outputs(step - 1 - self.first)
+        if self.chain is not None:
+            self.chain.draw(previous, self.nonce, step, copy)
+            return
+        key = chain_key(previous)
         if key is None:
             self.fresh.fill(target, self.nonce, step, copy)
             return
-        self._bits = self.fresh.draw_chained_into(target, self.nonce, step, copy, key, self._bits)
+        self.fresh.draw_chained_into(target, self.nonce, step, copy, key)
 
     def keep(self, step: int, result: Any) -> None:
         if self.dps or self.slots is None:
@@ -173,20 +180,20 @@ class JudgedCalls(Window):
 
     def setup(self) -> None:
         """Tell the judge how the calls are laid out and where their outputs are. One fresh
-        draw is made first, outside any window, and on a GPU in eager mode one chained step's
-        key and draw too: their first use loads their kernels (CUDA loads modules lazily,
-        ~15 ms each on the H100), a one-time cost that would otherwise land in the first batch
-        and, in a short measurement, look like a slowed clock (6 of 68 honest eager lines of
-        the H100's dev suites before the chained step was warmed too). The CPU loads nothing
-        lazily, so it skips the chained one."""
+        draw is made first, outside any window, and on a GPU in eager mode the chained steps'
+        graphs are captured (GraphedChain, which runs each once): a kernel's first use loads
+        it (CUDA loads modules lazily, ~15 ms each on the H100), a one-time cost that would
+        otherwise land in the first batch and, in a short measurement, look like a slowed
+        clock (6 of 68 honest eager lines of the H100's dev suites before the chained step was
+        warmed too). The CPU loads nothing lazily and keys its draws on the host."""
         began = time.perf_counter()
         if self.fresh is not None:
             target = self.copies[0][self.fresh.name]
             self.fresh.fill(target, 0, 0, 0)
-            if self.device.type == "cuda":
-                key = None if self.slots is None else chain_key(self.slots.outputs(0))
-                if key is not None:
-                    self._bits = self.fresh.draw_chained_into(target, 0, 0, 0, key, self._bits)
+            if self.slots is not None and not keyed_on_host(self.device):
+                if chain_key(self.slots.outputs(0)) is not None:
+                    targets = [copy[self.fresh.name] for copy in self.copies]
+                    self.chain = GraphedChain(self.fresh, self.layouts, targets)
                 torch.cuda.synchronize(self.device)
         if self.mode == "graph":
             ordered = [
