@@ -190,8 +190,8 @@ class JudgedCalls(Window):
         if self.fresh is not None:
             target = self.copies[0][self.fresh.name]
             self.fresh.fill(target, 0, 0, 0)
-            if self.slots is not None and not keyed_on_host(self.device):
-                if chain_key(self.slots.outputs(0)) is not None:
+            if not keyed_on_host(self.device):
+                if self.slots is not None and chain_key(self.slots.outputs(0)) is not None:
                     targets = [copy[self.fresh.name] for copy in self.copies]
                     self.chain = GraphedChain(self.fresh, self.layouts, targets)
                 torch.cuda.synchronize(self.device)
