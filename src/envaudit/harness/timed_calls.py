@@ -9,6 +9,7 @@ can only make the solution fail or be flagged.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -192,8 +193,7 @@ class JudgedCalls(Window):
             self.fresh.fill(target, 0, 0, 0)
             if not keyed_on_host(self.device):
                 if self.slots is not None and chain_key(self.slots.outputs(0)) is not None:
-                    targets = [copy[self.fresh.name] for copy in self.copies]
-                    self.chain = GraphedChain(self.fresh, self.layouts, targets)
+                    self.chain = self._graphed_chain()
                 torch.cuda.synchronize(self.device)
         if self.mode == "graph":
             ordered = [
@@ -223,6 +223,18 @@ class JudgedCalls(Window):
         self.ask({**request, "layout": layout, "slots": slots})
         self.ready = True
         self.spent["judge_setup"] += time.perf_counter() - began
+
+    def _graphed_chain(self) -> GraphedChain | None:
+        """The chain's graphs, or None (its steps then launched op by op: the same values at
+        the host's cost) where they cannot be captured, say while the solution's own threads
+        hold the device in a capture of their own; the worker's log says why."""
+        assert self.fresh is not None
+        targets = [copy[self.fresh.name] for copy in self.copies]
+        try:
+            return GraphedChain(self.fresh, self.layouts, targets)
+        except RuntimeError as exc:
+            print(f"envaudit: chained steps launched op by op: {exc}", file=sys.stderr)
+            return None
 
     def finish(self, defer: bool = False) -> dict[str, Any]:
         """The judge's verdict on the calls it picked (and its clock's summary); with `defer`
