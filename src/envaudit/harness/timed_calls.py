@@ -79,6 +79,7 @@ class JudgedCalls(Window):
         self._graph_key = (0, 0)
         self.spent: dict[str, float] = dict.fromkeys(WINDOW_COSTS, 0.0)
         self.chain: GraphedChain | None = None
+        self._bits: torch.Tensor | None = None  # the op-by-op chain's working buffer
         if mode != "graph":
             count = min(slot_count(layouts, device), 1000)
             self.slots = Slots(layouts, count, device)
@@ -138,7 +139,7 @@ class JudgedCalls(Window):
         if key is None:
             self.fresh.fill(target, self.nonce, step, copy)
             return
-        self.fresh.draw_chained_into(target, self.nonce, step, copy, key)
+        self._bits = self.fresh.draw_chained_into(target, self.nonce, step, copy, key, self._bits)
 
     def keep(self, step: int, result: Any) -> None:
         if self.dps or self.slots is None:
@@ -227,7 +228,9 @@ class JudgedCalls(Window):
     def _graphed_chain(self) -> GraphedChain | None:
         """The chain's graphs, or None (its steps then launched op by op: the same values at
         the host's cost) where they cannot be captured, say while the solution's own threads
-        hold the device in a capture of their own; the worker's log says why."""
+        hold the device in a capture of their own; the worker's log says why. The judge's
+        allowance is calibrated on the graphed step, so short eager calls may then be flagged:
+        a figure the judge could not verify is not ranked."""
         assert self.fresh is not None
         targets = [copy[self.fresh.name] for copy in self.copies]
         try:
