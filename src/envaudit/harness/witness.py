@@ -292,18 +292,21 @@ def hashed_key(tensors: list[torch.Tensor]) -> torch.Tensor:
     return torch.tensor(int.from_bytes(digest.digest()[:8], "little", signed=True))
 
 
-def mixed_key(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """chain_key on a device: the two rounds of mixed sums (_mixed_sum), on the tensors' device.
-    Lean on purpose: on a GPU this runs before every judged eager step, and its host time
-    (launches and Python, not the kernels) is what it costs."""
+KeyBuffers = Callable[[int, torch.device], tuple[torch.Tensor, torch.Tensor]]
+"""Where mixed_key's two working buffers for a chunk of so many words come from."""
+
+
+def mixed_key(tensors: list[torch.Tensor], buffers: KeyBuffers | None = None) -> torch.Tensor:
+    """chain_key on a device: the two rounds of mixed sums (_mixed_sum), on the tensors' device,
+    in `buffers` (default: the ones kept for the process, _key_buffers)."""
     chunks = [
         words[start : start + KEY_CHUNK]
         for tensor in tensors
         for words in _words(tensor)
         for start in range(0, words.numel(), KEY_CHUNK)
     ]
-    buffers = [_key_buffers(chunk.numel(), chunk.device) for chunk in chunks]
-    return _mixed_sum(chunks, buffers, _mixed_sum(chunks, buffers, None))
+    pairs = [(buffers or _key_buffers)(chunk.numel(), chunk.device) for chunk in chunks]
+    return _mixed_sum(chunks, pairs, _mixed_sum(chunks, pairs, None))
 
 
 KEY_MIX = -0x40A7B892E31B1A47
@@ -334,14 +337,16 @@ def _words(output: torch.Tensor) -> list[torch.Tensor]:
     return words
 
 
-@functools.lru_cache(maxsize=16)
-def _key_buffers(words: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Kept, not made before every step: a temporary the outputs' size made between two calls
-    slowed the next call's own allocation (GDN decode, 1 MB of outputs: 1.21x its figure)."""
+def _new_key_buffers(words: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     return (
         torch.empty(words, dtype=torch.int64, device=device),
         torch.empty(words, dtype=torch.int64, device=device),
     )
+
+
+_key_buffers: KeyBuffers = functools.lru_cache(maxsize=16)(_new_key_buffers)
+"""Kept, not made before every step: a temporary the outputs' size made between two calls
+slowed the next call's own allocation (GDN decode, 1 MB of outputs: 1.21x its figure)."""
 
 
 def _mixed_sum(
@@ -379,7 +384,9 @@ class GraphedChain:
 
     The graphs are captured when made (outside any window), on a side stream, without
     torch.cuda.graph's synchronisation, collection and release of cached memory: that would
-    hand the solution's cached blocks back to the driver between its warm-up and its timing."""
+    hand the solution's cached blocks back to the driver between its warm-up and its timing.
+    The key's working buffers are the chain's own, not the process's bounded cache: a graph
+    keeps the addresses it was captured with, so its buffers must live as long as it does."""
 
     def __init__(
         self,
@@ -391,16 +398,17 @@ class GraphedChain:
         self.fresh = fresh
         self.kept = [torch.zeros(shape, dtype=dtype, device=device) for shape, dtype in layouts]
         self.bits = torch.empty(fresh.shape, dtype=torch.int32, device=device)
+        self._buffers: KeyBuffers = functools.cache(_new_key_buffers)
         self.graphs = [self._captured(target) for target in targets]
         for graph in self.graphs:
             graph.replay()  # a graph's first replay uploads it
         torch.cuda.synchronize(device)
 
     def _keyed(self, target: torch.Tensor) -> None:
-        self.fresh.keyed_into(target, mixed_key(self.kept), self.bits)
+        self.fresh.keyed_into(target, mixed_key(self.kept, self._buffers), self.bits)
 
     def _captured(self, target: torch.Tensor) -> torch.cuda.CUDAGraph:
-        self._keyed(target)  # loads the kernels; mixed_key's kept buffers made outside the graph
+        self._keyed(target)  # loads the kernels; the key's buffers made outside the graph
         graph = torch.cuda.CUDAGraph()
         current = torch.cuda.current_stream(target.device)
         side = torch.cuda.Stream(target.device)
