@@ -6,8 +6,9 @@ would save. The cheats: device events that read a tenth of the time, no work rec
 CUDA graph is captured (an answer computed before the capture, served from then on), the work
 left on a side stream the caller's stream never waits for, an answer served by call count, a
 cache keyed by storage and write counters, stale answers behind a forged deferral of the check,
-a check asked for early with timing going on after it, and the next step's work started on a
-side stream as soon as its (chained) input can be known.
+a check asked for early with timing going on after it, the next step's work started on a
+side stream as soon as its (chained) input can be known, and a capture that copies one call's
+answer into every later call on the same input copy.
 Skipped where torch sees no CUDA device (CI); run on the GPU machine with `pytest -m gpu`
 (scripts/gpu/timing-integrity.sh).
 """
@@ -73,6 +74,20 @@ CHEATS = {
                 return LAST[-1].clone()
             out = work(x, lengths, scale)
             LAST[:] = [out]
+            return out
+        """,
+    "copied_in_capture": """
+        # while a graph is captured, each input copy's work once: a later call that reads the
+        # same copy (its other inputs at the same addresses) gets that answer copied
+        DONE = {}
+        def run(x, lengths, scale):
+            if not torch.cuda.is_current_stream_capturing():
+                return work(x, lengths, scale)
+            earlier = DONE.get(lengths.data_ptr())
+            if earlier is not None:
+                return earlier.clone()
+            out = work(x, lengths, scale)
+            DONE[lengths.data_ptr()] = out
             return out
         """,
     "storage_cache": """
@@ -203,7 +218,12 @@ def test_the_honest_solution_passes_unflagged_on_the_gpu(gpu_timing_run: dict) -
 
 @pytest.mark.parametrize(
     "name",
-    [n for n in CHEATS if n not in ("storage_cache", "pipelined", "moved_ahead", "side_stream")],
+    [
+        n
+        for n in CHEATS
+        if n
+        not in ("storage_cache", "pipelined", "moved_ahead", "side_stream", "copied_in_capture")
+    ],
 )
 def test_no_cheat_passes_unflagged_on_the_gpu(gpu_timing_run: dict, name: str) -> None:
     line = gpu_timing_run[name]
@@ -249,3 +269,21 @@ def test_answers_moved_by_the_chain_key_are_wrong_on_the_gpu(gpu_timing_run: dic
     so those answers are wrong (unless the judge's one check landed on a batch's first step,
     which the cheat answered honestly)."""
     wrong_unless_checked_where_honest(gpu_timing_run["moved_ahead"])
+
+
+def test_answers_copied_between_captured_calls_are_wrong(gpu_timing_run: dict) -> None:
+    """Each captured call reads a row of its own of the fresh input (witness.graph_call_cap):
+    an answer copied from an earlier call of the same input copy answers another input. Before,
+    calls of one copy read the same values in every replay, and this cheat passed at the cost
+    of its first call per copy. It passes only where the judge's one graph check landed on a
+    call it computed (the first `input_copies` of the replay)."""
+    line = gpu_timing_run["copied_in_capture"]
+    if line["status"] == "PASSED":
+        graph = line["timing"]["graph"]
+        calls, copies = graph["calls_per_sample"], graph["input_copies"]
+        assert calls > copies, graph  # else nothing was copied: not this test's case
+        picked = graph["judge"]["picked"]
+        assert picked and all(slot % calls < copies for _, slot in picked), graph["judge"]
+    else:
+        assert line["status"] == "INCORRECT_NUMERICAL", (line["status"], line["message"])
+        assert "a timed call (graph)" in line["message"], line["message"]

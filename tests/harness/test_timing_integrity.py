@@ -44,6 +44,16 @@ STALE_BY_CALL_COUNT = """
 """Serves its last answer from the third call on, so that every timed call is stale: from
 the seventh, as it was, the first timed calls were still honest, and a check that picked one
 of them passed (the re-check then failed it, 1 run in 24)."""
+SLOW_CLOCKS = """
+        import time
+        _real = time.perf_counter
+        _base = _real()
+        time.perf_counter = lambda: _base + (_real() - _base) / 20
+        def run(x, lengths, scale):
+            time.sleep(0.004)
+            return scaled(x, lengths, scale)
+        """
+"""Reads the wall clock at a twentieth of its pace, and sleeps 4 ms a call."""
 EARLY_CHECK = """
         # asks the judge to check its calls after the first batch, then goes on timing: what
         # follows could serve anything, since the judge has let go of the slots it reads
@@ -284,15 +294,40 @@ CHEATS = {
     "moved_ahead": MOVED_AHEAD,
     "steered_key": STEERED_KEY,
     "forged_key": FORGED_KEY,
-    "slow_clocks": """
-        import time
-        _real = time.perf_counter
-        _base = _real()
-        time.perf_counter = lambda: _base + (_real() - _base) / 20
+    "forged_figure": """
+        # tells the judge its true step times, and writes a twentieth of them into its line
+        from envaudit.harness import timing
+        _as_dict = timing.TimingStats.as_dict
+        def as_dict(self):
+            figures = _as_dict(self)
+            for name in ("median_ms", "min_ms", "max_ms", "q1_ms", "q3_ms", "iqr_ms", "mean_ms"):
+                figures[name] = figures[name] / 20
+            return figures
+        timing.TimingStats.as_dict = as_dict
         def run(x, lengths, scale):
-            time.sleep(0.004)
-            return scaled(x, lengths, scale)
+            return expensive(x, lengths, scale)
         """,
+    "wide_allowance": """
+        # declares two thousand fresh draws a step, so that the judge's allowance would cover
+        # a clock slowed twentyfold
+        from envaudit.harness import timed_calls
+        _setup = timed_calls.JudgedCalls.setup
+        def setup(self):
+            ask = self.ask
+            def declaring(request):
+                if request.get("timing") == "setup":
+                    layout = dict(request["layout"], draws_per_step=2000, copy_bytes=1 << 30)
+                    request = dict(request, layout=layout)
+                return ask(request)
+            self.ask = declaring
+            try:
+                _setup(self)
+            finally:
+                self.ask = ask
+        timed_calls.JudgedCalls.setup = setup
+        """
+    + SLOW_CLOCKS,
+    "slow_clocks": SLOW_CLOCKS,
 }
 HONEST = """
     import time
@@ -375,6 +410,31 @@ def test_slowed_clocks_are_flagged(timing_run: dict) -> None:
     flags = line.get("timing", {}).get("flags") or []
     assert line["status"] != "PASSED" or flags, line.get("timing")
     assert any("judge's clock" in flag for flag in flags), flags
+
+
+def test_a_figure_other_than_the_judge_s_is_flagged_and_replaced(timing_run: dict) -> None:
+    """The line keeps the figure the judge computed from the times it was told (and bounded
+    by its clock), never the process's own: told the truth and written a twentieth of it, the
+    line was 0.21 ms a call against the honest 4.3 ms, PASSED and unflagged; now it is flagged
+    and its median is the true one, as are the rates derived from it."""
+    line = timing_run["forged_figure"]
+    flags = line.get("timing", {}).get("flags") or []
+    assert any("is not the one the judge was told" in flag for flag in flags), flags
+    eager = line["timing"]["eager"]
+    assert eager["median_ms"] >= 4.0 and eager["q1_ms"] >= 4.0, eager
+    honest = timing_run["honest"]
+    ratio = line["achieved"]["eager_gbps"] / honest["achieved"]["eager_gbps"]
+    assert 0.5 < ratio < 2.0, (line["achieved"], honest["achieved"])
+
+
+def test_an_allowance_the_process_declares_is_not_the_judge_s(timing_run: dict) -> None:
+    """What the harness does beside the calls inside a window is the judge's own reckoning
+    (witness.judged_layout): a process that declared 2,000 draws a step passed a twentyfold
+    slowed clock unflagged (an allowance of 16 s over a 0.24 s window)."""
+    line = timing_run["wide_allowance"]
+    flags = line.get("timing", {}).get("flags") or []
+    assert any("judge's clock" in flag for flag in flags), (line["status"], flags)
+    assert line["timing"]["eager"]["judge"]["allowance_ms"] < 1000, line["timing"]["eager"]
 
 
 def test_timing_after_the_judge_s_check_is_flagged(timing_run: dict) -> None:

@@ -50,21 +50,19 @@ from envaudit.harness.solution import LoadedSolution
 from envaudit.harness.timed_calls import JudgedCalls
 from envaudit.harness.timing import (
     CPU_TARGET_MEASURE_MS,
+    MAX_INPUT_COPIES,
     GraphCaptureError,
-    flush_bytes,
     time_eager_cuda,
     time_graph_cuda,
     time_wall_clock,
 )
 from envaudit.harness.witness import fresh_input, poison_value
-from envaudit.schema.expressions import evaluate as evaluate_expression
 from envaudit.schema.options import EvalOptions
 from envaudit.schema.progress import QuietGate
 
 SCALE_FACTORS = (0.1, 10.0)
 """The scale probe's factors beside x1 (the formal validation itself)."""
 ROTATION_BUDGET_BYTES = 1 << 30
-MAX_INPUT_COPIES = 8
 TRACEBACK_CHARS = 4000
 
 
@@ -183,7 +181,6 @@ def _evaluate(
     if ctx.options.validation_only:
         return
     outcome["timing"] = _time(ctx, workload, inputs, clock)
-    outcome["achieved"] = _achieved(ctx.definition, workload, inputs, outcome["timing"])
     with clock.phase("recheck"):
         _redraw_in_place(ctx, workload, inputs)
         recheck, _ = _validate(ctx, workload, inputs, "recheck", kept=kept)
@@ -566,7 +563,6 @@ def _time(
         copies = _input_copies(inputs, ctx.device)
         prepared = [_prepare(ctx, copy)[0] for copy in copies]
     fresh = fresh_input(ctx.definition, workload)
-    flush = flush_bytes(ctx.device) if ctx.device.type == "cuda" else 0
 
     def judged(mode: str) -> JudgedCalls:
         return JudgedCalls(
@@ -580,7 +576,6 @@ def _time(
             destination_passing=ctx.solution.destination_passing,
             fresh=fresh,
             layouts=_output_layouts(ctx, workload),
-            flush_bytes=flush,
         )
 
     timing: dict[str, Any] = {"fresh_input": fresh.name if fresh is not None else None}
@@ -639,26 +634,3 @@ def _window_costs(clock: PhaseClock, mode: str, calls: JudgedCalls) -> None:
     (timed_calls.WINDOW_COSTS), so that a profile shows them beside the measurement."""
     for part, seconds in calls.spent.items():
         clock.reassign(seconds, mode, f"{mode}_{part}")
-
-
-def _achieved(
-    definition: Mapping[str, Any],
-    workload: Mapping[str, Any],
-    inputs: Mapping[str, Any],
-    timing: Mapping[str, Any],
-) -> dict[str, Any]:
-    """Achieved TFLOP/s and GB/s from the definition's formulas (over axes and inputs)."""
-    axes = {**inputs, **axis_values(definition, workload)}
-    achieved: dict[str, Any] = {}
-    for mode in ("eager", "graph"):
-        stats = timing.get(mode)
-        if not stats:
-            continue
-        seconds = stats["median_ms"] * 1e-3
-        if definition.get("flops"):
-            flops = float(evaluate_expression(definition["flops"], axes))
-            achieved[f"{mode}_tflops"] = flops / seconds / 1e12 if seconds > 0 else None
-        if definition.get("bytes"):
-            moved = float(evaluate_expression(definition["bytes"], axes))
-            achieved[f"{mode}_gbps"] = moved / seconds / 1e9 if seconds > 0 else None
-    return achieved

@@ -21,6 +21,7 @@ import contextlib
 import ctypes
 import faulthandler
 import json
+import math
 import os
 import signal
 import time
@@ -38,15 +39,19 @@ from envaudit.harness.inputs import (
     ReferenceFault,
     axis_values,
     check_constraints,
+    concrete_shape,
     draw_checked,
     input_bytes,
+    materialize_inputs,
     run_reference,
     scalable_inputs,
     torch_dtype,
 )
 from envaudit.harness.reference import ReferenceCache, cache_key
 from envaudit.harness.solution import build_tools_missing, unsupported_device
-from envaudit.harness.witness import ModeWitness, TimingWitness, fresh_input
+from envaudit.harness.witness import FIGURE_FIELDS, ModeWitness, TimingWitness, fresh_input
+from envaudit.schema.expressions import evaluate as evaluate_expression
+from envaudit.schema.expressions import expression_names
 
 MESSAGE_LIMIT_BYTES = 64 << 20
 """The longest message either process reads from the other (a result line is a few KB)."""
@@ -306,7 +311,10 @@ class Judge:
         step = request.get("timing")
         try:
             if step == "setup":
-                return self.witness.setup(uuid, request, fresh_input(self.definition, workload))
+                fresh = fresh_input(self.definition, workload)
+                outputs = self._output_layouts(workload)
+                dps = bool(self.solution.get("spec", {}).get("destination_passing_style", True))
+                return self.witness.setup(uuid, request, fresh, outputs, dps)
             if step == "begin":
                 return {"nonce": self.witness.begin(uuid, mode, int(request.get("first") or 0))}
             if step == "end":
@@ -380,6 +388,38 @@ class Judge:
             record = self.witness.record(uuid, mode)
             if record is not None:
                 result["summary"] = record.summary()
+                result["figure"] = record.figure()
+
+    def _output_layouts(
+        self, workload: Mapping[str, Any]
+    ) -> list[tuple[tuple[int, ...], torch.dtype]]:
+        """(shape, dtype) of each output of the workload, from the definition."""
+        axes = axis_values(self.definition, workload)
+        return [
+            (tuple(concrete_shape(spec, axes) or ()), torch_dtype(spec["dtype"]))
+            for spec in self.definition["outputs"].values()
+        ]
+
+    def _achieved(self, workload: Mapping[str, Any], timing: Mapping[str, Any]) -> dict[str, Any]:
+        """achieved_rates at the figures the judge keeps, over the workload's axes and, where
+        the definition's formulas read inputs (a sum of sequence lengths), those inputs alone,
+        drawn here on the CPU."""
+        namespace: dict[str, Any] = dict(axis_values(self.definition, workload))
+        formulas = [str(self.definition.get(k) or "") for k in ("flops", "bytes")]
+        named = set().union(*(expression_names(f) for f in formulas if f)) - set(namespace)
+        inputs = {k: v for k, v in self.definition.get("inputs", {}).items() if k in named}
+        if inputs:
+            try:
+                drawn = materialize_inputs(
+                    {**self.definition, "inputs": inputs}, workload, self.root
+                )
+            except Exception:  # the validation met the same inputs: nothing to add here
+                return {}
+            namespace = {**drawn, **namespace}
+        try:
+            return achieved_rates(self.definition, namespace, timing)
+        except Exception:  # a formula the definition's check let through but cannot be read
+            return {}
 
     def _reference(self, workload: Mapping[str, Any], inputs: Mapping[str, Any]) -> tuple[Any, ...]:
         """The definition's reference on inputs no cache holds (a scale probe's, a timed
@@ -405,9 +445,7 @@ class Judge:
                 base.append(draw_checked(self.definition, workload, self.root, self.device, 0))
             inputs = {k: v.clone() if torch.is_tensor(v) else v for k, v in base[0].items()}
             if fresh is not None:
-                inputs[fresh.name] = fresh.draw(
-                    item.nonce, item.step, item.copy, self.device, item.key
-                )
+                inputs[fresh.name] = item.fresh_value(fresh, self.device)
             try:
                 refs = self._reference(workload, inputs)
             except torch.cuda.OutOfMemoryError:
@@ -532,6 +570,8 @@ class Judge:
             self._final_summaries(uuid)
             self.witness.forget(uuid)
         _settle_timing(outcome, record.get("timing") or {})
+        if isinstance(outcome.get("timing"), dict):
+            outcome["achieved"] = self._achieved(self.workloads[uuid], outcome["timing"])
         self._check_blame(uuid, outcome)
         if outcome.get("status") == "PASSED":
             needed = [("validation", validation)]
@@ -670,6 +710,15 @@ def _settle_timing(outcome: dict[str, Any], judged: Mapping[str, Mapping[str, An
         verdict = judged.get(mode)
         summary = verdict.get("summary") if verdict is not None else None
         stats["judge"] = summary
+        figure = verdict.get("figure") if verdict is not None else None
+        if isinstance(figure, dict):
+            if not _same_figure(stats, figure):
+                flags.append(
+                    f"{mode}: the line's figure ({stats.get('median_ms')!r} ms over"
+                    f" {stats.get('iterations')!r} steps) is not the one the judge was told"
+                    f" ({figure['median_ms']!r} ms over {figure['iterations']})"
+                )
+            _keep_figure(stats, figure)
         if not isinstance(summary, dict):
             flags.append(f"{mode}: not measured under the judge's clock")
             continue
@@ -699,6 +748,47 @@ def _settle_timing(outcome: dict[str, Any], judged: Mapping[str, Mapping[str, An
         timing["flags"] = flags
     else:
         timing.pop("flags", None)
+
+
+def _same_figure(stats: Mapping[str, Any], figure: Mapping[str, Any]) -> bool:
+    """Whether the solution's process wrote into its line the figure it told the judge: the
+    same steps, the same median (the same arithmetic on the same numbers, so to the bit; a
+    relative 1e-9 leaves room for nothing a process could gain by)."""
+    median = stats.get("median_ms")
+    return (
+        stats.get("iterations") == figure["iterations"]
+        and isinstance(median, int | float)
+        and math.isclose(median, figure["median_ms"], rel_tol=1e-9, abs_tol=0.0)
+    )
+
+
+def _keep_figure(stats: dict[str, Any], figure: Mapping[str, Any]) -> None:
+    """The judge's figure in the line, in place of the process's (ModeWitness.figure); the
+    median's interval where the process's kind of measurement records one (GPU events)."""
+    for name in FIGURE_FIELDS:
+        stats[name] = figure[name]
+    if stats.get("median_halfwidth") is not None:
+        stats["median_halfwidth"] = figure["median_halfwidth"]
+
+
+def achieved_rates(
+    definition: Mapping[str, Any], namespace: Mapping[str, Any], timing: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Achieved TFLOP/s and GB/s of each timing mode: the definition's formulas (over
+    `namespace`: axes, and inputs where a formula reads them) over the mode's median."""
+    achieved: dict[str, Any] = {}
+    for mode in ("eager", "graph"):
+        stats = timing.get(mode)
+        if not isinstance(stats, dict):
+            continue
+        seconds = float(stats["median_ms"]) * 1e-3
+        if definition.get("flops"):
+            flops = float(evaluate_expression(definition["flops"], namespace))
+            achieved[f"{mode}_tflops"] = flops / seconds / 1e12 if seconds > 0 else None
+        if definition.get("bytes"):
+            moved = float(evaluate_expression(definition["bytes"], namespace))
+            achieved[f"{mode}_gbps"] = moved / seconds / 1e9 if seconds > 0 else None
+    return achieved
 
 
 def _reference_raised(exc: Exception) -> dict[str, Any]:

@@ -19,11 +19,13 @@ import torch
 
 from envaudit.harness.timing import Window
 from envaudit.harness.witness import (
+    ROWS_COPY,
     FreshInput,
     GraphedChain,
     Slots,
     adopted_ipc,
     chain_key,
+    graph_call_cap,
     keyed_on_host,
     poison_value,
     slot_count,
@@ -64,12 +66,10 @@ class JudgedCalls(Window):
         destination_passing: bool,
         fresh: FreshInput | None,
         layouts: list[tuple[tuple[int, ...], torch.dtype]],
-        flush_bytes: int,
     ) -> None:
         self.ask, self.uuid, self.mode, self.device = ask, uuid, mode, device
         self._call, self.copies, self.prepared = call, copies, prepared
         self.dps, self.fresh, self.layouts = destination_passing, fresh, layouts
-        self.flush_bytes = flush_bytes
         self.slot = 0
         self.first = 0
         self.nonce = 0
@@ -80,6 +80,8 @@ class JudgedCalls(Window):
         self._graph_key = (0, 0)
         self.spent: dict[str, float] = dict.fromkeys(WINDOW_COSTS, 0.0)
         self.chain: GraphedChain | None = None
+        self.rows: torch.Tensor | None = None
+        """Graph mode: the fresh input once per captured call, row j for call j (capturing)."""
         self._bits: torch.Tensor | None = None  # the op-by-op chain's working buffer
         if mode != "graph":
             count = min(slot_count(layouts, device), 1000)
@@ -94,7 +96,10 @@ class JudgedCalls(Window):
         elif self.dps:
             self.capture(*self._graph_key)
             outputs = self.graph_slots[self._graph_key]
-        return self._call(self.copies[copy], outputs, self.prepared[copy])
+        inputs = self.copies[copy]
+        if self.rows is not None and self.fresh is not None:
+            inputs = {**inputs, self.fresh.name: self.rows[self._graph_key[1]]}
+        return self._call(inputs, outputs, self.prepared[copy])
 
     # ------------------------------------------------------------ Window
 
@@ -115,11 +120,9 @@ class JudgedCalls(Window):
         if self.fresh is None:
             return
         began = time.perf_counter()
-        if self.mode == "graph":
-            g = step % self.graphs
-            for c in sorted({(g + j) % len(self.copies) for j in range(self.calls)}):
-                self.fresh.fill(self.copies[c][self.fresh.name], self.nonce, step, c)
-        else:
+        if self.mode == "graph" and self.rows is not None:
+            self.fresh.stacked(len(self.rows)).fill(self.rows, self.nonce, step, ROWS_COPY)
+        elif self.mode != "graph":
             c = step % len(self.copies)
             self._draw_chained(self.copies[c][self.fresh.name], step, c)
         self.spent["fresh_draws"] += time.perf_counter() - began
@@ -160,6 +163,21 @@ class JudgedCalls(Window):
         request = {"timing": "end", "uuid": self.uuid, "mode": self.mode}
         self.ask({**request, "samples_ms": samples_ms})
         self.spent["handshakes"] += time.perf_counter() - began
+
+    def graph_call_cap(self) -> int:
+        return graph_call_cap(self.fresh)
+
+    def capturing(self, calls: int) -> None:
+        """Each call of the graphs about to be captured reads a row of its own of the fresh
+        input (witness.graph_call_cap says why), drawn once here so that the warm-up replays
+        meet values of the input's kind, and again before every timed replay (prime)."""
+        if self.fresh is None:
+            return
+        self.rows = None  # an earlier capture's rows go back first
+        device = self.copies[0][self.fresh.name].device
+        stacked = self.fresh.stacked(calls)
+        self.rows = torch.empty(stacked.shape, dtype=stacked.dtype, device=device)
+        stacked.fill(self.rows, 0, 0, ROWS_COPY)
 
     def capture(self, graph: int, call: int) -> None:
         self._graph_key = (graph, call)
@@ -204,23 +222,12 @@ class JudgedCalls(Window):
                 for j in range(self.calls)
             ]
             slots = adopted_ipc(ordered)
-            draws = len({j % len(self.copies) for j in range(self.calls)})
         else:
             assert self.slots is not None
             slots = self.slots.describe()
-            draws = 1
-        out_bytes = sum(
-            int(torch.Size(s).numel()) * torch.empty((), dtype=d).element_size()
-            for s, d in self.layouts
-        )
-        layout = {
-            "copies": len(self.copies),
-            "graphs": self.graphs,
-            "calls": self.calls,
-            "flush_bytes": self.flush_bytes,
-            "draws_per_step": draws if self.fresh is not None else 0,
-            "copy_bytes": 0 if self.dps or self.mode == "graph" else out_bytes,
-        }
+        # How the calls lie in the slots; what the harness does beside them (flush, draws,
+        # copies) the judge reckons itself (witness.judged_layout).
+        layout = {"copies": len(self.copies), "graphs": self.graphs, "calls": self.calls}
         request = {"timing": "setup", "uuid": self.uuid, "mode": self.mode}
         self.ask({**request, "layout": layout, "slots": slots})
         self.ready = True
@@ -246,6 +253,7 @@ class JudgedCalls(Window):
         request = {"timing": "finish", "uuid": self.uuid, "mode": self.mode, "defer": defer}
         verdict = self.ask(request)
         self.graph_slots.clear()
+        self.rows = None
         if self.slots is not None:
             self.slots.close()
             self.slots = None

@@ -29,8 +29,9 @@ Python wrapper of a Triton kernel, say) leaves the GPU waiting between the start
 kernel: its eager figure is then mostly host time, varies with the host's load and tends to run
 to MAX_ITERS (GDN decode's smallest workload on the H200: 0.054 ms eager, 0.0025 ms per call in
 a graph; s62 in docs/lab/audit-throughput.md). The graph figure is the device's.
-Graph mode captures GRAPH_CALLS_TARGET_US worth (up to MAX_GRAPH_CALLS) of back-to-back calls
-(on rotating input copies) into one CUDA graph, or into up to MAX_GRAPHS that take turns when
+Graph mode captures GRAPH_CALLS_TARGET_US worth (up to MAX_GRAPH_CALLS, and no more than the
+window's graph_call_cap) of back-to-back calls (on rotating input copies, where a judged
+window gives each call a fresh input of its own) into one CUDA graph, or into up to MAX_GRAPHS that take turns when
 a graph holds fewer calls than there are copies (sized again from the replays' own time when a
 launch-bound estimate made it too small), flushes L2 before each replay and reports replay
 time divided by the calls in it: the steady state of a captured decode step, with launch
@@ -83,6 +84,8 @@ POWER_SAMPLE_AFTER_MS = 10.0
 POWER_BOUND_SHARE = 0.9
 L2_FLUSH_MIN_BYTES = 64 << 20
 MAX_GRAPHS = 4
+MAX_INPUT_COPIES = 8
+"""Input copies a measurement rotates over, at most (as many as fit the rotation budget)."""
 # Each replay pays a fixed cost (graph launch; the first kernel after the flush writes back
 # dirty L2 lines) that the calls in the graph share. On the H200 the ~5 us copy kernel read
 # 1.116x its CUPTI time at 20 calls per graph, 1.087x at 64, 1.079x at 128, 1.073x at 256
@@ -118,6 +121,13 @@ class Window:
     def batch_cap(self) -> int:
         """The most steps one batch may hold (the slots the judge can read)."""
         return MAX_ITERS
+
+    def graph_call_cap(self) -> int:
+        """The most calls one graph may hold (each call's fresh input is a row of its own)."""
+        return MAX_GRAPH_CALLS
+
+    def capturing(self, calls: int) -> None:
+        """Graphs of `calls` calls each are about to be captured."""
 
     def capture(self, graph: int, call: int) -> None:
         """Call `call` of graph `graph` is about to be captured."""
@@ -514,6 +524,7 @@ def _capture(
 ) -> list[Any]:
     """graph_count graphs of `calls` back-to-back calls each, on rotating input copies."""
     try:
+        window.capturing(calls)
         graphs = []
         for g in range(graph_count(copies, calls)):
             graph = torch.cuda.CUDAGraph()
@@ -558,14 +569,14 @@ def time_graph_cuda(
     except Exception as exc:
         torch.cuda.synchronize(device)
         raise GraphCaptureError(f"{type(exc).__name__}: {exc}") from exc
-    calls = graph_calls(estimate_ms)
+    calls = min(graph_calls(estimate_ms), window.graph_call_cap())
     graphs = _capture(launch, copies, calls, device, window)
 
     def replay(i: int) -> None:
         graphs[i].replay()
 
     warm = _cuda_warmup(replay, len(graphs), clock)
-    wanted = graph_calls(warm.estimate_ms / calls)
+    wanted = min(graph_calls(warm.estimate_ms / calls), window.graph_call_cap())
     if wanted >= GRAPH_RESIZE_FACTOR * calls:
         graphs.clear()  # the old graphs' memory goes back before the new ones are captured
         graphs.extend(_capture(launch, copies, wanted, device, window))

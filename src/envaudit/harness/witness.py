@@ -49,12 +49,20 @@ import secrets
 import statistics
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
 from envaudit.harness.inputs import axis_values, concrete_shape, torch_dtype
+from envaudit.harness.timing import (
+    MAX_GRAPH_CALLS,
+    MAX_GRAPHS,
+    MAX_INPUT_COPIES,
+    flush_bytes,
+    median_halfwidth,
+    summarize,
+)
 
 CHECKS = 1
 """Timed calls the judge checks per mode, drawn uniformly over all of them (reservoir). One is
@@ -80,6 +88,24 @@ ALLOWANCE_SLACK = 1.5
 """The judge's own measurements of the flush, draw and copy, times this."""
 
 
+FIGURE_FIELDS = (
+    "median_ms",
+    "min_ms",
+    "max_ms",
+    "q1_ms",
+    "q3_ms",
+    "iqr_ms",
+    "mean_ms",
+    "iterations",
+)
+"""The statistics of a timing mode that the judge computes itself (ModeWitness.figure): what
+the report ranks by, its noise and its intervals read."""
+FRESH_ROWS_BUDGET_BYTES = 1 << 30
+"""Memory a graph's fresh rows may take (one row of the fresh input per captured call): a
+graph holds at most this many bytes' worth of calls (graph_call_cap)."""
+ROWS_COPY = -1
+"""The copy number a graph's rows are drawn under (one draw of all of them, before each
+replay): no per-copy draw shares its seed."""
 FRESH_DISTS = ("normal", "uniform")
 MANTISSA_BITS = 23
 """A float32's mantissa: the random bits a chained draw on a GPU keys (draw_keyed_into)."""
@@ -235,6 +261,26 @@ class FreshInput:
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name}
+
+    def stacked(self, rows: int) -> FreshInput:
+        """This input `rows` times over, drawn as one tensor: a graph's captured calls each
+        read a row of their own (JudgedCalls), all drawn by one kernel before each replay."""
+        return replace(self, shape=(rows, *self.shape))
+
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * torch.empty((), dtype=self.dtype).element_size()
+
+
+def graph_call_cap(fresh: FreshInput | None) -> int:
+    """The most calls a graph may hold: MAX_GRAPH_CALLS, and no more rows of the fresh input
+    than FRESH_ROWS_BUDGET_BYTES holds. Each captured call gets a row of its own because the
+    addresses a graph's calls read are fixed when it is captured: calls that shared an input
+    copy saw the same values in every replay, so a solution could compute one of them and copy
+    its answer into the rest (or declare more calls than it captured, their slots copies of
+    real ones), right wherever the judge looked and up to calls / copies times faster."""
+    if fresh is None:
+        return MAX_GRAPH_CALLS
+    return max(1, min(MAX_GRAPH_CALLS, FRESH_ROWS_BUDGET_BYTES // max(fresh.nbytes(), 1)))
 
 
 def fresh_input(definition: Mapping[str, Any], workload: Mapping[str, Any]) -> FreshInput | None:
@@ -629,11 +675,6 @@ class MappedSlots:
             self.tensors.append(raw[offset : offset + size].view(dtype).view(shape))
             offset += size
 
-    def slot_bytes(self) -> int:
-        """The bytes of one call's outputs, as mapped (not as the solution's process says)."""
-        first = self.each[0] if self.each else [t[0] for t in self.tensors]
-        return sum(t.numel() * t.element_size() for t in first)
-
     def read(self, slot: int) -> list[torch.Tensor]:
         """The outputs in one slot as they are now, copied into the judge's own memory."""
         chosen = self.each[slot] if self.each is not None else [t[slot] for t in self.tensors]
@@ -659,6 +700,15 @@ class Picked:
     outputs: list[torch.Tensor] | None = None
     key: int | None = None
     """chain_key of the previous step's outputs, as the judge read them, for a chained step."""
+    rows: int | None = None
+    """A graph's call: its fresh input is row `copy` of a draw of `rows` rows (ROWS_COPY)."""
+
+    def fresh_value(self, fresh: FreshInput, device: torch.device) -> torch.Tensor:
+        """The fresh input this call was given, drawn again by the judge."""
+        if self.rows is None:
+            return fresh.draw(self.nonce, self.step, self.copy, device, self.key)
+        stacked = fresh.stacked(self.rows).draw(self.nonce, self.step, ROWS_COPY, device)
+        return stacked[self.copy].clone()
 
 
 @dataclass
@@ -731,19 +781,36 @@ class ModeWitness:
         for item in self.picked:
             item.outputs = None
 
-    def calls_of(self, first: int, steps: int) -> list[tuple[int, int, int]]:
-        """(slot, step, copy) of every call a batch of `steps` steps from `first` leaves in the
-        slots, by the layout the solution's process declared (graph: the last replay of each
-        graph wrote its calls' slots)."""
-        copies = int(self.layout.get("copies", 1))
+    def calls_of(self, first: int, steps: int) -> list[tuple[int, int, int, int | None]]:
+        """(slot, step, draw, rows) of every call a batch of `steps` steps from `first` leaves
+        in the slots, by the judged layout: eager, the step's input copy (rows None); graph,
+        the last replay of each graph wrote its calls' slots, call j reading row j of that
+        replay's `calls` rows."""
         if self.mode != "graph":
-            return [(i, first + i, (first + i) % copies) for i in range(steps)]
+            copies = int(self.layout.get("copies", 1))
+            return [(i, first + i, (first + i) % copies, None) for i in range(steps)]
         graphs, calls = int(self.layout["graphs"]), int(self.layout["calls"])
-        out = []
+        out: list[tuple[int, int, int, int | None]] = []
         for g in range(min(graphs, steps)):
             last = max(s for s in range(first, first + steps) if s % graphs == g)
-            out += [(g * calls + j, last, (g + j) % copies) for j in range(calls)]
+            out += [(g * calls + j, last, j, calls) for j in range(calls)]
         return out
+
+    def figure(self) -> dict[str, Any] | None:
+        """The mode's statistics as the line keeps them, computed here from the step times the
+        judge was told and bounded by its clock (per call: a graph's step is one replay of its
+        `calls` calls, divided as the solution's process divides them, so an honest line's
+        figures come out the same to the last bit). The line's own are the solution's process's
+        word: one that told the judge its true times and wrote a twentieth of them into its
+        line passed unflagged before the judge kept the figure (CPU, `forged_figure`)."""
+        if not self.samples_ms:
+            return None
+        scale = int(self.layout.get("calls") or 1) if self.mode == "graph" else 1
+        per_call = [t / scale for t in self.samples_ms]
+        stats = summarize(per_call, self.mode, 0, 0, 0)
+        kept = {name: getattr(stats, name) for name in FIGURE_FIELDS}
+        kept["median_halfwidth"] = median_halfwidth(per_call)
+        return kept
 
     def summary(self) -> dict[str, Any]:
         """The judge's account: its clock against the reported time (the sum of the steps, and
@@ -797,6 +864,39 @@ def _median_ms(run: Callable[[], Any], device: torch.device, repeats: int = 5) -
             torch.cuda.synchronize(device)
         times.append((time.perf_counter() - began) * 1e3)
     return statistics.median(times)
+
+
+def judged_layout(
+    mode: str,
+    declared: Mapping[str, Any],
+    fresh: FreshInput | None,
+    outputs: list[tuple[tuple[int, ...], torch.dtype]],
+    destination_passing: bool,
+    device: torch.device,
+) -> dict[str, Any]:
+    """The layout the judge reads a mode's calls and counts its allowance by. How the calls
+    lie in the slots (input copies, graphs, calls per graph) is the solution's process's to
+    say, within the harness's own limits, and a lie there only misplaces what the judge reads
+    (a wrong answer). What the harness does inside a window beside the calls (the L2 flush,
+    the fresh draws, the copy of a returned output into its slot) is the judge's own
+    reckoning from the definition, the solution.json and the device: a process that declared
+    two thousand draws a step had a slowed clock pass unflagged (CPU, `wide_allowance`)."""
+
+    def bounded(name: str, most: int) -> int:
+        value = declared.get(name)
+        return min(max(value, 1), most) if isinstance(value, int) else 1
+
+    copies, calls = bounded("copies", MAX_INPUT_COPIES), bounded("calls", graph_call_cap(fresh))
+    out_bytes = sum(math.prod(s) * torch.empty((), dtype=d).element_size() for s, d in outputs)
+    return {
+        "copies": copies,
+        "graphs": bounded("graphs", MAX_GRAPHS),
+        "calls": calls,
+        "flush_bytes": flush_bytes(device) if device.type == "cuda" else 0,
+        "draws_per_step": 0 if fresh is None else 1,
+        "copy_bytes": 0 if destination_passing or mode == "graph" else out_bytes,
+        "output_bytes": out_bytes,
+    }
 
 
 def calibrate(
@@ -873,20 +973,31 @@ class TimingWitness:
         self.costs: dict[tuple[Any, ...], float] = {}
 
     def setup(
-        self, uuid: str, message: Mapping[str, Any], fresh: FreshInput | None
+        self,
+        uuid: str,
+        message: Mapping[str, Any],
+        fresh: FreshInput | None,
+        outputs: list[tuple[tuple[int, ...], torch.dtype]],
+        destination_passing: bool,
     ) -> dict[str, Any]:
+        """A mode's set-up: the slots mapped, the layout the judge counts by (judged_layout,
+        from the declared one and what the judge knows itself: the workload's `outputs`, the
+        solution's calling convention) and the allowance calibrated."""
         mode = str(message.get("mode"))
         if self._after_judged(uuid, mode):
             return {"ok": False}
-        layout = dict(message.get("layout") or {})
+        declared = message.get("layout")
+        declared = declared if isinstance(declared, Mapping) else {}
+        layout = judged_layout(mode, declared, fresh, outputs, destination_passing, self.device)
         slots: MappedSlots | None = None
         error = None
         try:
             slots = MappedSlots(dict(message.get("slots") or {}), self.device)
         except Exception as exc:
             error = f"the timed calls' outputs could not be mapped: {type(exc).__name__}: {exc}"
-        chained = slots.slot_bytes() if slots is not None and mode != "graph" else None
-        step_ms = calibrate(layout, fresh, self.device, self.costs, chained)
+        chained = int(layout["output_bytes"]) if mode != "graph" else None
+        drawn = fresh.stacked(layout["calls"]) if fresh is not None and mode == "graph" else fresh
+        step_ms = calibrate(layout, drawn, self.device, self.costs, chained)
         kind = "cuda" if self.device.type == "cuda" else "cpu"
         witness = ModeWitness(mode, layout, slots, step_ms, kind, error=error)
         self.modes[(uuid, mode)] = witness
@@ -926,9 +1037,9 @@ class TimingWitness:
         witness.steps.append(len(samples))
         batch = len(witness.windows_ms) - 1
         fresh_now = []
-        for slot, step, copy in witness.calls_of(window.first, len(samples)):
+        for slot, step, copy, rows in witness.calls_of(window.first, len(samples)):
             witness.seen += 1
-            item = Picked(batch, slot, step, copy, window.nonce)
+            item = Picked(batch, slot, step, copy, window.nonce, rows=rows)
             if len(witness.picked) < CHECKS:
                 witness.picked.append(item)
                 fresh_now.append(item)
