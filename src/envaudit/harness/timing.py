@@ -30,13 +30,13 @@ kernel: its eager figure is then mostly host time, varies with the host's load a
 to MAX_ITERS (GDN decode's smallest workload on the H200: 0.054 ms eager, 0.0025 ms per call in
 a graph; s62 in docs/lab/audit-throughput.md). The graph figure is the device's.
 Graph mode captures GRAPH_CALLS_TARGET_US worth (up to MAX_GRAPH_CALLS, and no more than the
-window's graph_call_cap) of back-to-back calls (on rotating input copies, where a judged
-window gives each call a fresh input of its own) into one CUDA graph, or into up to
-MAX_GRAPHS that take turns when a graph holds fewer calls than there are copies (sized again
-from the replays' own time when a launch-bound estimate made it too small), flushes L2 before each replay and reports replay
-time divided by the calls in it: the steady state of a captured decode step, with launch
-latency amortised as it is when an engine replays graphs. Small kernels get many calls per
-graph, large ones one. Given the eager estimate, it skips warming up the uncaptured launch.
+window's graph_call_cap) of back-to-back calls (on rotating input copies, where a judged window
+gives each call a fresh input of its own) into one CUDA graph, or into up to MAX_GRAPHS that
+take turns when a graph holds fewer calls than there are copies (sized again from the replays'
+own time when a launch-bound estimate made it too small), flushes L2 before each replay and
+reports replay time divided by the calls in it: the steady state of a captured decode step, with
+launch latency amortised as it is when an engine replays graphs. Small kernels get many calls
+per graph, large ones one. Given the eager estimate, it skips warming up the uncaptured launch.
 On a CPU there are no events: a wall clock brackets each call, and the record says so.
 """
 
