@@ -1,5 +1,6 @@
 # Sourced by the GPU scripts that run envaudit from this checkout on the machine's own Python:
-# installs the carried scratch/gpu-wheels (envaudit's Python deps) under SCRATCH (default
+# installs the carried scratch/gpu-wheels (envaudit's Python deps the machine lacks: made here by
+# `python scripts/gpu/carry.py wheels scratch/gpu-wheels`) under SCRATCH (default
 # /root/ea) and exports PYTHONPATH, ENVAUDIT_CACHE and the first GPU's UUID as `uuid`.
 scratch=${SCRATCH:-/root/ea}
 mkdir -p "$scratch"
