@@ -58,7 +58,8 @@ def test_each_call_of_a_replay_reads_the_row_the_judge_draws_for_it() -> None:
         calls.capture(0, j)
         calls.launch(j % copies)
     calls.nonce = 12345
-    calls.prime(step)  # the replay's rows, drawn after the capture: the calls read them
+    calls.prime(step)
+    calls.flushed(step)  # the replay's rows, drawn after the flush: the calls read them
     witness = ModeWitness("graph", {"copies": copies, "graphs": 1, "calls": 7}, None, 0.0, "cpu")
     mapped = witness.calls_of(step, 1)
     assert [slot for slot, *_ in mapped] == list(range(calls_per_graph))

@@ -120,11 +120,22 @@ class JudgedCalls(Window):
         if self.fresh is None:
             return
         began = time.perf_counter()
-        if self.mode == "graph" and self.rows is not None:
-            self.fresh.stacked(len(self.rows)).fill(self.rows, self.nonce, step, ROWS_COPY)
-        elif self.mode != "graph":
+        if self.mode != "graph":
             c = step % len(self.copies)
             self._draw_chained(self.copies[c][self.fresh.name], step, c)
+        self.spent["fresh_draws"] += time.perf_counter() - began
+
+    def flushed(self, step: int) -> None:
+        """A graph's rows are drawn after the L2 flush, so that its calls find their fresh
+        inputs in L2 (as far as the rows fit), as the rotating copies the rows replace were
+        found after each copy's first call: drawn before the flush, every call read its row
+        from device memory, and a 1.4 us copy of 64 KiB read 1.28x its figure over copies on
+        an H100, 1.06x drawn after it (benchmarks/graph_rows.py, s74). Rows that do not fit
+        in L2 are read from device memory either way (a 512 KiB copy's 256 rows: 1.20x)."""
+        if self.mode != "graph" or self.rows is None or self.fresh is None:
+            return
+        began = time.perf_counter()
+        self.fresh.stacked(len(self.rows)).fill(self.rows, self.nonce, step, ROWS_COPY)
         self.spent["fresh_draws"] += time.perf_counter() - began
 
     def _draw_chained(self, target: torch.Tensor, step: int, copy: int) -> None:

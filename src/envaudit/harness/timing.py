@@ -112,6 +112,10 @@ class Window:
     def prime(self, step: int) -> None:
         """Before step `step` (before its flush): its fresh inputs."""
 
+    def flushed(self, step: int) -> None:
+        """Between step `step`'s flush and its start event: a graph's fresh rows, which its
+        calls then find in L2 as they found the rotating copies they replace."""
+
     def keep(self, step: int, result: Any) -> None:
         """After step `step`'s end event: keep what it returned where the judge can read it."""
 
@@ -341,6 +345,7 @@ def _event_loop(
     for i in range(n):
         window.prime(first + i)
         flush.zero_()
+        window.flushed(first + i)
         starts[i].record()
         result = step((first + i) % copies)
         ends[i].record()
