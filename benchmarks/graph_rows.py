@@ -9,7 +9,9 @@ one: a scaled copy of 64 KiB to 4 MiB (bandwidth-bound, a few microseconds) and 
 m=64 against a 4096x4096 weight (the weight shared, the 512 KiB activations fresh). Per form:
 the median of REPEATS graph medians (us per call), and each rows form over copies. The rows
 are drawn anew before every replay, before the L2 flush or after it (the harness: the flushed
-hook), since where they lie when the replay starts is what moves the figure.
+hook), since where they lie when the replay starts is what moves the figure. Beside each
+figure, the median CUPTI duration of the same captured kernels replayed the same way: whether
+a move is the kernels' own time or the harness's.
 
     python benchmarks/graph_rows.py [--json OUT.json]
 """
@@ -23,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 from envaudit.harness import timing
 
@@ -75,6 +78,42 @@ def forms(
     return made
 
 
+def cupti_us(launch: Callable[[int], Any], window: timing.Window, calls: int) -> float:
+    """The median CUPTI duration of the kernels of `calls` captured calls, as the harness
+    replays them (the window's draws and the flush around each replay), over five replays:
+    what the kernels themselves took, beside what the harness's figure says they took."""
+    device = torch.device("cuda")
+    flush = timing.flush_buffer(device)
+    graph = torch.cuda.CUDAGraph()
+    window.capturing(calls)
+    with torch.cuda.graph(graph):
+        for j in range(calls):
+            window.capture(0, j)
+            launch(j % COPIES)
+
+    def around(step: int) -> None:
+        window.prime(step)
+        flush.zero_()
+        window.flushed(step)
+
+    around(0)
+    graph.replay()
+    torch.cuda.synchronize(device)
+    with profile(activities=[ProfilerActivity.CUDA]) as harness_only:
+        around(1)
+        torch.cuda.synchronize(device)
+    skip = {e.name for e in harness_only.events() if e.device_type.name == "CUDA"}
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for step in range(2, 7):
+            around(step)
+            graph.replay()
+        torch.cuda.synchronize(device)
+    durations = [
+        e.device_time for e in prof.events() if e.device_type.name == "CUDA" and e.name not in skip
+    ]
+    return float(statistics.median(durations))
+
+
 def compare(
     name: str, kernel: Callable[[torch.Tensor, int], Any], copies: list[torch.Tensor]
 ) -> dict[str, Any]:
@@ -88,12 +127,19 @@ def compare(
     row["rows_over_copies"] = round(row["rows"] / row["copies"], 4)
     row["before_flush_over_copies"] = round(row["rows_before_flush"] / row["copies"], 4)
     row["spread"] = {f: round(max(v) / min(v), 4) for f, v in medians.items()}
+    calls = timing.graph_calls(row["copies"] / 1e3)
+    row["cupti_us"] = {
+        form: round(cupti_us(launch, window, calls), 4)
+        for form, (launch, window) in forms(kernel, copies).items()
+    }
+    row["over_cupti"] = {f: round(row[f] / row["cupti_us"][f], 4) for f in medians}
     print(
         f"{name:24} copies {row['copies']:7.3f} us  rows drawn before the flush"
         f" {row['rows_before_flush']:7.3f} ({row['before_flush_over_copies']:.4f}x)"
         f"  after it {row['rows']:7.3f} ({row['rows_over_copies']:.4f}x)",
         flush=True,
     )
+    print(f"{'':24} CUPTI kernel us {row['cupti_us']}, figure / CUPTI {row['over_cupti']}")
     return row
 
 
