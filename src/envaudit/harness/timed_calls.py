@@ -181,7 +181,7 @@ class JudgedCalls(Window):
     def capturing(self, calls: int) -> None:
         """Each call of the graphs about to be captured reads a row of its own of the fresh
         input (witness.graph_call_cap says why), drawn once here so that the warm-up replays
-        meet values of the input's kind, and again before every timed replay (prime)."""
+        meet values of the input's kind, and again before every timed replay (flushed)."""
         if self.fresh is None:
             return
         self.rows = None  # an earlier capture's rows go back first
