@@ -24,7 +24,6 @@ Order and rules (docs/harness.md):
 
 from __future__ import annotations
 
-import math
 import time
 import traceback
 from collections.abc import Iterator, Mapping
@@ -38,11 +37,11 @@ import torch
 from envaudit.harness.environment import SmClock, clock_state
 from envaudit.harness.inputs import (
     InputError,
-    axis_values,
     check_constraints,
-    concrete_shape,
     draw_checked,
+    output_layouts,
     scalable_inputs,
+    tensor_bytes,
     torch_dtype,
 )
 from envaudit.harness.judge import Submitter, correctness, probe_point, scaled
@@ -270,23 +269,12 @@ def _output_dtypes(definition: Mapping[str, Any]) -> list[torch.dtype]:
     return [torch_dtype(spec["dtype"]) for spec in definition["outputs"].values()]
 
 
-def _output_layouts(
-    ctx: EvalContext, workload: Mapping[str, Any]
-) -> list[tuple[tuple[int, ...], torch.dtype]]:
-    """(shape, dtype) of each output of this workload."""
-    axes = axis_values(ctx.definition, workload)
-    return [
-        (tuple(concrete_shape(spec, axes) or ()), torch_dtype(spec["dtype"]))
-        for spec in ctx.definition["outputs"].values()
-    ]
-
-
 def _allocate_outputs(
     ctx: EvalContext, workload: Mapping[str, Any], variant: int
 ) -> list[torch.Tensor]:
     return [
         torch.full(shape, poison_value(dtype, variant), dtype=dtype, device=ctx.device)
-        for shape, dtype in _output_layouts(ctx, workload)
+        for shape, dtype in output_layouts(ctx.definition, workload)
     ]
 
 
@@ -304,8 +292,7 @@ def _poison_allocator(ctx: EvalContext, workload: Mapping[str, Any], variant: in
     torch.cuda.synchronize(ctx.device)
     torch.cuda.empty_cache()
     sizes = [
-        math.prod(shape) * torch.empty((), dtype=dtype).element_size()
-        for shape, dtype in _output_layouts(ctx, workload)
+        tensor_bytes(shape, dtype) for shape, dtype in output_layouts(ctx.definition, workload)
     ]
     large = sum(2 * size for size in sizes if size > SMALL_POOL_BYTES // 2)
     free_bytes, _ = torch.cuda.mem_get_info(ctx.device)
@@ -575,7 +562,7 @@ def _time(
             prepared=prepared,
             destination_passing=ctx.solution.destination_passing,
             fresh=fresh,
-            layouts=_output_layouts(ctx, workload),
+            layouts=output_layouts(ctx.definition, workload),
         )
 
     timing: dict[str, Any] = {"fresh_input": fresh.name if fresh is not None else None}

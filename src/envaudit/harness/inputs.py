@@ -380,6 +380,22 @@ def materialize_inputs(
     return values
 
 
+def tensor_bytes(shape: tuple[int, ...], dtype: torch.dtype) -> int:
+    """Bytes a contiguous tensor of this shape and dtype takes."""
+    return math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+
+
+def output_layouts(
+    definition: Mapping[str, Any], workload: Mapping[str, Any]
+) -> list[tuple[tuple[int, ...], torch.dtype]]:
+    """(shape, dtype) of each output of the workload, from the definition."""
+    axes = axis_values(definition, workload)
+    return [
+        (tuple(concrete_shape(spec, axes) or ()), torch_dtype(spec["dtype"]))
+        for spec in definition["outputs"].values()
+    ]
+
+
 def input_bytes(definition: Mapping[str, Any], workload: Mapping[str, Any]) -> int:
     """Bytes the workload's tensor inputs take, from the definition's shapes and dtypes; an
     InputError for an axis that is negative (no tensor has such a shape)."""
@@ -391,8 +407,7 @@ def input_bytes(definition: Mapping[str, Any], workload: Mapping[str, Any]) -> i
     for spec in definition["inputs"].values():
         shape = concrete_shape(spec, axes)
         if shape is not None:
-            element = torch.empty((), dtype=torch_dtype(spec["dtype"])).element_size()
-            total += math.prod(shape) * element
+            total += tensor_bytes(shape, torch_dtype(spec["dtype"]))
     return total
 
 

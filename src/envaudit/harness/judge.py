@@ -39,10 +39,10 @@ from envaudit.harness.inputs import (
     ReferenceFault,
     axis_values,
     check_constraints,
-    concrete_shape,
     draw_checked,
     input_bytes,
     materialize_inputs,
+    output_layouts,
     run_reference,
     scalable_inputs,
     torch_dtype,
@@ -312,7 +312,7 @@ class Judge:
         try:
             if step == "setup":
                 fresh = fresh_input(self.definition, workload)
-                outputs = self._output_layouts(workload)
+                outputs = output_layouts(self.definition, workload)
                 dps = bool(self.solution.get("spec", {}).get("destination_passing_style", True))
                 return self.witness.setup(uuid, request, fresh, outputs, dps)
             if step == "begin":
@@ -389,16 +389,6 @@ class Judge:
             if record is not None:
                 result["summary"] = record.summary()
                 result["figure"] = record.figure()
-
-    def _output_layouts(
-        self, workload: Mapping[str, Any]
-    ) -> list[tuple[tuple[int, ...], torch.dtype]]:
-        """(shape, dtype) of each output of the workload, from the definition."""
-        axes = axis_values(self.definition, workload)
-        return [
-            (tuple(concrete_shape(spec, axes) or ()), torch_dtype(spec["dtype"]))
-            for spec in self.definition["outputs"].values()
-        ]
 
     def _achieved(self, workload: Mapping[str, Any], timing: Mapping[str, Any]) -> dict[str, Any]:
         """achieved_rates at the figures the judge keeps, over the workload's axes and, where

@@ -185,9 +185,8 @@ class JudgedCalls(Window):
         if self.fresh is None:
             return
         self.rows = None  # an earlier capture's rows go back first
-        device = self.copies[0][self.fresh.name].device
         stacked = self.fresh.stacked(calls)
-        self.rows = torch.empty(stacked.shape, dtype=stacked.dtype, device=device)
+        self.rows = torch.empty(stacked.shape, dtype=stacked.dtype, device=self.device)
         stacked.fill(self.rows, 0, 0, ROWS_COPY)
 
     def capture(self, graph: int, call: int) -> None:

@@ -574,14 +574,15 @@ def time_graph_cuda(
     except Exception as exc:
         torch.cuda.synchronize(device)
         raise GraphCaptureError(f"{type(exc).__name__}: {exc}") from exc
-    calls = min(graph_calls(estimate_ms), window.graph_call_cap())
+    cap = window.graph_call_cap()
+    calls = min(graph_calls(estimate_ms), cap)
     graphs = _capture(launch, copies, calls, device, window)
 
     def replay(i: int) -> None:
         graphs[i].replay()
 
     warm = _cuda_warmup(replay, len(graphs), clock)
-    wanted = min(graph_calls(warm.estimate_ms / calls), window.graph_call_cap())
+    wanted = min(graph_calls(warm.estimate_ms / calls), cap)
     if wanted >= GRAPH_RESIZE_FACTOR * calls:
         graphs.clear()  # the old graphs' memory goes back before the new ones are captured
         graphs.extend(_capture(launch, copies, wanted, device, window))

@@ -54,7 +54,7 @@ from typing import Any
 
 import torch
 
-from envaudit.harness.inputs import axis_values, concrete_shape, torch_dtype
+from envaudit.harness.inputs import axis_values, concrete_shape, tensor_bytes, torch_dtype
 from envaudit.harness.timing import (
     MAX_GRAPH_CALLS,
     MAX_GRAPHS,
@@ -268,7 +268,7 @@ class FreshInput:
         return replace(self, shape=(rows, *self.shape))
 
     def nbytes(self) -> int:
-        return math.prod(self.shape) * torch.empty((), dtype=self.dtype).element_size()
+        return tensor_bytes(self.shape, self.dtype)
 
 
 def graph_call_cap(fresh: FreshInput | None) -> int:
@@ -527,7 +527,7 @@ class Slots:
     def _shared_cpu(
         self, layouts: list[tuple[tuple[int, ...], torch.dtype]], count: int
     ) -> list[torch.Tensor]:
-        sizes = [count * math.prod(s) * torch.empty((), dtype=d).element_size() for s, d in layouts]
+        sizes = [count * tensor_bytes(s, d) for s, d in layouts]
         total = max(1, sum(sizes))
         fd = os.memfd_create("envaudit-slots", os.MFD_ALLOW_SEALING | os.MFD_CLOEXEC)
         os.ftruncate(fd, total)
@@ -573,9 +573,14 @@ class Slots:
             self._fd = None
 
 
+def layout_bytes(layouts: list[tuple[tuple[int, ...], torch.dtype]]) -> int:
+    """Bytes of one call's outputs laid out as `layouts`."""
+    return sum(tensor_bytes(shape, dtype) for shape, dtype in layouts)
+
+
 def slot_count(layouts: list[tuple[tuple[int, ...], torch.dtype]], device: torch.device) -> int:
     """How many calls' outputs one batch can keep within SLOT_BUDGET_BYTES (at least one)."""
-    per_call = sum(math.prod(s) * torch.empty((), dtype=d).element_size() for s, d in layouts)
+    per_call = layout_bytes(layouts)
     budget = SLOT_BUDGET_BYTES["cuda" if device.type == "cuda" else "cpu"]
     return max(1, budget // max(per_call, 1))
 
@@ -887,7 +892,7 @@ def judged_layout(
         return min(max(value, 1), most) if isinstance(value, int) else 1
 
     copies, calls = bounded("copies", MAX_INPUT_COPIES), bounded("calls", graph_call_cap(fresh))
-    out_bytes = sum(math.prod(s) * torch.empty((), dtype=d).element_size() for s, d in outputs)
+    out_bytes = layout_bytes(outputs)
     return {
         "copies": copies,
         "graphs": bounded("graphs", MAX_GRAPHS),
