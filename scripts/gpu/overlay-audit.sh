@@ -19,7 +19,8 @@
 #                                        the driver audits nothing)
 #   scripts/gpu/overlay-audit.sh poll STATE SECONDS [DEST]     wait up to SECONDS for the driver
 #                                        to end, print its steps, pack what is there to DEST
-# NENGINE (default 2) and NSTORE (default 6) are how many parts the driver waits for; the
+# NENGINE (default 2) and NSTORE (default 6) are how many parts the driver waits for, SUITE
+# (default all) what it audits; the
 # driver's steps go to STATE/session/steps.txt (scripts/gpu/library-session.sh does the work).
 set -u
 cmd=$1 state=$2
@@ -60,7 +61,7 @@ case $cmd in
     touch "$state/ready"
     mapfile -t solutions <"$state/solutions.txt"
     if [ "${#solutions[@]}" -gt 0 ]; then
-      ENGINE_TARBALL=$tarball SUITE=all RESUME=1 \
+      ENGINE_TARBALL=$tarball SUITE=${SUITE:-all} RESUME=1 \
         bash "$here/library-session.sh" audit "$session" - "${solutions[@]}"
     fi
     touch "$state/done"
