@@ -2,7 +2,9 @@
 eager and graph timing, beside an honest one that passes unflagged.
 
 Every solution spins the GPU for a fixed time per call (`torch.cuda._sleep`), the work a cheat
-would save. The cheats: device events that read a tenth of the time, no work recorded while a
+would save, once it has read its input: work that reads no fresh input is a function of the
+call's constant inputs, which a cache could save as well (docs/harness.md, "What it does not
+cover", says what such work on a side stream can hide under the harness's flush). The cheats: device events that read a tenth of the time, no work recorded while a
 CUDA graph is captured (an answer computed before the capture, served from then on), the work
 left on a side stream the caller's stream never waits for, an answer served by call count, a
 cache keyed by storage and write counters, stale answers behind a forged deferral of the check,
@@ -37,8 +39,9 @@ pytestmark = [
 WORK = """
 import torch
 def work(x, lengths, scale):
-    torch.cuda._sleep(200_000)  # ~0.1 ms of the GPU's time
-    return scaled(x, lengths, scale)
+    out = scaled(x, lengths, scale)
+    torch.cuda._sleep(200_000)  # ~0.1 ms of the GPU's time, after the input is read
+    return out
 """
 CHEATS = {
     "slow_events": """
