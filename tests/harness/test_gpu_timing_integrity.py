@@ -4,9 +4,10 @@ eager and graph timing, beside an honest one that passes unflagged.
 Every solution spins the GPU for a fixed time per call (`torch.cuda._sleep`), the work a cheat
 would save, once it has read its input: work that reads no fresh input is a function of the
 call's constant inputs, which a cache could save as well (docs/harness.md, "What it does not
-cover", says what such work on a side stream can hide under the harness's flush). The cheats: device events that read a tenth of the time, no work recorded while a
-CUDA graph is captured (an answer computed before the capture, served from then on), the work
-left on a side stream the caller's stream never waits for, an answer served by call count, a
+cover", says what such work on a side stream can hide under the harness's flush). The cheats:
+device events that read a tenth of the time, no work recorded while a CUDA graph is captured
+(an answer computed before the capture, served from then on), the work left on a side stream
+the caller's stream never waits for, an answer served by call count, a
 cache keyed by storage and write counters, stale answers behind a forged deferral of the check,
 a check asked for early with timing going on after it, the next step's work started on a
 side stream as soon as its (chained) input can be known, and a capture that copies one call's

@@ -103,8 +103,9 @@ Launch = Callable[[int], Any]
 class Window:
     """What a measurement tells the judge around its batches (envaudit.harness.witness): the
     judge's clock brackets each batch, a fresh input is drawn before each step (outside the
-    device's clock, after the flush on a GPU), a returned output is kept in the step's slot after it. This base does
-    nothing: benchmarks and tests that time a launch without a judge."""
+    device's clock, after the flush on a GPU), a returned output is kept in the step's slot
+    after it. This base does nothing: benchmarks and tests that time a launch without a
+    judge."""
 
     def open(self, first: int, steps: int) -> None:
         """A batch of `steps` steps, numbered from `first`, is about to run."""
