@@ -2,12 +2,9 @@
 eager and graph timing, beside an honest one that passes unflagged.
 
 Every solution spins the GPU for a fixed time per call (`torch.cuda._sleep`), the work a cheat
-would save, once it has read its input: work that reads no fresh input is a function of the
-call's constant inputs, which a cache could save as well (docs/harness.md, "What it does not
-cover", says what such work on a side stream can hide under the harness's flush). The cheats:
-device events that read a tenth of the time, no work recorded while a CUDA graph is captured
-(an answer computed before the capture, served from then on), the work left on a side stream
-the caller's stream never waits for, an answer served by call count, a
+would save. The cheats: device events that read a tenth of the time, no work recorded while a
+CUDA graph is captured (an answer computed before the capture, served from then on), the work
+left on a side stream the caller's stream never waits for, an answer served by call count, a
 cache keyed by storage and write counters, stale answers behind a forged deferral of the check,
 a check asked for early with timing going on after it, the next step's work started on a
 side stream as soon as its (chained) input can be known, and a capture that copies one call's
@@ -18,11 +15,13 @@ Skipped where torch sees no CUDA device (CI); run on the GPU machine with `pytes
 
 from __future__ import annotations
 
+import statistics
 import textwrap
 
 import pytest
 import torch
 
+from envaudit.harness import timing
 from tests.harness.test_gpu_faults import gpu_uuid
 from tests.harness.test_timing_integrity import (
     EARLY_CHECK,
@@ -40,9 +39,8 @@ pytestmark = [
 WORK = """
 import torch
 def work(x, lengths, scale):
-    out = scaled(x, lengths, scale)
-    torch.cuda._sleep(200_000)  # ~0.1 ms of the GPU's time, after the input is read
-    return out
+    torch.cuda._sleep(200_000)  # ~0.1 ms of the GPU's time
+    return scaled(x, lengths, scale)
 """
 CHEATS = {
     "slow_events": """
@@ -235,15 +233,34 @@ def test_no_cheat_passes_unflagged_on_the_gpu(gpu_timing_run: dict, name: str) -
     assert line["status"] != "PASSED" or flags, (line["status"], line.get("timing"))
 
 
+def flush_ms() -> float:
+    """The median time of the harness's L2 flush on this GPU, as the timing loop runs it."""
+    flush = timing.flush_buffer(torch.device("cuda"))
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(21):
+        start.record()
+        flush.zero_()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
 def test_work_left_on_a_side_stream_fails_is_flagged_or_costs_its_time(
     gpu_timing_run: dict,
 ) -> None:
     """Unflagged, it passes only where the side stream's work ran inside the timed region after
-    all (an H100 read 0.257 ms a call for 0.1 ms of work): its true cost."""
+    all (an H100 read 0.257 ms a call for 0.1 ms of work), but for what overlapped the L2
+    flush that precedes each step's start event: the step's input is drawn before the flush,
+    so the side stream can read it while the flush runs, and the judge's window does not see
+    work that overlaps the harness's own (docs/harness.md, "What it does not cover": an H100
+    read 0.084 ms a call in session 75, a flush of about 0.03 ms)."""
     line = gpu_timing_run["side_stream"]
     flags = (line.get("timing") or {}).get("flags") or []
     if line["status"] == "PASSED" and not flags:
-        assert line["timing"]["eager"]["median_ms"] >= 0.1, line["timing"]["eager"]
+        bound = 0.1 - flush_ms()
+        assert line["timing"]["eager"]["median_ms"] >= bound, (bound, line["timing"]["eager"])
 
 
 def test_a_storage_keyed_cache_never_hits_on_the_gpu(gpu_timing_run: dict) -> None:

