@@ -32,6 +32,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from envaudit.errors import EnvauditError
 from envaudit.image.overlay import plan_overlay
 from envaudit.lock.files import load_lock
 from envaudit.lock.verify import InstalledDist, compare, locked_distributions
@@ -151,7 +152,11 @@ def main() -> int:
     args = parser.parse_args()
     if args.what == "wheels":
         return wheels(args.out)
-    return store(args.out, args.envs, args.part_mib)
+    try:
+        return store(args.out, args.envs, args.part_mib)
+    except EnvauditError as error:  # an env no image over the stack can hold: say which, why
+        print(f"carry.py store: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
