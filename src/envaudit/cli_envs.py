@@ -105,6 +105,14 @@ def fetch(
             " for builds where the registry cannot be reached.",
         ),
     ] = False,
+    build: Annotated[
+        bool,
+        typer.Option(
+            "--build",
+            help="Build the lock's sources whose recorded wheel no store, mirror or index holds,"
+            " from the sources it records; exit 1 where a build makes another wheel.",
+        ),
+    ] = False,
     substitute: SubstituteOption = None,
     locks_dir: LocksDir = Path("locks"),
 ) -> None:
@@ -121,6 +129,7 @@ def fetch(
         store=store,
         find_links=find_links,
         substitute=substitute,
+        build=build,
     )
     with reported():
         fetched = fetch_artifacts(request, byte_progress)

@@ -15,6 +15,7 @@ from typer.testing import Result
 from envaudit.lock.config import FetchConfig
 from envaudit.lock.files import load_lock
 from envaudit.runtime.runtimes.local import ensure_environment
+from envaudit.schema.locks import seal
 from tests.lock.helpers import (
     FILE_ALLOWED,
     commit_all,
@@ -431,3 +432,45 @@ def test_a_lock_made_without_building_records_the_files_its_mirror_lacks(
         )
     assert "lacks nothing" in refused.value.message
     assert "the lock records vendor/media/big.png" in refused.value.message
+
+
+def test_fetch_build_makes_the_recorded_wheel_again(
+    places: Path, built: tuple[Path, Result]
+) -> None:
+    """A store without a source's wheel (a new machine, a lock made elsewhere): `fetch`
+    names it missing; `fetch --build` builds it from what the lock records and the store holds
+    the very wheel the lock names, the lock itself untouched."""
+    folder, _ = built
+    lock_text = (folder / "lock.json").read_text()
+    wheel = json.loads(lock_text)["sources"][0]["wheel"]
+    stored = places / "store" / "sha256" / wheel["sha256"]
+    stored.unlink()
+    missing = envaudit(places, "fetch", "tiny")
+    assert missing.exit_code == 1 and wheel["filename"] in missing.output, missing.output
+    rebuilt = envaudit(places, "fetch", "tiny", "--offline", "--build")
+    assert rebuilt.exit_code == 0, rebuilt.output
+    assert "rebuilt as the lock records it" in rebuilt.output and "0 missing" in rebuilt.output
+    assert sha256(stored) == wheel["sha256"]
+    assert (folder / "lock.json").read_text() == lock_text
+
+
+def test_fetch_build_refuses_a_wheel_the_lock_does_not_name(
+    places: Path, built: tuple[Path, Result]
+) -> None:
+    """A lock whose recorded wheel the build here does not reproduce (here: a lock that names
+    another sha256, sealed as a lock made elsewhere would be) fails with both hashes, exit 1,
+    and no store entry takes the recorded name."""
+    folder, _ = built
+    lock_text = (folder / "lock.json").read_text()
+    body = json.loads(lock_text)
+    real = body["sources"][0]["wheel"]["sha256"]
+    body["sources"][0]["wheel"]["sha256"] = "0" * 64
+    del body["closure_hash"]
+    try:
+        (folder / "lock.json").write_text(seal(body).model_dump_json(indent=2))
+        refused = envaudit(places, "fetch", "tiny", "--offline", "--build")
+        assert refused.exit_code == 1, refused.output
+        assert real in refused.output and "0" * 64 in refused.output, refused.output
+        assert not (places / "store" / "sha256" / ("0" * 64)).exists()
+    finally:
+        (folder / "lock.json").write_text(lock_text)

@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
+from envaudit.lock.build import rebuild_recorded
 from envaudit.lock.config import FetchConfig
 from envaudit.lock.fetch import fetch_lock
 from envaudit.lock.files import env_dir
@@ -39,6 +40,9 @@ class FetchRequest:
     find_links: list[Path] | None = None
     substitute: str | None = None
     """The closure of this declared substitute base instead of the declared one."""
+    build: bool = False
+    """Build the sources whose recorded wheel nothing here holds, from what the lock records,
+    keeping only wheels whose sha256 is the lock's (lock/build.rebuild_recorded)."""
 
 
 @dataclass(frozen=True)
@@ -80,9 +84,15 @@ def fetch_artifacts(request: FetchRequest, show: ShowDownloads | None = None) ->
     config = FetchConfig.from_environment(
         request.store, request.find_links, offline=request.offline
     )
-    locked = current_lock(env_dir(request.env, request.locks_dir), substitute=request.substitute)
+    folder = env_dir(request.env, request.locks_dir)
+    locked = current_lock(folder, substitute=request.substitute)
     with show() if show is not None else nullcontext(None) as progress:
         report = fetch_lock(locked, config, progress, verify=request.verify)
+    if request.build and not report.complete:
+        rebuilt = rebuild_recorded(locked, config, folder)
+        if rebuilt:
+            report = fetch_lock(locked, config)
+            report.notes = rebuilt + report.notes
     return FetchResult(
         env=request.env,
         store=config.store,

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from packaging.utils import parse_wheel_filename
 
-from envaudit.errors import EXIT_FAILED
+from envaudit.errors import EXIT_FAILED, EXIT_USAGE
 from envaudit.lock import offline
 from envaudit.lock.config import FetchConfig, uv_binary
 from envaudit.lock.files import LockError, load_spec
@@ -80,6 +80,53 @@ def build_sources(
         sources.append(source)
         messages.append(message)
     return _with_sources(lock, sources), messages
+
+
+def rebuild_recorded(lock: Lock, config: FetchConfig, env_dir: Path) -> list[str]:
+    """Build each source whose recorded wheel the store lacks, from what the lock records, and
+    count it done only where the store then holds the recorded wheel (its sha256): a lock made
+    elsewhere reproduced here, never a new wheel taken for it. A build that makes another wheel
+    is refused with both hashes (exit 1: the lock does not reproduce); one that cannot run here
+    (sources unreachable, no compiler) with its reason (exit 2). The lock is not written."""
+    store = Store(config.store)
+    absent = [
+        s
+        for s in lock.sources
+        if s.wheel is not None and s.built_in != "image" and not store.has(s.wheel)
+    ]
+    if not absent:
+        return []
+    declared = {s.name: s for s in load_spec(env_dir).sources}
+    done: list[str] = []
+    differ: list[str] = []
+    unbuilt: list[str] = []
+    for source in absent:
+        recorded = source.wheel
+        assert recorded is not None
+        built, message = _try_build(lock, source, declared.get(source.name), config, None, env_dir)
+        if store.has(recorded):
+            done.append(
+                f"source {source.name}: rebuilt as the lock records it, {recorded.filename}"
+                f" (sha256 {recorded.sha256})"
+            )
+        elif built.wheel is not None and built.wheel.sha256 != recorded.sha256:
+            differ.append(
+                f"source {source.name}: the build here made {built.wheel.filename} (sha256"
+                f" {built.wheel.sha256}), the lock records {recorded.filename} (sha256"
+                f" {recorded.sha256})"
+            )
+        else:
+            unbuilt.append(message)
+    if differ or unbuilt:
+        raise LockError(
+            f"{lock.env}: its sources' recorded wheels could not be rebuilt here: "
+            + "; ".join(differ + unbuilt),
+            exit_code=EXIT_FAILED if differ else EXIT_USAGE,
+            hint="a wheel the build here does not reproduce is not the one the lock names: fetch"
+            " it from where it was built (ENVAUDIT_MIRRORS, --find-links), or lock again here"
+            f" (`envaudit lock {lock.env} --rebuild NAME`) to record this build's",
+        )
+    return done
 
 
 def _with_sources(lock: Lock, sources: list[LockedSource]) -> Lock:
