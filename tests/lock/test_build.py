@@ -474,3 +474,28 @@ def test_fetch_build_refuses_a_wheel_the_lock_does_not_name(
         assert not (places / "store" / "sha256" / ("0" * 64)).exists()
     finally:
         (folder / "lock.json").write_text(lock_text)
+
+
+def test_fetch_build_where_the_sources_cannot_be_reached_is_an_environment_error(
+    places: Path, built: tuple[Path, Result], tinyext: tuple[Path, str, str]
+) -> None:
+    """The recorded wheel missing and its repository gone from where the lock names it: exit
+    2 naming the source (the machine lacks an input; the lock is not shown wrong), the store
+    still without the wheel."""
+    folder, _ = built
+    wheel = json.loads((folder / "lock.json").read_text())["sources"][0]["wheel"]
+    stored = places / "store" / "sha256" / wheel["sha256"]
+    kept = stored.with_name("kept")
+    stored.rename(kept)
+    repo = tinyext[0]
+    moved = repo.with_name("tinyext-away")
+    repo.rename(moved)
+    try:
+        refused = envaudit(places, "fetch", "tiny", "--offline", "--build")
+        assert refused.exit_code == 2, refused.output
+        assert "source tinyext: not built" in refused.output, refused.output
+        assert "ENVAUDIT_GIT_BASES" in refused.output, refused.output
+        assert not stored.exists()
+    finally:
+        moved.rename(repo)
+        kept.rename(stored)

@@ -116,15 +116,22 @@ def rebuild_recorded(lock: Lock, config: FetchConfig, env_dir: Path) -> list[str
                 f" {recorded.sha256})"
             )
         else:
-            unbuilt.append(message)
-    if differ or unbuilt:
+            unbuilt.append(message.removesuffix(" (the earlier wheel is kept)"))
+    if differ:
         raise LockError(
-            f"{lock.env}: its sources' recorded wheels could not be rebuilt here: "
-            + "; ".join(differ + unbuilt),
-            exit_code=EXIT_FAILED if differ else EXIT_USAGE,
+            f"{lock.env}: the build here does not reproduce the lock: " + "; ".join(differ),
+            exit_code=EXIT_FAILED,
             hint="a wheel the build here does not reproduce is not the one the lock names: fetch"
             " it from where it was built (ENVAUDIT_MIRRORS, --find-links), or lock again here"
             f" (`envaudit lock {lock.env} --rebuild NAME`) to record this build's",
+        )
+    if unbuilt:
+        raise LockError(
+            f"{lock.env}: its sources' recorded wheels cannot be built here: " + "; ".join(unbuilt),
+            exit_code=EXIT_USAGE,
+            hint="make the sources reachable (ENVAUDIT_GIT_BASES: a folder of OWNER/NAME git"
+            " mirrors, for a machine without the network), or fetch the wheels from where they"
+            " were built (ENVAUDIT_MIRRORS, --find-links)",
         )
     return done
 
