@@ -12,6 +12,9 @@ checkout has none of an earlier session's scratch/ (run with this checkout's ven
       as one tar cut into folders OUT/pNN of at most N MiB (default 20: beside the ~43 MB
       working tree in one device call), the first holding wheels.tar.sha256, as
       scripts/gpu/library-session.sh `stash` and `store` take them. OUT/entries.tsv names them.
+      A source's recorded wheel that nothing here holds is built again from what the lock
+      records (`envaudit fetch ENV --build`: the same sha256 or nothing; git sources through
+      ENVAUDIT_GIT_BASES where there is no network).
 
 The stack is the one docs/results/h200/verify-env/verify-torch-2.11-cu130.txt lists (the torch
 lock's packages, which it matched, plus its extras), read on an H200 machine on 2026-12-01: a
@@ -106,7 +109,9 @@ def store(out: Path, envs: list[str], part_mib: int) -> int:
     installed = [InstalledDist(n, v, Path("/"), None) for n, v in stack().items()]
     entries: dict[str, tuple[int, str]] = {}
     for env in envs:
-        fetched = subprocess.run([sys.executable, "-m", "envaudit", "fetch", env], check=False)
+        fetched = subprocess.run(
+            [sys.executable, "-m", "envaudit", "fetch", env, "--build"], check=False
+        )
         if fetched.returncode != 0:
             return fetched.returncode
         lock = load_lock(ROOT / "locks" / env)
@@ -119,8 +124,12 @@ def store(out: Path, envs: list[str], part_mib: int) -> int:
     out.mkdir(parents=True, exist_ok=True)
     tar_path = out / "wheels.tar"
     with tarfile.open(tar_path, "w", format=tarfile.GNU_FORMAT) as tar:
-        for sha in sorted(entries):
-            tar.add(folder / sha, arcname=sha)
+        for sha in sorted(entries):  # the same entries make the same tar: no times or owners
+            info = tar.gettarinfo(folder / sha, arcname=sha)
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+            info.mode = 0o644
+            with (folder / sha).open("rb") as entry:
+                tar.addfile(info, entry)
     digest = hashlib.sha256()
     with tar_path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
