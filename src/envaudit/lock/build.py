@@ -103,20 +103,24 @@ def rebuild_recorded(lock: Lock, config: FetchConfig, env_dir: Path) -> list[str
     for source in absent:
         recorded = source.wheel
         assert recorded is not None
-        built, message = _try_build(lock, source, declared.get(source.name), config, None, env_dir)
-        if store.has(recorded):
-            done.append(
-                f"source {source.name}: rebuilt as the lock records it, {recorded.filename}"
-                f" (sha256 {recorded.sha256})"
-            )
-        elif built.wheel is not None and built.wheel.sha256 != recorded.sha256:
+        # Built as a source with no wheel yet: the wheel it returns is this build's, or None.
+        unrecorded = source.model_copy(update={"wheel": None})
+        built, message = _try_build(
+            lock, unrecorded, declared.get(source.name), config, None, env_dir
+        )
+        if built.wheel is None:
+            unbuilt.append(message)
+        elif built.wheel.sha256 != recorded.sha256:
             differ.append(
                 f"source {source.name}: the build here made {built.wheel.filename} (sha256"
                 f" {built.wheel.sha256}), the lock records {recorded.filename} (sha256"
                 f" {recorded.sha256})"
             )
         else:
-            unbuilt.append(message.removesuffix(" (the earlier wheel is kept)"))
+            done.append(
+                f"source {source.name}: rebuilt as the lock records it, {recorded.filename}"
+                f" (sha256 {recorded.sha256})"
+            )
     if differ:
         raise LockError(
             f"{lock.env}: the build here does not reproduce the lock: " + "; ".join(differ),
