@@ -24,6 +24,7 @@ tail -n 30 "$out/dev.txt"
 python3 - "$out/dev.jsonl" <<'PY'
 import json, sys
 flagged = passed = 0
+bounds = []
 for raw in open(sys.argv[1]):
     line = json.loads(raw)
     timing = line.get("timing") or {}
@@ -31,10 +32,19 @@ for raw in open(sys.argv[1]):
     if timing.get("flags") or line["status"] != "PASSED":
         flagged += bool(timing.get("flags"))
         print(line["solution"], line["workload"].get("label"), line["status"], line["message"][:200], timing.get("flags"))
-    for mode in ("eager", "graph"):
+    for mode in ("eager", "graph", "chained_graph"):
         judge = (timing.get(mode) or {}).get("judge")
         if judge:
             print(f'  {line["solution"][:40]:40} {mode:5} window {judge["window_ms"]:9.2f} reported {judge["reported_ms"]:9.2f} allowance {judge["allowance_ms"]:8.2f} checked {judge["checked_calls"]}')
+    graph, chained = timing.get("graph"), timing.get("chained_graph")
+    if graph and chained and (chained.get("judge") or {}).get("chain_call_ms") is not None:
+        chain = chained["judge"]["chain_call_ms"]
+        # how far the graph figure lies from its bound: (chained - chain) / graph (flagged
+        # above judge.BATCH_RATIO, beside its margin)
+        bounds.append((chained["median_ms"] - chain) / graph["median_ms"])
+        print(f'  {line["solution"][:40]:40} graph {graph["median_ms"]*1e3:9.3f} us chained {chained["median_ms"]*1e3:9.3f} us chain {chain*1e3:8.3f} us ratio {bounds[-1]:.4f}')
 print("passed", passed, "flagged", flagged)
+if bounds:
+    print(f"(chained - chain) / graph over {len(bounds)} lines: min {min(bounds):.4f} max {max(bounds):.4f}")
 PY
 tar czf "$out.tgz" -C "$out" --exclude='*.logs.tgz' .

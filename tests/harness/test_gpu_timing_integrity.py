@@ -42,6 +42,33 @@ def work(x, lengths, scale):
     torch.cuda._sleep(200_000)  # ~0.1 ms of the GPU's time
     return scaled(x, lengths, scale)
 """
+BATCHED_CAPTURE = """
+        # while a graph is captured, no work for its calls but the last, which does every
+        # call's at once (one call's spin for all: the work a batched kernel would share);
+        # each captured call reads row j of one tensor of the graph's rows, which says j and
+        # how many there are
+        PENDING = []
+        def run(x, lengths, scale):
+            if not torch.cuda.is_current_stream_capturing():
+                return work(x, lengths, scale)
+            if not batching_now(x):
+                return work(x, lengths, scale)
+            rows = x.untyped_storage().nbytes() // (x.numel() * x.element_size())
+            out = torch.empty_like(x)
+            PENDING.append((x, lengths, scale, out))
+            if x.storage_offset() // x.numel() == rows - 1:
+                torch.cuda._sleep(200_000)
+                for args in PENDING:
+                    args[3].copy_(scaled(*args[:3]))
+                PENDING.clear()
+            return out
+        DECIDED = []
+        def batching_now(x):
+            # decided once a graph (at its first row), not at every call
+            if x.storage_offset() == 0 or not DECIDED:
+                DECIDED[:] = [batching()]
+            return DECIDED[0]
+        """
 CHEATS = {
     "slow_events": """
         _elapsed = torch.cuda.Event.elapsed_time
@@ -113,6 +140,23 @@ CHEATS = {
             out = work(x, lengths, scale)
             LAST[:] = [out]
             return out
+        """,
+    "batched_capture": BATCHED_CAPTURE
+    + """
+        def batching():
+            return True
+        """,
+    "batched_unless_chained": BATCHED_CAPTURE
+    + """
+        # reads the harness's own state (its process is the solution's) to batch only where
+        # the calls are not chained, and computes honestly in the chained graph
+        import gc
+        from envaudit.harness.timed_calls import JudgedCalls
+        def batching():
+            return not any(
+                isinstance(o, JudgedCalls) and o.mode == "chained_graph" and o.rows is not None
+                for o in gc.get_objects()
+            )
         """,
     "early_check": EARLY_CHECK.replace("expensive(", "work("),
     "pipelined": STEP_HOOKS
@@ -212,10 +256,11 @@ def test_the_honest_solution_passes_unflagged_on_the_gpu(gpu_timing_run: dict) -
     line = gpu_timing_run["honest"]
     assert line["status"] == "PASSED", line["message"]
     assert "flags" not in line["timing"], line["timing"].get("flags")
-    for mode in ("eager", "graph"):
+    for mode in ("eager", "graph", "chained_graph"):
         judge = line["timing"][mode]["judge"]
         assert judge["consistent"] and judge["checked_calls"] >= 1, (mode, judge)
         assert line["timing"][mode]["median_ms"] >= 0.05, line["timing"][mode]
+    assert line["timing"]["chained_graph"]["judge"]["chain_call_ms"] > 0
 
 
 @pytest.mark.parametrize(
@@ -308,3 +353,23 @@ def test_answers_copied_between_captured_calls_are_wrong(gpu_timing_run: dict) -
     else:
         assert line["status"] == "INCORRECT_NUMERICAL", (line["status"], line["message"])
         assert "a timed call (graph)" in line["message"], line["message"]
+
+
+def test_a_capture_that_batches_its_calls_fails_or_is_flagged(gpu_timing_run: dict) -> None:
+    """A capture that does every call's work at its last call is right wherever the judge
+    looks in the graph, and read about 1/calls of its work a call. The chained graph keys each
+    call's input by the call before's outputs: batched there too, its calls but a graph's first
+    answer inputs the judge does not draw, and the judge's check there is drawn from those
+    (INCORRECT); done honestly there (the cheat reads the harness's mode), its figure bounds the
+    graph's, which is flagged (docs/harness.md, "Capture batching")."""
+    for name in ("batched_capture", "batched_unless_chained"):
+        line = gpu_timing_run[name]
+        timing = line.get("timing") or {}
+        if line["status"] != "PASSED":
+            assert line["status"] == "INCORRECT_NUMERICAL", (name, line["message"])
+            assert "a timed call (chained_graph)" in line["message"], line["message"]
+            continue
+        flags = timing.get("flags") or []
+        assert any("batches its calls" in f for f in flags), (name, timing)
+    honest = gpu_timing_run["batched_unless_chained"]["timing"].get("chained_graph") or {}
+    assert honest.get("median_ms", 0.1) >= 0.05, honest

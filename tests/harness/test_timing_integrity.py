@@ -510,3 +510,85 @@ def test_a_key_forged_in_the_solution_s_process_gives_the_judge_another_input(
     known ahead; the judge takes the key from the previous slot itself, draws the input the
     chain says, and the answer to the forged one is wrong."""
     wrong_unless_checked_where_honest(timing_run["forged_key"])
+
+
+def _graph_timing(graph_ms: float, chained_ms: float | None, chain_ms: float) -> dict:
+    timing: dict = {"fresh_input": "x", "graph": {"median_ms": graph_ms}}
+    if chained_ms is not None:
+        timing["chained_graph"] = {
+            "median_ms": chained_ms,
+            "judge": {"chain_call_ms": chain_ms},
+        }
+    return timing
+
+
+def test_a_graph_figure_below_its_chained_bound_is_flagged() -> None:
+    """The judge's rule for capture batching (judge._batching_flags, the GPU half in
+    tests/harness/test_gpu_timing_integrity.py): the graph figure may lie below the chained
+    graph's calls, less the chain's own cost, by BATCH_RATIO and BATCH_MARGIN_MS, no more; a
+    graph figure with no chained bound (where a fresh input makes one possible) is flagged too."""
+    from envaudit.harness.judge import BATCH_MARGIN_MS, BATCH_RATIO, _batching_flags
+
+    chain = 0.010
+    honest = 0.100  # a call's own time, in the graph and in the chained graph beside its chain
+    assert _batching_flags(_graph_timing(honest, honest + chain, chain)) == []
+    # as low as the rule lets it: the bound itself passes, a hair under it is flagged
+    bound = (honest + chain - chain - BATCH_MARGIN_MS) / BATCH_RATIO
+    assert _batching_flags(_graph_timing(bound, honest + chain, chain)) == []
+    flagged = _batching_flags(_graph_timing(bound * 0.999, honest + chain, chain))
+    assert len(flagged) == 1 and "batches its calls" in flagged[0], flagged
+    # a capture that did every call's work at its last: 1/20 of the work a call
+    assert _batching_flags(_graph_timing(honest / 20, honest + chain, chain))
+    unbounded = _graph_timing(honest, None, chain) | {"chained_graph_error": "GraphCaptureError"}
+    assert _batching_flags(unbounded) == [
+        "graph: no chained graph bounds its figure (GraphCaptureError)"
+    ]
+    # nothing to key the calls by: the known gap of a workload with no fresh input
+    assert _batching_flags(_graph_timing(honest / 20, None, chain) | {"fresh_input": None}) == []
+
+
+def test_a_chained_graph_s_rows_are_the_ones_the_judge_draws_again() -> None:
+    """The chained graph's rows (timed_calls.JudgedCalls, CHAINED_GRAPH) as the captured kernels
+    key them, run here op by op on the CPU in the order a replay runs them (the bits drawn after
+    the flush, then each call's row keyed by the call before's outputs), are the rows the judge
+    draws again for a picked call (witness.Picked.fresh_value) from the nonce, the step and the
+    key it takes from the previous call's slot: a check on the GPU compares the right inputs."""
+    import torch
+
+    from envaudit.harness.timed_calls import JudgedCalls
+    from envaudit.harness.witness import CHAINED_GRAPH, FreshInput, Picked, mixed_key
+
+    cpu = torch.device("cpu")
+    fresh = FreshInput("x", (4, 8), torch.float32, {"dist": "normal"})
+    calls = JudgedCalls(
+        ask=lambda request: {},
+        uuid="u",
+        mode=CHAINED_GRAPH,
+        device=cpu,
+        call=lambda inputs, outputs, prepared: inputs["x"] * 2,
+        copies=[{"x": torch.zeros(4, 8)}],
+        prepared=[None],
+        destination_passing=False,
+        fresh=fresh,
+        layouts=[((4, 8), torch.float32)],
+    )
+    n, nonce, step = 5, 12345, 3
+    calls.capturing(n)
+    calls.nonce = nonce
+    calls.flushed(step)
+    outputs = []
+    for j in range(n):
+        calls.capture(0, j)
+        outputs.append(calls.launch(0))
+        calls.captured(0, j, outputs[-1])
+    assert calls.rows is not None
+    rows = calls.rows.clone()
+    assert len({tuple(r.flatten().tolist()) for r in rows}) == n  # every row its own
+    for j in range(n):
+        key = int(mixed_key([outputs[j - 1]])) if j else None
+        picked = Picked(0, j, step, j, nonce, rows=n, chained=True, key=key)
+        assert torch.equal(picked.fresh_value(fresh, cpu), rows[j]), j
+        assert torch.equal(outputs[j], rows[j] * 2)
+    # another key is another row: a row drawn before the call before returned is not it
+    wrong = Picked(0, 2, step, 2, nonce, rows=n, chained=True, key=int(mixed_key([rows[1]])))
+    assert not torch.equal(wrong.fresh_value(fresh, cpu), rows[2])

@@ -49,7 +49,14 @@ from envaudit.harness.inputs import (
 )
 from envaudit.harness.reference import ReferenceCache, cache_key
 from envaudit.harness.solution import build_tools_missing, unsupported_device
-from envaudit.harness.witness import FIGURE_FIELDS, ModeWitness, TimingWitness, fresh_input
+from envaudit.harness.witness import (
+    CHAINED_GRAPH,
+    FIGURE_FIELDS,
+    TIMING_MODES,
+    ModeWitness,
+    TimingWitness,
+    fresh_input,
+)
 from envaudit.schema.expressions import evaluate as evaluate_expression
 from envaudit.schema.expressions import expression_names
 
@@ -304,7 +311,7 @@ class Judge:
         the mode's record with an error, which flags its figure."""
         uuid, mode = str(request.get("uuid")), str(request.get("mode"))
         workload = self.workloads.get(uuid)
-        if workload is None or mode not in ("eager", "graph"):
+        if workload is None or mode not in TIMING_MODES:
             return _refused(f"timing of {uuid!r} in mode {mode!r}")
         if self.witness is None:
             self.witness = TimingWitness(self.device, self.solution_pid)
@@ -324,7 +331,7 @@ class Judge:
                 self.witness.end(uuid, mode, [float(v) for v in samples])
                 return {}
             if step == "finish":
-                defer = mode == "eager" and request.get("defer") is True
+                defer = mode != CHAINED_GRAPH and request.get("defer") is True
                 return self._finish_timing(uuid, mode, workload, defer)
         except (KeyError, TypeError, ValueError) as exc:
             record = self.witness.record(uuid, mode)
@@ -354,7 +361,7 @@ class Judge:
         timing = self.verdicts.setdefault(uuid, {"scale": {}}).setdefault("timing", {})
         pending = [
             (mode, record)
-            for mode in ("eager", "graph")
+            for mode in TIMING_MODES
             if (record := self.witness.record(uuid, mode)) is not None and not record.judged
         ]
         fresh = fresh_input(self.definition, workload)
@@ -693,7 +700,7 @@ def _settle_timing(outcome: dict[str, Any], judged: Mapping[str, Mapping[str, An
     if not isinstance(timing, dict):
         return
     flags: list[str] = []
-    for mode in ("eager", "graph"):
+    for mode in TIMING_MODES:
         stats = timing.get(mode)
         if not isinstance(stats, dict):
             continue
@@ -734,10 +741,46 @@ def _settle_timing(outcome: dict[str, Any], judged: Mapping[str, Mapping[str, An
         if status != "PASSED" and outcome.get("status") == "PASSED":
             message = f"a timed call ({mode}): {verdict.get('message')}" if verdict else ""
             outcome.update(status=status, message=message)
+    flags += _batching_flags(timing)
     if flags:
         timing["flags"] = flags
     else:
         timing.pop("flags", None)
+
+
+BATCH_RATIO = 1.1
+"""How far below the chained graph's calls (less the chain's own cost) a graph's may lie,
+relatively, beside BATCH_MARGIN_MS (docs/harness.md, "Capture batching")."""
+BATCH_MARGIN_MS = 0.002
+"""And absolutely: what one replay's fixed cost, spread over its calls, and the chain's
+extra node a call may honestly take off (measured: docs/harness.md)."""
+
+
+def _batching_flags(timing: Mapping[str, Any]) -> list[str]:
+    """A graph figure the chained graph does not bound: its calls cost less, each, than the
+    same calls made one after another (each call's input keyed by the call before's outputs),
+    less what the chain alone costs a call (the judge's own measurement) and a margin. A
+    capture that batches its calls (no work for the first, one batched kernel for all at the
+    last) is right wherever the judge looks and faster than its calls; this is what it costs.
+    A graph figure the chained graph could not bound (it failed, or was not run where there is
+    a fresh input to key) is flagged too: its figure is unbounded from below."""
+    graph = timing.get("graph")
+    if not isinstance(graph, dict) or timing.get("fresh_input") is None:
+        return []
+    chained = timing.get(CHAINED_GRAPH)
+    summary = chained.get("judge") if isinstance(chained, dict) else None
+    chain_ms = summary.get("chain_call_ms") if isinstance(summary, dict) else None
+    if not isinstance(chained, dict) or not isinstance(chain_ms, int | float):
+        why = timing.get("chained_graph_error") or "not measured"
+        return [f"graph: no chained graph bounds its figure ({why})"]
+    bound = (float(chained["median_ms"]) - chain_ms - BATCH_MARGIN_MS) / BATCH_RATIO
+    if float(graph["median_ms"]) >= bound:
+        return []
+    return [
+        f"graph: its calls read {graph['median_ms']:.6f} ms each, where one after another"
+        f" they took {chained['median_ms']:.6f} ms less the chain's {chain_ms:.6f} ms: a"
+        " capture that batches its calls"
+    ]
 
 
 def _same_figure(stats: Mapping[str, Any], figure: Mapping[str, Any]) -> bool:

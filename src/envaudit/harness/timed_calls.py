@@ -9,6 +9,7 @@ can only make the solution fail or be flagged.
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 import time
@@ -19,14 +20,19 @@ import torch
 
 from envaudit.harness.timing import Window
 from envaudit.harness.witness import (
+    CHAINED_GRAPH,
+    GRAPH_MODES,
     ROWS_COPY,
     FreshInput,
     GraphedChain,
+    KeyBuffers,
     Slots,
     adopted_ipc,
     chain_key,
+    device_key,
     graph_call_cap,
     keyed_on_host,
+    new_key_buffers,
     poison_value,
     slot_count,
 )
@@ -82,8 +88,12 @@ class JudgedCalls(Window):
         self.chain: GraphedChain | None = None
         self.rows: torch.Tensor | None = None
         """Graph mode: the fresh input once per captured call, row j for call j (capturing)."""
+        self.bits: torch.Tensor | None = None
+        """Chained graph: each row's mantissa bits, drawn before each replay, keyed in it."""
+        self._zero_key: torch.Tensor | None = None
+        self._key_buffers: KeyBuffers = functools.cache(new_key_buffers)
         self._bits: torch.Tensor | None = None  # the op-by-op chain's working buffer
-        if mode != "graph":
+        if mode not in GRAPH_MODES:
             count = min(slot_count(layouts, device), 1000)
             self.slots = Slots(layouts, count, device)
 
@@ -120,7 +130,7 @@ class JudgedCalls(Window):
         if self.fresh is None:
             return
         began = time.perf_counter()
-        if self.mode != "graph":
+        if self.mode not in GRAPH_MODES:
             c = step % len(self.copies)
             self._draw_chained(self.copies[c][self.fresh.name], step, c)
         self.spent["fresh_draws"] += time.perf_counter() - began
@@ -132,10 +142,14 @@ class JudgedCalls(Window):
         from device memory, and a 1.4 us copy of 64 KiB read 1.28x its figure over copies on
         an H100, 1.06x drawn after it (benchmarks/graph_rows.py, s74). Rows that do not fit
         in L2 are read from device memory either way (a 512 KiB copy's 256 rows: 1.20x)."""
-        if self.mode != "graph" or self.rows is None or self.fresh is None:
+        if self.mode not in GRAPH_MODES or self.rows is None or self.fresh is None:
             return
         began = time.perf_counter()
-        self.fresh.stacked(len(self.rows)).fill(self.rows, self.nonce, step, ROWS_COPY)
+        stacked = self.fresh.stacked(len(self.rows))
+        if self.bits is not None:  # chained: the rows themselves are keyed inside the replay
+            stacked.nonce_bits_into(self.bits, self.nonce, step, ROWS_COPY)
+        else:
+            stacked.fill(self.rows, self.nonce, step, ROWS_COPY)
         self.spent["fresh_draws"] += time.perf_counter() - began
 
     def _draw_chained(self, target: torch.Tensor, step: int, copy: int) -> None:
@@ -176,7 +190,7 @@ class JudgedCalls(Window):
         self.spent["handshakes"] += time.perf_counter() - began
 
     def graph_call_cap(self) -> int:
-        return graph_call_cap(self.fresh)
+        return graph_call_cap(self.fresh, chained=self.mode == CHAINED_GRAPH)
 
     def capturing(self, calls: int) -> None:
         """Each call of the graphs about to be captured reads a row of its own of the fresh
@@ -184,9 +198,13 @@ class JudgedCalls(Window):
         meet values of the input's kind, and again before every timed replay (flushed)."""
         if self.fresh is None:
             return
-        self.rows = None  # an earlier capture's rows go back first
+        self.rows = self.bits = None  # an earlier capture's rows go back first
         stacked = self.fresh.stacked(calls)
         self.rows = torch.empty(stacked.shape, dtype=stacked.dtype, device=self.device)
+        if self.mode == CHAINED_GRAPH:
+            self.bits = torch.empty(stacked.shape, dtype=torch.int32, device=self.device)
+            stacked.nonce_bits_into(self.bits, 0, 0, ROWS_COPY)
+            self._zero_key = torch.zeros((), dtype=torch.int64, device=self.device)
         stacked.fill(self.rows, 0, 0, ROWS_COPY)
 
     def capture(self, graph: int, call: int) -> None:
@@ -196,6 +214,22 @@ class JudgedCalls(Window):
                 torch.full(shape, poison_value(dtype), dtype=dtype, device=self.device)
                 for shape, dtype in self.layouts
             ]
+        if self.bits is not None:
+            self._key_row(graph, call)
+
+    def _key_row(self, graph: int, call: int) -> None:
+        """Captured before call `call` of a chained graph: its row, keyed on the device by every
+        bit of the outputs of the call before it (0 for a graph's first call), so that it does
+        not exist until that call has returned. witness.chain_call_ms captures the same kernels
+        with no call between them: the chain's own cost, which the judge takes off."""
+        assert self.fresh is not None and self.rows is not None and self.bits is not None
+        assert self._zero_key is not None
+        key = None
+        if call > 0:
+            key = device_key(self.graph_slots.get((graph, call - 1), []), self._key_buffers)
+        self.fresh.keyed_into(
+            self.rows[call], self._zero_key if key is None else key, self.bits[call]
+        )
 
     def captured(self, graph: int, call: int, result: Any) -> None:
         if not self.dps:
@@ -225,7 +259,7 @@ class JudgedCalls(Window):
                 if self.slots is not None and any(math.prod(s) for s, _ in self.layouts):
                     self.chain = self._graphed_chain()
                 torch.cuda.synchronize(self.device)
-        if self.mode == "graph":
+        if self.mode in GRAPH_MODES:
             ordered = [
                 self.graph_slots.get((g, j), [])
                 for g in range(self.graphs)
@@ -263,7 +297,7 @@ class JudgedCalls(Window):
         request = {"timing": "finish", "uuid": self.uuid, "mode": self.mode, "defer": defer}
         verdict = self.ask(request)
         self.graph_slots.clear()
-        self.rows = None
+        self.rows = self.bits = None
         if self.slots is not None:
             self.slots.close()
             self.slots = None

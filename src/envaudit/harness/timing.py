@@ -554,13 +554,16 @@ def time_graph_cuda(
     budget_ms: float = TARGET_MEASURE_MS,
     wander_ms: float = WANDER_MIN_MEASURE_MS,
     window: Window = NO_WINDOW,
+    calls: int | None = None,
 ) -> TimingStats:
     """Capture graphs of back-to-back calls and time their replays (see module docstring).
     `estimate_ms` (the eager median, when known) sizes the graph without a warm-up of its own;
     when the replays show the calls to be much shorter than that, the graphs are captured once
-    more at the size their own time asks for (GRAPH_RESIZE_FACTOR). `budget_ms` and `wander_ms`
-    are the stopping rule's TARGET_MEASURE_MS and WANDER_MIN_MEASURE_MS (benchmarks compare
-    other values side by side)."""
+    more at the size their own time asks for (GRAPH_RESIZE_FACTOR). `calls`, where given, is
+    the graph's size (within the window's cap), never resized: a chained graph holds as many
+    calls as the graph it bounds. `budget_ms` and `wander_ms` are the stopping rule's
+    TARGET_MEASURE_MS and WANDER_MIN_MEASURE_MS (benchmarks compare other values side by
+    side)."""
     started = time.perf_counter()
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
@@ -575,7 +578,8 @@ def time_graph_cuda(
         torch.cuda.synchronize(device)
         raise GraphCaptureError(f"{type(exc).__name__}: {exc}") from exc
     cap = window.graph_call_cap()
-    calls = min(graph_calls(estimate_ms), cap)
+    fixed = calls is not None
+    calls = min(calls if calls is not None else graph_calls(estimate_ms), cap)
     graphs = _capture(launch, copies, calls, device, window)
 
     def replay(i: int) -> None:
@@ -583,7 +587,7 @@ def time_graph_cuda(
 
     warm = _cuda_warmup(replay, len(graphs), clock)
     wanted = min(graph_calls(warm.estimate_ms / calls), cap)
-    if wanted >= GRAPH_RESIZE_FACTOR * calls:
+    if not fixed and wanted >= GRAPH_RESIZE_FACTOR * calls:
         graphs.clear()  # the old graphs' memory goes back before the new ones are captured
         graphs.extend(_capture(launch, copies, wanted, device, window))
         for i in range(len(graphs)):  # a graph's first replay uploads it

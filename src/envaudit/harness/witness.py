@@ -114,6 +114,12 @@ KEY_BITS_FROM = 40
 (a product carries low bits up, never down)."""
 ONE_BITS = 0x3F800000
 """1.0's float32 bits: with any 23 mantissa bits below them, a float in [1, 2)."""
+CHAINED_GRAPH = "chained_graph"
+"""The mode that bounds the graph figure from below: the same graph, but each captured call's
+row keyed on the device by every bit of the call before's outputs (JudgedCalls), so that no
+capture can batch its calls (docs/harness.md, "Capture batching")."""
+GRAPH_MODES = ("graph", CHAINED_GRAPH)
+TIMING_MODES = ("eager", *GRAPH_MODES)
 
 
 def _seed(nonce: int, step: int, copy: int, name: str, key: int | None = None) -> int:
@@ -262,6 +268,19 @@ class FreshInput:
     def describe(self) -> dict[str, Any]:
         return {"name": self.name}
 
+    def chained_row(
+        self, nonce: int, step: int, rows: int, row: int, key: int, device: torch.device
+    ) -> torch.Tensor:
+        """Row `row` of a chained graph's replay (JudgedCalls, CHAINED_GRAPH): the nonce's
+        mantissa bits of all `rows` rows drawn by one kernel (ROWS_COPY), this row's keyed by
+        `key` (chain_key of the call before's outputs; 0 for a graph's first call) and mapped
+        to the rule, as the captured kernels did."""
+        bits = torch.empty((rows, *self.shape), dtype=torch.int32, device=device)
+        self.stacked(rows).nonce_bits_into(bits, nonce, step, ROWS_COPY)
+        target = torch.empty(self.shape, dtype=self.dtype, device=device)
+        self.keyed_into(target, torch.tensor(key, dtype=torch.int64, device=device), bits[row])
+        return target
+
     def stacked(self, rows: int) -> FreshInput:
         """This input `rows` times over, drawn as one tensor: a graph's captured calls each
         read a row of their own (JudgedCalls), all drawn by one kernel before each replay."""
@@ -271,16 +290,18 @@ class FreshInput:
         return tensor_bytes(self.shape, self.dtype)
 
 
-def graph_call_cap(fresh: FreshInput | None) -> int:
+def graph_call_cap(fresh: FreshInput | None, chained: bool = False) -> int:
     """The most calls a graph may hold: MAX_GRAPH_CALLS, and no more rows of the fresh input
-    than FRESH_ROWS_BUDGET_BYTES holds. Each captured call gets a row of its own because the
-    addresses a graph's calls read are fixed when it is captured: calls that shared an input
-    copy saw the same values in every replay, so a solution could compute one of them and copy
-    its answer into the rest (or declare more calls than it captured, their slots copies of
-    real ones), right wherever the judge looked and up to calls / copies times faster."""
+    than FRESH_ROWS_BUDGET_BYTES holds (`chained`: with each row's int32 mantissa bits beside
+    it). Each captured call gets a row of its own because the addresses a graph's calls read
+    are fixed when it is captured: calls that shared an input copy saw the same values in every
+    replay, so a solution could compute one of them and copy its answer into the rest (or
+    declare more calls than it captured, their slots copies of real ones), right wherever the
+    judge looked and up to calls / copies times faster."""
     if fresh is None:
         return MAX_GRAPH_CALLS
-    return max(1, min(MAX_GRAPH_CALLS, FRESH_ROWS_BUDGET_BYTES // max(fresh.nbytes(), 1)))
+    row = fresh.nbytes() + (4 * math.prod(fresh.shape) if chained else 0)
+    return max(1, min(MAX_GRAPH_CALLS, FRESH_ROWS_BUDGET_BYTES // max(row, 1)))
 
 
 def fresh_input(definition: Mapping[str, Any], workload: Mapping[str, Any]) -> FreshInput | None:
@@ -383,14 +404,14 @@ def _words(output: torch.Tensor) -> list[torch.Tensor]:
     return words
 
 
-def _new_key_buffers(words: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def new_key_buffers(words: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     return (
         torch.empty(words, dtype=torch.int64, device=device),
         torch.empty(words, dtype=torch.int64, device=device),
     )
 
 
-_key_buffers: KeyBuffers = functools.lru_cache(maxsize=16)(_new_key_buffers)
+_key_buffers: KeyBuffers = functools.lru_cache(maxsize=16)(new_key_buffers)
 """Kept, not made before every step: a temporary the outputs' size made between two calls
 slowed the next call's own allocation (GDN decode, 1 MB of outputs: 1.21x its figure)."""
 
@@ -444,7 +465,7 @@ class GraphedChain:
         self.fresh = fresh
         self.kept = [torch.zeros(shape, dtype=dtype, device=device) for shape, dtype in layouts]
         self.bits = torch.empty(fresh.shape, dtype=torch.int32, device=device)
-        self._buffers: KeyBuffers = functools.cache(_new_key_buffers)
+        self._buffers: KeyBuffers = functools.cache(new_key_buffers)
         self.graphs = [self._captured(target) for target in targets]
         for graph in self.graphs:
             graph.replay()  # a graph's first replay uploads it
@@ -707,11 +728,16 @@ class Picked:
     """chain_key of the previous step's outputs, as the judge read them, for a chained step."""
     rows: int | None = None
     """A graph's call: its fresh input is row `copy` of a draw of `rows` rows (ROWS_COPY)."""
+    chained: bool = False
+    """A chained graph's call: its row keyed by `key` (FreshInput.chained_row)."""
 
     def fresh_value(self, fresh: FreshInput, device: torch.device) -> torch.Tensor:
         """The fresh input this call was given, drawn again by the judge."""
         if self.rows is None:
             return fresh.draw(self.nonce, self.step, self.copy, device, self.key)
+        if self.chained:
+            key = self.key or 0
+            return fresh.chained_row(self.nonce, self.step, self.rows, self.copy, key, device)
         stacked = fresh.stacked(self.rows).draw(self.nonce, self.step, ROWS_COPY, device)
         return stacked[self.copy].clone()
 
@@ -762,6 +788,8 @@ class ModeWitness:
     slots: MappedSlots | None
     allowance_step_ms: float
     device_kind: str
+    chain_call_ms: float | None = None
+    """A chained graph's: what the chain alone costs a call (chain_call_ms), the judge's own."""
     windows_ms: list[float] = field(default_factory=list)
     waited_ms: list[float] = field(default_factory=list)
     """Per window, the solution's thread's wait for a CPU (where the kernel counts it)."""
@@ -791,7 +819,7 @@ class ModeWitness:
         in the slots, by the judged layout: eager, the step's input copy (rows None); graph,
         the last replay of each graph wrote its calls' slots, call j reading row j of that
         replay's `calls` rows."""
-        if self.mode != "graph":
+        if self.mode not in GRAPH_MODES:
             copies = int(self.layout.get("copies", 1))
             return [(i, first + i, (first + i) % copies, None) for i in range(steps)]
         graphs, calls = int(self.layout["graphs"]), int(self.layout["calls"])
@@ -810,7 +838,7 @@ class ModeWitness:
         line passed unflagged before the judge kept the figure (CPU, `forged_figure`)."""
         if not self.samples_ms:
             return None
-        scale = int(self.layout.get("calls") or 1) if self.mode == "graph" else 1
+        scale = int(self.layout.get("calls") or 1) if self.mode in GRAPH_MODES else 1
         per_call = [t / scale for t in self.samples_ms]
         stats = summarize(per_call, self.mode, 0, 0, 0)
         kept = {name: getattr(stats, name) for name in FIGURE_FIELDS}
@@ -847,6 +875,8 @@ class ModeWitness:
             # Where the checks looked: (batch, position in the batch) of each picked call.
             "picked": [[item.batch, item.slot] for item in self.picked],
         }
+        if self.chain_call_ms is not None:
+            record["chain_call_ms"] = round(self.chain_call_ms, 6)
         if self.waited_ms:
             record["waited_ms"] = round(waited, 6)
             # The window outgrew the bound only by the time the machine kept the solution's
@@ -891,7 +921,8 @@ def judged_layout(
         value = declared.get(name)
         return min(max(value, 1), most) if isinstance(value, int) else 1
 
-    copies, calls = bounded("copies", MAX_INPUT_COPIES), bounded("calls", graph_call_cap(fresh))
+    cap = graph_call_cap(fresh, chained=mode == CHAINED_GRAPH)
+    copies, calls = bounded("copies", MAX_INPUT_COPIES), bounded("calls", cap)
     out_bytes = layout_bytes(outputs)
     return {
         "copies": copies,
@@ -899,7 +930,9 @@ def judged_layout(
         "calls": calls,
         "flush_bytes": flush_bytes(device) if device.type == "cuda" else 0,
         "draws_per_step": 0 if fresh is None else 1,
-        "copy_bytes": 0 if destination_passing or mode == "graph" else out_bytes,
+        # a chained graph's step draws its rows' mantissa bits (int32), not the rows
+        "draws_bits": mode == CHAINED_GRAPH,
+        "copy_bytes": 0 if destination_passing or mode in GRAPH_MODES else out_bytes,
         "output_bytes": out_bytes,
     }
 
@@ -929,7 +962,9 @@ def calibrate(
     if flush_bytes and device.type == "cuda":
         per_step += cost(("flush", flush_bytes), lambda: _fill_ms(flush_bytes, device))
     draws = int(layout.get("draws_per_step") or 0)
-    if fresh is not None and draws:
+    if fresh is not None and draws and layout.get("draws_bits"):
+        per_step += draws * cost(("bits", fresh.shape), lambda: _bits_ms(fresh, device))
+    elif fresh is not None and draws:
         key = ("draw", fresh.shape, fresh.dtype, repr(fresh.init), chained_bytes)
         per_step += draws * cost(key, lambda: _draw_ms(fresh, device, chained_bytes))
     copy_bytes = int(layout.get("copy_bytes") or 0)
@@ -960,6 +995,69 @@ def _draw_ms(fresh: FreshInput, device: torch.device, chained_bytes: int | None 
         fresh.draw_chained_into(target, 1, 0, 0, key)
 
     return _median_ms(draw_chained, device, 3) * ALLOWANCE_SLACK
+
+
+def _bits_ms(fresh: FreshInput, device: torch.device) -> float:
+    bits = torch.empty(fresh.shape, dtype=torch.int32, device=device)
+    return _median_ms(lambda: fresh.nonce_bits_into(bits, 1, 0, 0), device, 3) * ALLOWANCE_SLACK
+
+
+def device_key(outputs: list[Any], buffers: KeyBuffers | None = None) -> torch.Tensor | None:
+    """chain_key on a device, where the host must not read it: the key a chained graph's
+    captured kernels take from a call's outputs (None where there is no tensor output)."""
+    tensors = [o.detach() for o in outputs if isinstance(o, torch.Tensor) and o.numel()]
+    return mixed_key(tensors, buffers) if tensors else None
+
+
+def chain_call_ms(
+    fresh: FreshInput,
+    outputs: list[tuple[tuple[int, ...], torch.dtype]],
+    calls: int,
+    device: torch.device,
+    repeats: int = 7,
+) -> float:
+    """What the chain alone costs a call of a chained graph of `calls` calls: the same keyed
+    draws (each row keyed by outputs of the workload's layouts, the first by 0) captured into
+    a graph with no call between them, replayed here, on the judge's own context, and timed
+    by its own events (the median replay over `calls`). A chained graph's figure less this is
+    what its calls cost one after another (docs/harness.md, "Capture batching")."""
+    held = [torch.zeros(shape, dtype=dtype, device=device) for shape, dtype in outputs]
+    rows = torch.empty((calls, *fresh.shape), dtype=fresh.dtype, device=device)
+    bits = torch.empty((calls, *fresh.shape), dtype=torch.int32, device=device)
+    buffers: KeyBuffers = functools.cache(new_key_buffers)
+    zero = torch.zeros((), dtype=torch.int64, device=device)
+
+    def chain() -> None:
+        for j in range(calls):
+            key = device_key(held, buffers) if j else None
+            fresh.keyed_into(rows[j], zero if key is None else key, bits[j])
+
+    def draw_bits() -> None:
+        fresh.stacked(calls).nonce_bits_into(bits, 1, 0, ROWS_COPY)
+
+    draw_bits()
+    chain()  # loads the kernels and makes the key's buffers outside the graph
+    graph = torch.cuda.CUDAGraph()
+    current = torch.cuda.current_stream(device)
+    side = torch.cuda.Stream(device)
+    side.wait_stream(current)
+    with torch.cuda.stream(side):
+        graph.capture_begin(capture_error_mode="thread_local")
+        try:
+            chain()
+        finally:
+            graph.capture_end()
+    current.wait_stream(side)
+    times = []
+    for _ in range(repeats):
+        draw_bits()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return float(statistics.median(times[1:])) / calls
 
 
 def _copy_ms(size: int, device: torch.device) -> float:
@@ -1000,11 +1098,23 @@ class TimingWitness:
             slots = MappedSlots(dict(message.get("slots") or {}), self.device)
         except Exception as exc:
             error = f"the timed calls' outputs could not be mapped: {type(exc).__name__}: {exc}"
-        chained = int(layout["output_bytes"]) if mode != "graph" else None
-        drawn = fresh.stacked(layout["calls"]) if fresh is not None and mode == "graph" else fresh
+        graphed = mode in GRAPH_MODES
+        chained = int(layout["output_bytes"]) if not graphed else None
+        drawn = fresh.stacked(layout["calls"]) if fresh is not None and graphed else fresh
         step_ms = calibrate(layout, drawn, self.device, self.costs, chained)
         kind = "cuda" if self.device.type == "cuda" else "cpu"
         witness = ModeWitness(mode, layout, slots, step_ms, kind, error=error)
+        if mode == CHAINED_GRAPH and fresh is not None and self.device.type == "cuda":
+            calls = int(layout["calls"])
+            key = ("chain", fresh.shape, fresh.dtype, repr(fresh.init), tuple(outputs), calls)
+            try:
+                if key not in self.costs:
+                    self.costs[key] = chain_call_ms(fresh, outputs, calls, self.device)
+                witness.chain_call_ms = self.costs[key]
+            except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:
+                # the judge's own measurement: its failure flags the bound, never the solution
+                witness.error = f"the chain's own cost was not measured: {exc}"[:500]
+            torch.cuda.empty_cache()  # its rows go back to the device, not to this cache
         self.modes[(uuid, mode)] = witness
         return {"ok": error is None}
 
@@ -1043,6 +1153,10 @@ class TimingWitness:
         batch = len(witness.windows_ms) - 1
         fresh_now = []
         for slot, step, copy, rows in witness.calls_of(window.first, len(samples)):
+            if witness.mode == CHAINED_GRAPH and copy == 0 and (rows or 1) > 1:
+                # a graph's first call is keyed by nothing: the sample is drawn from the calls
+                # whose inputs the chain made, which a batching capture answers wrongly
+                continue
             witness.seen += 1
             item = Picked(batch, slot, step, copy, window.nonce, rows=rows)
             if len(witness.picked) < CHECKS:
@@ -1058,7 +1172,11 @@ class TimingWitness:
         for item in fresh_now:
             if item in witness.picked and 0 <= item.slot < witness.slots.count:
                 item.outputs = witness.slots.read(item.slot)
-                if witness.mode != "graph" and item.slot > 0:  # chained to the step before
+                item.chained = witness.mode == CHAINED_GRAPH
+                # chained to the step (eager) or the captured call (chained graph) before,
+                # where there is one: a chained graph's first call is keyed by 0
+                before = item.slot > 0 and (witness.mode == "eager" or item.copy > 0)
+                if witness.mode != "graph" and before:
                     key = chain_key(witness.slots.read(item.slot - 1))
                     item.key = int(key) if key is not None else None
 

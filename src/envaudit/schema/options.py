@@ -12,7 +12,7 @@ Standard library only: it is a declared harness file (envaudit.schema.harness).
 from __future__ import annotations
 
 from dataclasses import MISSING, Field, asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, TypedDict
 
 MEASURE_MS_RANGE = (10.0, 60_000.0)
 """--measure-ms bounds: below 10 ms the harness's first batch alone would exceed the budget."""
@@ -23,6 +23,13 @@ AUDIT = "audit"
 
 def _flag(name: str, help: str | None, *, audit: bool = True) -> dict[str, Any]:
     return {"flag": name, "help": help, "commands": ("run", AUDIT) if audit else ("run",)}
+
+
+class Budgets(TypedDict, total=False):
+    """A CUDA timer's stopping-rule keywords (envaudit.harness.timing)."""
+
+    budget_ms: float
+    wander_ms: float
 
 
 @dataclass(frozen=True)
@@ -72,7 +79,7 @@ class EvalOptions:
     """In place of the harness's (TARGET_MEASURE_MS on a GPU, also when the clock wanders;
     CPU_TARGET_MEASURE_MS on the CPU)."""
 
-    def budgets(self) -> dict[str, float]:
+    def budgets(self) -> Budgets:
         """The keyword arguments that carry measure_ms to a CUDA timer."""
         if self.measure_ms is None:
             return {}

@@ -188,6 +188,11 @@ class Timing(_Part):
     graph: TimingStats | None = None
     """None when the graph capture failed (`graph_error` says why)."""
     graph_error: str | None = None
+    chained_graph: TimingStats | None = None
+    """The graph again, each captured call's input keyed by the call before's outputs: what
+    the calls cost one after another, which bounds the graph figure from below (a capture that
+    batches its calls is flagged). Ranks nothing."""
+    chained_graph_error: str | None = None
     fresh_input: str | None = None
     """The input drawn afresh for every timed call (None: the workload draws none at random)."""
     flags: list[str] | None = None
