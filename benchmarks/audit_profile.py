@@ -79,6 +79,12 @@ ORDER = (
     "graph_fresh_draws",
     "graph_slot_copies",
     "graph_handshakes",
+    "chained_graph_warmup",
+    "chained_graph_measure",
+    "chained_graph_judge_setup",
+    "chained_graph_fresh_draws",
+    "chained_graph_slot_copies",
+    "chained_graph_handshakes",
     "timed_check",
     "clock_read",
     "recheck",
@@ -86,6 +92,8 @@ ORDER = (
     "outside_workers",
 )
 
+TIMING_MODES = ("eager", "graph", "chained_graph")
+"""The harness's timing phases (witness.TIMING_MODES; the chained graph bounds the graph)."""
 INSIDE_MEASURE = ("fresh_draws", "slot_copies", "handshakes")
 """The parts of judged timing (harness/timed_calls.py, WINDOW_COSTS) that a line's phases count
 apart from its mode's phase but its `measure_wall_ms` holds: the measured iterations are the
@@ -196,13 +204,13 @@ def phase_totals(lines: Iterable[Mapping[str, Any]], total_s: float) -> dict[str
         inside += startup - beside
         totals["worker_staged"] -= beside
         timing = line.get("timing") or {}
-        for mode in ("eager", "graph"):
+        for mode in TIMING_MODES:
             spent = phases.pop(mode, 0.0)
             stats = timing.get(mode) or {}
             measure = (stats.get("measure_wall_ms") or 0.0) / 1e3
-            inside = sum(phases.get(f"{mode}_{part}", 0.0) for part in INSIDE_MEASURE)
-            totals[f"{mode}_measure"] += measure - inside
-            totals[f"{mode}_warmup"] += spent + inside - measure
+            within = sum(phases.get(f"{mode}_{part}", 0.0) for part in INSIDE_MEASURE)
+            totals[f"{mode}_measure"] += measure - within
+            totals[f"{mode}_warmup"] += spent + within - measure
         for name, spent in phases.items():
             totals[name] += spent
     parts = ("worker_imports", "worker_cuda_init", "worker_env_record")
@@ -266,8 +274,8 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
         lines = [line for _, line in read_lines(kept) if line is not None]
         annotate_timeline(timeline, lines)
         totals = phase_totals(lines, wall)
-        timing = sum(totals.get(k, 0.0) for k in ORDER if k.startswith(("eager", "graph")))
-        measure = totals.get("eager_measure", 0.0) + totals.get("graph_measure", 0.0)
+        timing = sum(totals.get(k, 0.0) for k in ORDER if k.startswith(TIMING_MODES))
+        measure = sum(totals.get(f"{mode}_measure", 0.0) for mode in TIMING_MODES)
         runs[name] = {
             "wall_s": wall,
             "lines": len(lines),
