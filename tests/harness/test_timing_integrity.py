@@ -547,12 +547,24 @@ def test_a_graph_figure_below_its_chained_bound_is_flagged() -> None:
     assert _batching_flags(_graph_timing(honest / 20, None, chain) | {"fresh_input": None}) == []
 
 
-def test_a_chained_graph_s_rows_are_the_ones_the_judge_draws_again() -> None:
+def _doubled(inputs: dict, outputs: list | None, prepared: object) -> object:
+    if outputs is None:
+        return inputs["x"] * 2
+    outputs[0].copy_(inputs["x"] * 2)
+    return None
+
+
+@pytest.mark.parametrize("destination_passing", [False, True])
+def test_a_chained_graph_s_rows_are_the_ones_the_judge_draws_again(
+    destination_passing: bool,
+) -> None:
     """The chained graph's rows (timed_calls.JudgedCalls, CHAINED_GRAPH) as the captured kernels
     key them, run here op by op on the CPU in the order a replay runs them (the bits drawn after
     the flush, then each call's row keyed by the call before's outputs), are the rows the judge
     draws again for a picked call (witness.Picked.fresh_value) from the nonce, the step and the
-    key it takes from the previous call's slot: a check on the GPU compares the right inputs."""
+    key it takes from the previous call's slot: a check on the GPU compares the right inputs.
+    Each row is keyed once a call (a destination-passing call's slots are made by its launch as
+    well as by the capture: keyed twice, the row was another)."""
     import torch
 
     from envaudit.harness.timed_calls import JudgedCalls
@@ -565,10 +577,10 @@ def test_a_chained_graph_s_rows_are_the_ones_the_judge_draws_again() -> None:
         uuid="u",
         mode=CHAINED_GRAPH,
         device=cpu,
-        call=lambda inputs, outputs, prepared: inputs["x"] * 2,
+        call=_doubled,
         copies=[{"x": torch.zeros(4, 8)}],
         prepared=[None],
-        destination_passing=False,
+        destination_passing=destination_passing,
         fresh=fresh,
         layouts=[((4, 8), torch.float32)],
     )
@@ -579,8 +591,9 @@ def test_a_chained_graph_s_rows_are_the_ones_the_judge_draws_again() -> None:
     outputs = []
     for j in range(n):
         calls.capture(0, j)
-        outputs.append(calls.launch(0))
-        calls.captured(0, j, outputs[-1])
+        returned = calls.launch(0)
+        calls.captured(0, j, returned)
+        outputs.append(calls.graph_slots[(0, j)][0])
     assert calls.rows is not None
     rows = calls.rows.clone()
     assert len({tuple(r.flatten().tolist()) for r in rows}) == n  # every row its own

@@ -622,8 +622,9 @@ def _time(
 
 CHAINED_MEASURE_MS = 100.0
 """The chained graph's measured time, at most: a bound needs less than a figure (its rule has
-10% of slack, where a power-limited clock's median over 80-100 ms of calls varies by about 1%:
-timing.WANDER_MIN_MEASURE_MS), and every millisecond of it is the audit's wall time."""
+25% of slack, judge.BATCH_RATIO, where a power-limited clock's median over 80-100 ms of calls
+varies by about 1%: timing.WANDER_MIN_MEASURE_MS), and every millisecond of it is the audit's
+wall time."""
 
 
 def _time_chained(

@@ -748,12 +748,16 @@ def _settle_timing(outcome: dict[str, Any], judged: Mapping[str, Mapping[str, An
         timing.pop("flags", None)
 
 
-BATCH_RATIO = 1.1
+BATCH_RATIO = 1.25
 """How far below the chained graph's calls (less the chain's own cost) a graph's may lie,
-relatively, beside BATCH_MARGIN_MS (docs/harness.md, "Capture batching")."""
-BATCH_MARGIN_MS = 0.002
-"""And absolutely: what one replay's fixed cost, spread over its calls, and the chain's
-extra node a call may honestly take off (measured: docs/harness.md)."""
+relatively, beside BATCH_MARGIN_MS (docs/harness.md, "Timing integrity", item 3). Set before
+any GPU measured the bound, so loose on purpose: the chain's kernels between two calls may
+evict what a call found in L2 in the plain graph (a weight it reads again), which the chain's
+own cost, measured with no call beside it, does not hold; benchmarks/graph_batching.py
+measures how far honest kernels lie from the bound, to tighten it."""
+BATCH_MARGIN_MS = 0.003
+"""And absolutely: what one replay's fixed cost, spread over its calls, and the node the chain
+adds between two calls (about a microsecond a node on a Hopper graph) may honestly take off."""
 
 
 def _batching_flags(timing: Mapping[str, Any]) -> list[str]:

@@ -104,8 +104,7 @@ class JudgedCalls(Window):
         if self.dps and self.slots is not None:
             outputs = self.slots.outputs(self.slot)
         elif self.dps:
-            self.capture(*self._graph_key)
-            outputs = self.graph_slots[self._graph_key]
+            outputs = self._graph_outputs()
         inputs = self.copies[copy]
         if self.rows is not None and self.fresh is not None:
             inputs = {**inputs, self.fresh.name: self.rows[self._graph_key[1]]}
@@ -209,13 +208,21 @@ class JudgedCalls(Window):
 
     def capture(self, graph: int, call: int) -> None:
         self._graph_key = (graph, call)
-        if self.dps and self._graph_key not in self.graph_slots:
+        if self.dps:
+            self._graph_outputs()
+        if self.bits is not None:
+            self._key_row(graph, call)
+
+    def _graph_outputs(self) -> list[torch.Tensor]:
+        """The current captured call's output slots (a destination-passing solution's), made
+        at its first use. Apart from `capture`, which keys a chained graph's row once a call:
+        keyed twice, a row's bits are spent and it is another row than the judge draws."""
+        if self._graph_key not in self.graph_slots:
             self.graph_slots[self._graph_key] = [
                 torch.full(shape, poison_value(dtype), dtype=dtype, device=self.device)
                 for shape, dtype in self.layouts
             ]
-        if self.bits is not None:
-            self._key_row(graph, call)
+        return self.graph_slots[self._graph_key]
 
     def _key_row(self, graph: int, call: int) -> None:
         """Captured before call `call` of a chained graph: its row, keyed on the device by every
