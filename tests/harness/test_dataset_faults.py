@@ -168,7 +168,8 @@ def test_nothing_a_job_started_outlives_its_timeout(tmp_path: Path) -> None:
     write_solution(solutions, "hangs", {"hangs": (body, False)})
     report = tmp_path / "results.jsonl"
     argv = ["run", "--solution", "hangs", "--device", "cpu", "--data-root", str(root)]
-    argv += ["--solutions-root", str(solutions), "--report", str(report), "--timeout", "15"]
+    # the call sleeps 600 s: the limit, waited out whole, only has to come before that
+    argv += ["--solutions-root", str(solutions), "--report", str(report), "--timeout", "5"]
     code = CliRunner().invoke(app, [*argv, "--suite", "smoke"]).exit_code
     [line, *_] = lines_of(report)
     assert (line["status"], code) == ("TIMEOUT", 1), line["message"]

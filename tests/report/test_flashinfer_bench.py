@@ -18,7 +18,7 @@ from envaudit.cli import app
 from envaudit.report.traces import STATUS_LIB, THEIR_STATUS
 from envaudit.schema.models import EvaluationStatus
 from tests.conftest import write_toy_root
-from tests.harness.test_faults import EXPECTED, write_solution
+from tests.harness.test_faults import EXPECTED, HANG_TIMEOUT_S, write_solution
 
 HUGE = "00000000-0000-4000-8000-0000000000a1"
 
@@ -34,7 +34,8 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]
     for name in EXPECTED:
         write_solution(solutions, name)
         argv = ["run", "--solution", name, "--device", "cpu", "--data-root", str(root)]
-        argv += ["--solutions-root", str(solutions), "--report", str(report), "--timeout", "20"]
+        argv += ["--solutions-root", str(solutions), "--report", str(report)]
+        argv += ["--timeout", str(HANG_TIMEOUT_S if name == "hang" else 20)]
         CliRunner().invoke(app, argv)
     # WORKLOAD_ERROR: a workload whose inputs are larger than any device (the dataset's fault)
     huge = {"uuid": HUGE, "axes": {"B": 10**6, "S": 10**6}, "seed": 1}
