@@ -75,7 +75,8 @@ class ChainedRows(Rows):
         super().capture(graph, call)
         if call > 0 and self.rows is not None and self.bits is not None:
             outputs = self.previous if isinstance(self.previous, list) else [self.previous]
-            self.fresh.keyed_into(self.rows[call], mixed_key(outputs), self.bits[call])
+            keyed = self.bits[call].clone()  # the harness keys a copy: warm-ups key again
+            self.fresh.keyed_into(self.rows[call], mixed_key(outputs), keyed)
 
     def captured(self, graph: int, call: int, result: Any) -> None:
         self.previous = result

@@ -602,6 +602,12 @@ def test_a_chained_graph_s_rows_are_the_ones_the_judge_draws_again(
         picked = Picked(0, j, step, j, nonce, rows=n, chained=True, key=key)
         assert torch.equal(picked.fresh_value(fresh, cpu), rows[j]), j
         assert torch.equal(outputs[j], rows[j] * 2)
+    # the bits are keyed in a copy: a replay that no draw precedes (the warm-up's) keys the
+    # same rows again, never spent bits (NaN rows before)
+    for j in range(n):
+        calls.capture(0, j)
+        calls.captured(0, j, calls.launch(0))
+    assert torch.equal(calls.rows, rows) and bool(torch.isfinite(rows).all())
     # another key is another row: a row drawn before the call before returned is not it
     wrong = Picked(0, 2, step, 2, nonce, rows=n, chained=True, key=int(mixed_key([rows[1]])))
     assert not torch.equal(wrong.fresh_value(fresh, cpu), rows[2])

@@ -91,6 +91,7 @@ class JudgedCalls(Window):
         self.bits: torch.Tensor | None = None
         """Chained graph: each row's mantissa bits, drawn before each replay, keyed in it."""
         self._zero_key: torch.Tensor | None = None
+        self._keyed_bits: torch.Tensor | None = None  # one row's bits, keyed in place
         self._key_buffers: KeyBuffers = functools.cache(new_key_buffers)
         self._bits: torch.Tensor | None = None  # the op-by-op chain's working buffer
         if mode not in GRAPH_MODES:
@@ -197,13 +198,14 @@ class JudgedCalls(Window):
         meet values of the input's kind, and again before every timed replay (flushed)."""
         if self.fresh is None:
             return
-        self.rows = self.bits = None  # an earlier capture's rows go back first
+        self.rows = self.bits = self._keyed_bits = None  # an earlier capture's go back first
         stacked = self.fresh.stacked(calls)
         self.rows = torch.empty(stacked.shape, dtype=stacked.dtype, device=self.device)
         if self.mode == CHAINED_GRAPH:
             self.bits = torch.empty(stacked.shape, dtype=torch.int32, device=self.device)
             stacked.nonce_bits_into(self.bits, 0, 0, ROWS_COPY)
             self._zero_key = torch.zeros((), dtype=torch.int64, device=self.device)
+            self._keyed_bits = torch.empty(self.fresh.shape, dtype=torch.int32, device=self.device)
         stacked.fill(self.rows, 0, 0, ROWS_COPY)
 
     def capture(self, graph: int, call: int) -> None:
@@ -227,15 +229,19 @@ class JudgedCalls(Window):
     def _key_row(self, graph: int, call: int) -> None:
         """Captured before call `call` of a chained graph: its row, keyed on the device by every
         bit of the outputs of the call before it (0 for a graph's first call), so that it does
-        not exist until that call has returned. witness.chain_call_ms captures the same kernels
-        with no call between them: the chain's own cost, which the judge takes off."""
+        not exist until that call has returned. The row's bits are keyed in a copy: the warm-up
+        replays, which no draw precedes, key the same bits again (keyed in place, they were
+        spent after one replay, and the next row read NaN). witness.chain_call_ms captures the
+        same kernels with no call between them: the chain's own cost, which the judge takes
+        off."""
         assert self.fresh is not None and self.rows is not None and self.bits is not None
-        assert self._zero_key is not None
+        assert self._zero_key is not None and self._keyed_bits is not None
         key = None
         if call > 0:
             key = device_key(self.graph_slots.get((graph, call - 1), []), self._key_buffers)
+        self._keyed_bits.copy_(self.bits[call])
         self.fresh.keyed_into(
-            self.rows[call], self._zero_key if key is None else key, self.bits[call]
+            self.rows[call], self._zero_key if key is None else key, self._keyed_bits
         )
 
     def captured(self, graph: int, call: int, result: Any) -> None:
@@ -304,7 +310,7 @@ class JudgedCalls(Window):
         request = {"timing": "finish", "uuid": self.uuid, "mode": self.mode, "defer": defer}
         verdict = self.ask(request)
         self.graph_slots.clear()
-        self.rows = self.bits = None
+        self.rows = self.bits = self._keyed_bits = None
         if self.slots is not None:
             self.slots.close()
             self.slots = None

@@ -1017,7 +1017,8 @@ def chain_call_ms(
     repeats: int = 7,
 ) -> float:
     """What the chain alone costs a call of a chained graph of `calls` calls: the same keyed
-    draws (each row keyed by outputs of the workload's layouts, the first by 0) captured into
+    draws (each row's bits copied, then keyed by outputs of the workload's layouts, the first by
+    0: JudgedCalls._key_row) captured into
     a graph with no call between them, replayed here, on the judge's own context, and timed
     by its own events (the median replay over `calls`). A chained graph's figure less this is
     what its calls cost one after another (docs/harness.md, "Capture batching")."""
@@ -1026,11 +1027,13 @@ def chain_call_ms(
     bits = torch.empty((calls, *fresh.shape), dtype=torch.int32, device=device)
     buffers: KeyBuffers = functools.cache(new_key_buffers)
     zero = torch.zeros((), dtype=torch.int64, device=device)
+    keyed = torch.empty(fresh.shape, dtype=torch.int32, device=device)
 
     def chain() -> None:
         for j in range(calls):
             key = device_key(held, buffers) if j else None
-            fresh.keyed_into(rows[j], zero if key is None else key, bits[j])
+            keyed.copy_(bits[j])
+            fresh.keyed_into(rows[j], zero if key is None else key, keyed)
 
     def draw_bits() -> None:
         fresh.stacked(calls).nonce_bits_into(bits, 1, 0, ROWS_COPY)
