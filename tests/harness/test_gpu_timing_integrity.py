@@ -361,7 +361,7 @@ def test_a_capture_that_batches_its_calls_fails_or_is_flagged(gpu_timing_run: di
     call's input by the call before's outputs: batched there too, its calls but a graph's first
     answer inputs the judge does not draw, and the judge's check there is drawn from those
     (INCORRECT); done honestly there (the cheat reads the harness's mode), its figure bounds the
-    graph's, which is flagged (docs/harness.md, "Capture batching")."""
+    graph's, which is flagged (docs/harness.md, "Timing integrity", item 3)."""
     for name in ("batched_capture", "batched_unless_chained"):
         line = gpu_timing_run[name]
         timing = line.get("timing") or {}

@@ -117,7 +117,7 @@ ONE_BITS = 0x3F800000
 CHAINED_GRAPH = "chained_graph"
 """The mode that bounds the graph figure from below: the same graph, but each captured call's
 row keyed on the device by every bit of the call before's outputs (JudgedCalls), so that no
-capture can batch its calls (docs/harness.md, "Capture batching")."""
+capture can batch its calls (docs/harness.md, "Timing integrity", item 3)."""
 GRAPH_MODES = ("graph", CHAINED_GRAPH)
 TIMING_MODES = ("eager", *GRAPH_MODES)
 
@@ -1021,7 +1021,7 @@ def chain_call_ms(
     0: JudgedCalls._key_row) captured into
     a graph with no call between them, replayed here, on the judge's own context, and timed
     by its own events (the median replay over `calls`). A chained graph's figure less this is
-    what its calls cost one after another (docs/harness.md, "Capture batching")."""
+    what its calls cost one after another (docs/harness.md, "Timing integrity", item 3)."""
     held = [torch.zeros(shape, dtype=dtype, device=device) for shape, dtype in outputs]
     rows = torch.empty((calls, *fresh.shape), dtype=fresh.dtype, device=device)
     bits = torch.empty((calls, *fresh.shape), dtype=torch.int32, device=device)
