@@ -3,7 +3,8 @@
 # the graph figure (issue 56, docs/harness.md "Timing integrity" item 3). A driver in its own
 # session runs, in order: the GPU cheats (tests/harness/test_gpu_timing_integrity.py, the
 # batching captures among them), benchmarks/graph_batching.py (how far honest graph figures lie
-# from their bounds), then the host solutions' dev suites (scripts/gpu/dev_suite.sh, graph
+# from their bounds), the other GPU harness tests (chain, faults, timing), then the host
+# solutions' dev suites (scripts/gpu/dev_suite.sh, graph
 # timing: none may be flagged), each step timed in STATE/steps.txt. A device call lasts at most
 # 10 minutes; the driver outlives it while the lease is held, and the next call polls.
 #   scripts/gpu/capture-batching.sh start STATE DEV_BUDGET_S LIST   LIST: solutions, one a line
@@ -37,6 +38,8 @@ case $cmd in
     step cheats timeout 420 python3 -m pytest -q -p no:cacheprovider -m gpu \
       tests/harness/test_gpu_timing_integrity.py
     step probe timeout 300 python3 benchmarks/graph_batching.py --json "$state/graph-batching.json"
+    step faults timeout 360 python3 -m pytest -q -p no:cacheprovider -m gpu \
+      tests/harness/test_chain.py tests/harness/test_gpu_faults.py tests/harness/test_timing.py
     mapfile -t solutions <"$state/solutions.txt"
     step dev env CHEATS=0 bash scripts/gpu/timing-integrity.sh "$state/ti" "$1" "${solutions[@]}"
     touch "$state/done"
@@ -50,7 +53,8 @@ case $cmd in
       mkdir -p "$dest"
       tar czf "$dest/capture-batching.tgz" -C "$state" --exclude=repo --exclude='*.logs.tgz' .
       cp "$state"/cheats.txt "$state"/probe.txt "$dest/" 2>/dev/null
-      tail -n 40 "$state/cheats.txt" "$state/probe.txt" "$state/dev.txt" 2>/dev/null
+      tail -n 40 "$state/cheats.txt" "$state/probe.txt" "$state/faults.txt" "$state/dev.txt" \
+        2>/dev/null
     fi
     ;;
   *)
