@@ -527,7 +527,12 @@ def test_a_graph_figure_below_its_chained_bound_is_flagged() -> None:
     tests/harness/test_gpu_timing_integrity.py): the graph figure may lie below the chained
     graph's calls, less the chain's own cost, by BATCH_RATIO and BATCH_MARGIN_MS, no more; a
     graph figure with no chained bound (where a fresh input makes one possible) is flagged too."""
-    from envaudit.harness.judge import BATCH_MARGIN_MS, BATCH_RATIO, _batching_flags
+    from envaudit.harness.judge import (
+        BATCH_MARGIN_MS,
+        BATCH_RATIO,
+        _batching_flags,
+        _settle_timing,
+    )
 
     chain = 0.010
     honest = 0.100  # a call's own time, in the graph and in the chained graph beside its chain
@@ -545,6 +550,13 @@ def test_a_graph_figure_below_its_chained_bound_is_flagged() -> None:
     ]
     # nothing to key the calls by: the known gap of a workload with no fresh input
     assert _batching_flags(_graph_timing(honest / 20, None, chain) | {"fresh_input": None}) == []
+    # which input is fresh is the judge's word when it settles a line, not the line's: a line
+    # that said "none" (and skipped the chained graph) is still held to the bound
+    outcome = {"status": "PASSED", "timing": _graph_timing(honest / 20, None, chain)}
+    outcome["timing"]["fresh_input"] = None
+    _settle_timing(outcome, {}, "x")
+    assert outcome["timing"]["fresh_input"] == "x"
+    assert any("no chained graph" in f for f in outcome["timing"]["flags"]), outcome
 
 
 def _doubled(inputs: dict, outputs: list | None, prepared: object) -> object:

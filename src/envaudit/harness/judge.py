@@ -566,7 +566,8 @@ class Judge:
             self._check_timed(uuid, self.workloads[uuid])
             self._final_summaries(uuid)
             self.witness.forget(uuid)
-        _settle_timing(outcome, record.get("timing") or {})
+        fresh = fresh_input(self.definition, self.workloads[uuid])
+        _settle_timing(outcome, record.get("timing") or {}, fresh.name if fresh else None)
         if isinstance(outcome.get("timing"), dict):
             outcome["achieved"] = self._achieved(self.workloads[uuid], outcome["timing"])
         self._check_blame(uuid, outcome)
@@ -691,7 +692,9 @@ def _settle_probe(outcome: dict[str, Any], judged: Mapping[str, Mapping[str, Any
     probe["points"] = points
 
 
-def _settle_timing(outcome: dict[str, Any], judged: Mapping[str, Mapping[str, Any]]) -> None:
+def _settle_timing(
+    outcome: dict[str, Any], judged: Mapping[str, Mapping[str, Any]], fresh: str | None
+) -> None:
     """Each timing mode's figure carries the judge's account of it (`judge`: its clock, the
     calls it checked); a mode the judge did not witness, or whose reported time does not fit
     the judge's clock, is named in `timing.flags`, which keeps the line out of every ranking.
@@ -699,6 +702,9 @@ def _settle_timing(outcome: dict[str, Any], judged: Mapping[str, Mapping[str, An
     timing = outcome.get("timing")
     if not isinstance(timing, dict):
         return
+    # the judge's own word on which input was drawn afresh: whether a chained graph could be
+    # keyed is not the solution's process's to say (a line that said "none" was not bounded)
+    timing["fresh_input"] = fresh
     flags: list[str] = []
     for mode in TIMING_MODES:
         stats = timing.get(mode)
