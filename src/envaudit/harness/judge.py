@@ -702,9 +702,7 @@ def _settle_timing(
     timing = outcome.get("timing")
     if not isinstance(timing, dict):
         return
-    # the judge's own word on which input was drawn afresh: whether a chained graph could be
-    # keyed is not the solution's process's to say (a line that said "none" was not bounded)
-    timing["fresh_input"] = fresh
+    timing["fresh_input"] = fresh  # the judge's word (a chained graph's bound hangs on it)
     flags: list[str] = []
     for mode in TIMING_MODES:
         stats = timing.get(mode)
@@ -725,24 +723,7 @@ def _settle_timing(
         if not isinstance(summary, dict):
             flags.append(f"{mode}: not measured under the judge's clock")
             continue
-        if summary.get("error"):
-            flags.append(f"{mode}: {summary['error']}")
-        elif summary.get("contended"):
-            flags.append(
-                f"{mode}: the machine was busy: the solution's thread waited"
-                f" {summary['waited_ms']:.3f} ms for a CPU within the judge's"
-                f" {summary['window_ms']:.3f} ms over batches that reported"
-                f" {summary['reported_ms']:.3f} ms (allowance {summary['allowance_ms']:.3f} ms);"
-                " its time is not comparable"
-            )
-        elif not summary.get("consistent"):
-            flags.append(
-                f"{mode}: the judge's clock read {summary['window_ms']:.3f} ms over the batches"
-                f" that reported {summary['reported_ms']:.3f} ms (allowance"
-                f" {summary['allowance_ms']:.3f} ms)"
-            )
-        elif not summary.get("checked_calls"):
-            flags.append(f"{mode}: no timed call was checked")
+        flags += _account_flags(mode, summary)
         status = str(verdict.get("status")) if verdict is not None else "PASSED"
         if status != "PASSED" and outcome.get("status") == "PASSED":
             message = f"a timed call ({mode}): {verdict.get('message')}" if verdict else ""
@@ -752,6 +733,29 @@ def _settle_timing(
         timing["flags"] = flags
     else:
         timing.pop("flags", None)
+
+
+def _account_flags(mode: str, summary: Mapping[str, Any]) -> list[str]:
+    """What the judge's account of a mode says against its figure (at most one reason)."""
+    if summary.get("error"):
+        return [f"{mode}: {summary['error']}"]
+    if summary.get("contended"):
+        return [
+            f"{mode}: the machine was busy: the solution's thread waited"
+            f" {summary['waited_ms']:.3f} ms for a CPU within the judge's"
+            f" {summary['window_ms']:.3f} ms over batches that reported"
+            f" {summary['reported_ms']:.3f} ms (allowance {summary['allowance_ms']:.3f} ms);"
+            " its time is not comparable"
+        ]
+    if not summary.get("consistent"):
+        return [
+            f"{mode}: the judge's clock read {summary['window_ms']:.3f} ms over the batches"
+            f" that reported {summary['reported_ms']:.3f} ms (allowance"
+            f" {summary['allowance_ms']:.3f} ms)"
+        ]
+    if not summary.get("checked_calls"):
+        return [f"{mode}: no timed call was checked"]
+    return []
 
 
 BATCH_RATIO = 1.25
