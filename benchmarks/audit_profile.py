@@ -41,6 +41,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from envaudit.harness.witness import TIMING_MODES
 from envaudit.runtime.supervision.launchers import SERVER_IDLE_ENV
 from envaudit.runtime.timeline import TIMELINE_ENV
 from envaudit.schema.results import read_lines
@@ -92,8 +93,6 @@ ORDER = (
     "outside_workers",
 )
 
-TIMING_MODES = ("eager", "graph", "chained_graph")
-"""The harness's timing phases (witness.TIMING_MODES; the chained graph bounds the graph)."""
 INSIDE_MEASURE = ("fresh_draws", "slot_copies", "handshakes")
 """The parts of judged timing (harness/timed_calls.py, WINDOW_COSTS) that a line's phases count
 apart from its mode's phase but its `measure_wall_ms` holds: the measured iterations are the
